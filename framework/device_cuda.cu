@@ -1,0 +1,43 @@
+/* cohort: device queries through the CUDA runtime. */
+#include "config.h"
+
+#include "framework/device.h"
+
+#include <cuda_runtime.h>
+#include <stdio.h>
+
+extern "C" int ch_device_backend_compiled(void) { return 1; }
+
+extern "C" ch_status ch_device_count(int *count)
+{
+    CH_REQUIRE(count, "ch_device_count: count is NULL");
+    *count = 0;
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e == cudaErrorNoDevice || e == cudaErrorInsufficientDriver) {
+        (void)cudaGetLastError(); /* no driver or no GPU: a CPU machine */
+        return CH_OK;
+    }
+    CH_CHECK_CUDA(e);
+    *count = n;
+    return CH_OK;
+}
+
+extern "C" ch_status ch_device_set(int device)
+{
+    int n = 0;
+    CH_TRY(ch_device_count(&n));
+    if (device < 0 || device >= n)
+        return CH_ERROR(CH_ERR_RANGE, "GPU %d requested but %d visible "
+                        "(CUDA_VISIBLE_DEVICES?)", device, n);
+    CH_CHECK_CUDA(cudaSetDevice(device));
+    return CH_OK;
+}
+
+extern "C" ch_status ch_device_name(int device, char *buf, size_t len)
+{
+    cudaDeviceProp prop;
+    CH_CHECK_CUDA(cudaGetDeviceProperties(&prop, device));
+    if (buf && len) snprintf(buf, len, "%s", prop.name);
+    return CH_OK;
+}
