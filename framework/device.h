@@ -27,6 +27,14 @@ ch_status ch_device_set(int device);
 /* Human-readable name of GPU `device` into buf (e.g. "NVIDIA H200"). */
 ch_status ch_device_name(int device, char *buf, size_t len);
 
+/* Host memory for batch slots and staging buffers, `bytes` long and 64-byte
+ * aligned. With want_pinned != 0 and a GPU visible it is page-locked
+ * (cudaHostAlloc, so H2D copies can be asynchronous); otherwise plain aligned
+ * memory. *is_pinned (may be NULL) tells which one was given; pass it back to
+ * ch_host_free. CH_ERR_NOMEM / CH_ERR_CUDA on failure. */
+ch_status ch_host_alloc(void **ptr, size_t bytes, int want_pinned, int *is_pinned);
+void ch_host_free(void *ptr, int is_pinned);
+
 #ifdef __cplusplus
 }
 #endif

@@ -5,6 +5,7 @@
 
 #include <cuda_runtime.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 extern "C" int ch_device_backend_compiled(void) { return 1; }
 
@@ -40,4 +41,28 @@ extern "C" ch_status ch_device_name(int device, char *buf, size_t len)
     CH_CHECK_CUDA(cudaGetDeviceProperties(&prop, device));
     if (buf && len) snprintf(buf, len, "%s", prop.name);
     return CH_OK;
+}
+
+extern "C" ch_status ch_host_alloc(void **ptr, size_t bytes, int want_pinned, int *is_pinned)
+{
+    CH_REQUIRE(ptr, "ch_host_alloc: ptr is NULL");
+    int n = 0;
+    if (is_pinned) *is_pinned = 0;
+    size_t rounded = (bytes + 63) / 64 * 64;
+    if (!rounded) rounded = 64;
+    if (want_pinned && ch_device_count(&n) == CH_OK && n > 0) {
+        CH_CHECK_CUDA(cudaHostAlloc(ptr, rounded, cudaHostAllocPortable));
+        if (is_pinned) *is_pinned = 1;
+        return CH_OK;
+    }
+    *ptr = aligned_alloc(64, rounded);
+    if (!*ptr) return CH_ERROR(CH_ERR_NOMEM, "cannot allocate %zu bytes of host memory", bytes);
+    return CH_OK;
+}
+
+extern "C" void ch_host_free(void *ptr, int is_pinned)
+{
+    if (!ptr) return;
+    if (is_pinned) cudaFreeHost(ptr);
+    else free(ptr);
 }

@@ -4,6 +4,7 @@
 #include "framework/device.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 
 int ch_device_backend_compiled(void) { return 0; }
 
@@ -25,4 +26,21 @@ ch_status ch_device_name(int device, char *buf, size_t len)
 {
     if (buf && len) snprintf(buf, len, "cpu");
     return CH_ERROR(CH_ERR_UNSUPPORTED, "no GPU %d: built without CUDA", device);
+}
+
+ch_status ch_host_alloc(void **ptr, size_t bytes, int want_pinned, int *is_pinned)
+{
+    CH_REQUIRE(ptr, "ch_host_alloc: ptr is NULL");
+    (void)want_pinned;
+    if (is_pinned) *is_pinned = 0;
+    size_t rounded = (bytes + 63) / 64 * 64;
+    *ptr = aligned_alloc(64, rounded ? rounded : 64);
+    if (!*ptr) return CH_ERROR(CH_ERR_NOMEM, "cannot allocate %zu bytes of host memory", bytes);
+    return CH_OK;
+}
+
+void ch_host_free(void *ptr, int is_pinned)
+{
+    (void)is_pinned;
+    free(ptr);
 }
