@@ -22,7 +22,7 @@
 #include <sys/stat.h>
 #include <time.h>
 
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+#include "tests/fuzz/fuzz.h"
 
 typedef struct {
     uint8_t *data;
