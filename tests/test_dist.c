@@ -491,6 +491,7 @@ static void test_nccl(void **state)
     assert_ch_ok(ch_device_count(&ndev));
     ch_pg_t *mpi = world_pg();
     int rank = ch_pg_rank(mpi);
+    (void)rank;
     if (ndev == 0) {
         ch_pg_t *nc = (ch_pg_t *)(void *)&ndev;
         ch_status s = ch_pg_create_nccl(mpi, 0, &nc);
