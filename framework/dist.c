@@ -11,6 +11,7 @@
 #include "framework/dist_internal.h"
 
 #include <limits.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -457,6 +458,63 @@ ch_status ch_work_test(ch_work_t **work, int *done)
         ch_pg_work_put_(w);
     }
     return s;
+}
+
+/* ----------------------------------------------------------- backend buffers */
+
+ch_status ch_pg_buffer_alloc(ch_pg_t *pg, size_t bytes, void **ptr)
+{
+    CH_REQUIRE(ptr, "ch_pg_buffer_alloc: ptr is NULL");
+    *ptr = NULL;
+    CH_REQUIRE(pg, "ch_pg_buffer_alloc: process group is NULL");
+    if (pg->backend == CH_PG_NCCL) return ch_nccl_buffer_alloc_(pg, bytes, ptr);
+    if (bytes > SIZE_MAX - 64)
+        return CH_ERROR(CH_ERR_NOMEM, "ch_pg_buffer_alloc: %zu bytes is too large", bytes);
+    size_t rounded = bytes ? (bytes + 63) / 64 * 64 : 64;
+    *ptr = aligned_alloc(64, rounded);
+    if (!*ptr)
+        return CH_ERROR(CH_ERR_NOMEM, "ch_pg_buffer_alloc: cannot allocate %zu bytes of host "
+                        "memory on rank %d", bytes, pg->rank);
+    return CH_OK;
+}
+
+void ch_pg_buffer_free(ch_pg_t *pg, void *ptr)
+{
+    if (!pg || !ptr) return;
+    if (pg->backend == CH_PG_NCCL) ch_nccl_buffer_free_(pg, ptr);
+    else free(ptr);
+}
+
+ch_status ch_pg_buffer_write(ch_pg_t *pg, void *dst, const void *host_src, size_t bytes)
+{
+    CH_REQUIRE(pg, "ch_pg_buffer_write: process group is NULL");
+    CH_REQUIRE(bytes == 0 || (dst && host_src), "ch_pg_buffer_write: NULL %s with %zu bytes",
+               dst ? "source" : "destination", bytes);
+    if (!bytes) return CH_OK;
+    if (pg->backend == CH_PG_NCCL) return ch_nccl_buffer_copy_(pg, dst, host_src, bytes, 1);
+    memcpy(dst, host_src, bytes);
+    return CH_OK;
+}
+
+ch_status ch_pg_buffer_read(ch_pg_t *pg, void *host_dst, const void *src, size_t bytes)
+{
+    CH_REQUIRE(pg, "ch_pg_buffer_read: process group is NULL");
+    CH_REQUIRE(bytes == 0 || (host_dst && src), "ch_pg_buffer_read: NULL %s with %zu bytes",
+               src ? "destination" : "source", bytes);
+    if (!bytes) return CH_OK;
+    if (pg->backend == CH_PG_NCCL) return ch_nccl_buffer_copy_(pg, host_dst, src, bytes, 0);
+    memcpy(host_dst, src, bytes);
+    return CH_OK;
+}
+
+ch_status ch_pg_nccl_allreduce_raw(ch_pg_t *pg, const void *send, void *recv, int64_t count,
+                                   ch_dist_dtype dtype, ch_reduce_op op)
+{
+    CH_TRY(check_reduce("ch_pg_nccl_allreduce_raw", pg, send, recv, count, dtype, op));
+    if (pg->backend != CH_PG_NCCL)
+        return CH_ERROR(CH_ERR_INVALID, "ch_pg_nccl_allreduce_raw: not an NCCL group (use "
+                        "MPI_Allreduce on ch_pg_mpi_comm for the MPI reference)");
+    return ch_nccl_allreduce_raw_(pg, send, recv, count, dtype, op);
 }
 
 /* ---------------------------------------------------------- failure agreement */

@@ -189,6 +189,32 @@ ch_status ch_work_waitall(ch_work_t **works, int n);
  * query); an asynchronous NCCL error is returned as CH_ERR_NCCL. */
 ch_status ch_work_test(ch_work_t **work, int *done);
 
+/* ------------------------------------------------------ backend buffers */
+
+/* Memory where the group's backend wants collective buffers: host memory
+ * (64-byte aligned) for MPI, device memory on the group's GPU (cudaMalloc)
+ * for NCCL. bytes == 0 gives a valid, freeable pointer. Meant for set-up
+ * (benchmarks, tests, staging), not for a hot loop. CH_ERR_NOMEM /
+ * CH_ERR_CUDA on failure. */
+ch_status ch_pg_buffer_alloc(ch_pg_t *pg, size_t bytes, void **ptr);
+void ch_pg_buffer_free(ch_pg_t *pg, void *ptr);
+
+/* Copy bytes between host memory and a group buffer (an address inside one
+ * from ch_pg_buffer_alloc, or any memory of the backend's kind). MPI:
+ * memcpy. NCCL: cudaMemcpyAsync on the group's compute stream followed by a
+ * wait for that stream, so it is ordered after blocking collectives and
+ * waited work handles (see "NCCL ordering"). Returns when the copy is done. */
+ch_status ch_pg_buffer_write(ch_pg_t *pg, void *dst, const void *host_src, size_t bytes);
+ch_status ch_pg_buffer_read(ch_pg_t *pg, void *host_dst, const void *src, size_t bytes);
+
+/* Benchmark reference for the NCCL backend: ncclAllReduce straight onto the
+ * comm stream, with none of cohort's checks, stream hand-off or error
+ * polling (what a program calling NCCL itself would do). Wait with
+ * ch_pg_synchronize. CH_ERR_INVALID on an MPI group (call MPI_Allreduce on
+ * ch_pg_mpi_comm or MPI_COMM_WORLD yourself). */
+ch_status ch_pg_nccl_allreduce_raw(ch_pg_t *pg, const void *send, void *recv, int64_t count,
+                                   ch_dist_dtype dtype, ch_reduce_op op);
+
 /* ------------------------------------------------------ failure agreement */
 
 /* Every rank passes its local status; all-reduces it so that all ranks learn

@@ -67,6 +67,13 @@ void *ch_nccl_comm_stream_(const ch_pg_t *pg);
 ch_status ch_nccl_stream_wait_(ch_pg_t *pg, void *stream);
 ch_status ch_nccl_synchronize_(ch_pg_t *pg);
 void ch_nccl_destroy_(ch_pg_t *pg);
+ch_status ch_nccl_buffer_alloc_(ch_pg_t *pg, size_t bytes, void **ptr);
+void ch_nccl_buffer_free_(ch_pg_t *pg, void *ptr);
+/* to_device != 0: host -> device */
+ch_status ch_nccl_buffer_copy_(ch_pg_t *pg, void *dst, const void *src, size_t bytes,
+                               int to_device);
+ch_status ch_nccl_allreduce_raw_(ch_pg_t *pg, const void *send, void *recv, int64_t count,
+                                 ch_dist_dtype dtype, ch_reduce_op op);
 
 #ifdef __cplusplus
 }

@@ -275,6 +275,48 @@ extern "C" ch_status ch_nccl_stream_wait_(ch_pg_t *pg, void *stream)
     return CH_OK;
 }
 
+extern "C" ch_status ch_nccl_allreduce_raw_(ch_pg_t *pg, const void *send, void *recv,
+                                            int64_t count, ch_dist_dtype dtype,
+                                            ch_reduce_op op)
+{
+    struct ch_pg_nccl *n = pg->nccl;
+    if (count > 0)
+        CH_CHECK_NCCL(ncclAllReduce(send, recv, (size_t)count, nccl_type(dtype), nccl_op(op),
+                                    n->comm, n->stream));
+    return CH_OK;
+}
+
+extern "C" ch_status ch_nccl_buffer_alloc_(ch_pg_t *pg, size_t bytes, void **ptr)
+{
+    CH_TRY(use_device(pg->nccl));
+    cudaError_t e = cudaMalloc(ptr, bytes ? bytes : 64);
+    if (e != cudaSuccess) {
+        *ptr = NULL;
+        return CH_ERROR(CH_ERR_CUDA, "ch_pg_buffer_alloc: cudaMalloc of %zu bytes on GPU %d "
+                        "(rank %d) failed: %s", bytes, pg->nccl->device, pg->rank,
+                        cudaGetErrorString(e));
+    }
+    return CH_OK;
+}
+
+extern "C" void ch_nccl_buffer_free_(ch_pg_t *pg, void *ptr)
+{
+    if (use_device(pg->nccl) != CH_OK) ch_error_clear();
+    cudaFree(ptr);
+}
+
+extern "C" ch_status ch_nccl_buffer_copy_(ch_pg_t *pg, void *dst, const void *src,
+                                          size_t bytes, int to_device)
+{
+    struct ch_pg_nccl *n = pg->nccl;
+    CH_TRY(use_device(n));
+    CH_CHECK_CUDA(cudaMemcpyAsync(dst, src, bytes,
+                                  to_device ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost,
+                                  n->compute));
+    CH_CHECK_CUDA(cudaStreamSynchronize(n->compute));
+    return CH_OK;
+}
+
 /* Tear down whatever part of the backend state exists (also used to undo a
  * half-built group). */
 extern "C" void ch_nccl_destroy_(ch_pg_t *pg)

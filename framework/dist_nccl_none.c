@@ -79,3 +79,22 @@ ch_status ch_nccl_stream_wait_(ch_pg_t *pg, void *stream)
 ch_status ch_nccl_synchronize_(ch_pg_t *pg) { return NO_NCCL("ch_pg_synchronize"); }
 
 void ch_nccl_destroy_(ch_pg_t *pg) { (void)pg; }
+
+ch_status ch_nccl_buffer_alloc_(ch_pg_t *pg, size_t bytes, void **ptr)
+{
+    return NO_NCCL("ch_pg_buffer_alloc");
+}
+
+void ch_nccl_buffer_free_(ch_pg_t *pg, void *ptr) { (void)ptr; }
+
+ch_status ch_nccl_buffer_copy_(ch_pg_t *pg, void *dst, const void *src, size_t bytes,
+                               int to_device)
+{
+    return NO_NCCL("ch_pg_buffer_read/write");
+}
+
+ch_status ch_nccl_allreduce_raw_(ch_pg_t *pg, const void *send, void *recv, int64_t count,
+                                 ch_dist_dtype dtype, ch_reduce_op op)
+{
+    return NO_NCCL("ch_pg_nccl_allreduce_raw");
+}

@@ -19,10 +19,6 @@
 #include <string.h>
 #include <time.h>
 
-#ifdef HAVE_CUDA
-#include <cuda_runtime.h>
-#endif
-
 static const int64_t sizes[] = {0, 1, 7, 1023, 65537};
 #define N_SIZES ((int)(sizeof sizes / sizeof sizes[0]))
 static const ch_dist_dtype dtypes[] = {CH_DIST_FLOAT32, CH_DIST_FLOAT64, CH_DIST_INT32,
@@ -426,6 +422,32 @@ static void test_bad_arguments(void **state)
     ch_pg_destroy(pg);
 }
 
+/* backend buffers on the MPI backend are host memory */
+static void test_buffers_mpi(void **state)
+{
+    ch_pg_t *pg = world_pg();
+    void *buf = NULL, *empty = NULL;
+    double in[5] = {1, 2, 3, 4, 5}, out[5] = {0};
+    assert_ch_ok(ch_pg_buffer_alloc(pg, sizeof in, &buf));
+    assert_true(((uintptr_t)buf & 63) == 0);
+    assert_ch_ok(ch_pg_buffer_alloc(pg, 0, &empty));
+    assert_non_null(empty);
+    assert_ch_ok(ch_pg_buffer_write(pg, buf, in, sizeof in));
+    assert_ch_ok(ch_pg_allreduce(pg, buf, buf, 5, CH_DIST_FLOAT64, CH_REDUCE_AVG));
+    assert_ch_ok(ch_pg_buffer_read(pg, out, buf, sizeof out));
+    assert_true(out[4] == 5.0 && out[0] == 1.0);
+    assert_ch_error(ch_pg_buffer_write(pg, NULL, in, 8), CH_ERR_INVALID, "NULL");
+    assert_ch_error(ch_pg_buffer_read(pg, out, NULL, 8), CH_ERR_INVALID, "NULL");
+    void *other = in;
+    assert_ch_error(ch_pg_buffer_alloc(NULL, 8, &other), CH_ERR_INVALID, "NULL");
+    assert_null(other);
+    assert_ch_error(ch_pg_nccl_allreduce_raw(pg, in, in, 5, CH_DIST_FLOAT64, CH_REDUCE_SUM),
+                    CH_ERR_INVALID, "not an NCCL group");
+    ch_pg_buffer_free(pg, empty);
+    ch_pg_buffer_free(pg, buf);
+    ch_pg_destroy(pg);
+}
+
 /* ch_pg_check_all: every rank learns about another's failure. */
 static void test_check_all(void **state)
 {
@@ -491,7 +513,6 @@ static void test_nccl(void **state)
     assert_ch_ok(ch_device_count(&ndev));
     ch_pg_t *mpi = world_pg();
     int rank = ch_pg_rank(mpi);
-    (void)rank;
     if (ndev == 0) {
         ch_pg_t *nc = (ch_pg_t *)(void *)&ndev;
         ch_status s = ch_pg_create_nccl(mpi, 0, &nc);
@@ -513,7 +534,6 @@ static void test_nccl(void **state)
         ch_test_skip("no GPU visible (ch_device_count() = 0): NCCL collectives not run; "
                      "creation failed cleanly with %s", ch_status_name(s));
     }
-#ifdef HAVE_CUDA
     /* ranks 0..ndev-1 each get their own GPU; the others sit this out */
     MPI_Comm sub;
     MPI_Comm_split(MPI_COMM_WORLD, rank < ndev ? 0 : MPI_UNDEFINED, rank, &sub);
@@ -522,79 +542,74 @@ static void test_nccl(void **state)
     char first[CH_ERROR_MAX] = "";
     int w = 0;
     if (sub != MPI_COMM_NULL) {
+        enum { N = 1023 };
+        const size_t bytes = N * sizeof(float);
         ch_pg_t *sp = NULL, *nc = NULL;
-        ch_status s = ch_pg_create_mpi(sub, &sp);
+        float *host = malloc((size_t)ndev * bytes);
+        void *dev = NULL, *gath = NULL;
+        ch_status s = host ? ch_pg_create_mpi(sub, &sp) : CH_ERR_NOMEM;
         if (s == CH_OK) s = ch_pg_create_nccl(sp, rank, &nc);
-        const int n = 1023;
-        float host[1023 * 8];
-        float *dev = NULL, *gath = NULL;
         if (s == CH_OK) {
             w = ch_pg_size(nc);
-            if (cudaMalloc((void **)&dev, n * sizeof(float)) != cudaSuccess ||
-                cudaMalloc((void **)&gath, (size_t)w * n * sizeof(float)) != cudaSuccess)
-                s = CH_ERROR(CH_ERR_CUDA, "cudaMalloc failed");
+            assert_int_equal(ch_pg_backend_of(nc), CH_PG_NCCL);
+            s = ch_pg_buffer_alloc(nc, bytes, &dev);
         }
+        if (s == CH_OK) s = ch_pg_buffer_alloc(nc, (size_t)w * bytes, &gath);
         int r = ch_pg_rank(nc);
-        /* blocking SUM then non-blocking AVG, both in place */
+        /* blocking SUM, in place */
         if (s == CH_OK) {
-            for (int i = 0; i < n; i++) host[i] = (float)input_of(CH_DIST_FLOAT32, r, i);
-            cudaMemcpy(dev, host, n * sizeof(float), cudaMemcpyHostToDevice);
-            s = ch_pg_allreduce(nc, dev, dev, n, CH_DIST_FLOAT32, CH_REDUCE_SUM);
+            for (int i = 0; i < N; i++) host[i] = (float)input_of(CH_DIST_FLOAT32, r, i);
+            s = ch_pg_buffer_write(nc, dev, host, bytes);
         }
-        if (s == CH_OK) s = ch_pg_synchronize(nc);
+        if (s == CH_OK) s = ch_pg_allreduce(nc, dev, dev, N, CH_DIST_FLOAT32, CH_REDUCE_SUM);
+        if (s == CH_OK) s = ch_pg_buffer_read(nc, host, dev, bytes);
         if (s == CH_OK) {
-            cudaMemcpy(host, dev, n * sizeof(float), cudaMemcpyDeviceToHost);
-            for (int i = 0; i < n; i++)
+            for (int i = 0; i < N; i++)
                 if (host[i] != (float)expected_reduce(CH_DIST_FLOAT32, CH_REDUCE_SUM, w, i) &&
                     bad++ == 0)
                     snprintf(first, sizeof first, "sum [%d] = %g", i, host[i]);
-            for (int i = 0; i < n; i++) host[i] = (float)input_of(CH_DIST_FLOAT32, r, i);
-            cudaMemcpy(dev, host, n * sizeof(float), cudaMemcpyHostToDevice);
-            ch_work_t *h = NULL;
-            s = ch_pg_iallreduce(nc, dev, dev, n, CH_DIST_FLOAT32, CH_REDUCE_AVG, &h);
-            if (s == CH_OK) s = ch_work_wait(&h);
-            if (s == CH_OK) s = ch_pg_synchronize(nc);
-            cudaDeviceSynchronize();
+            for (int i = 0; i < N; i++) host[i] = (float)input_of(CH_DIST_FLOAT32, r, i);
+            s = ch_pg_buffer_write(nc, dev, host, bytes);
         }
+        /* non-blocking AVG, waited through the compute stream */
+        ch_work_t *h = NULL;
+        if (s == CH_OK) s = ch_pg_iallreduce(nc, dev, dev, N, CH_DIST_FLOAT32, CH_REDUCE_AVG, &h);
+        if (s == CH_OK) s = ch_work_wait(&h);
+        if (s == CH_OK) s = ch_pg_buffer_read(nc, host, dev, bytes);
         if (s == CH_OK) {
-            cudaMemcpy(host, dev, n * sizeof(float), cudaMemcpyDeviceToHost);
-            for (int i = 0; i < n; i++)
+            for (int i = 0; i < N; i++)
                 if (fabsf(host[i] - (float)expected_reduce(CH_DIST_FLOAT32, CH_REDUCE_AVG, w, i)) >
                         1e-6f && bad++ == 0)
                     snprintf(first, sizeof first, "avg [%d] = %g", i, host[i]);
             /* broadcast from the last rank, then all-gather */
-            for (int i = 0; i < n; i++) host[i] = (float)(r == w - 1 ? i : -1);
-            cudaMemcpy(dev, host, n * sizeof(float), cudaMemcpyHostToDevice);
-            s = ch_pg_broadcast(nc, dev, n, CH_DIST_FLOAT32, w - 1);
-            if (s == CH_OK) s = ch_pg_allgather(nc, dev, gath, n, CH_DIST_FLOAT32);
-            if (s == CH_OK) s = ch_pg_barrier(nc);
-            if (s == CH_OK) s = ch_pg_check_all(nc, CH_OK, NULL);
-            if (s == CH_OK) s = ch_pg_synchronize(nc);
-            cudaDeviceSynchronize();
+            for (int i = 0; i < N; i++) host[i] = (float)(r == w - 1 ? i : -1);
+            s = ch_pg_buffer_write(nc, dev, host, bytes);
         }
+        if (s == CH_OK) s = ch_pg_broadcast(nc, dev, N, CH_DIST_FLOAT32, w - 1);
+        if (s == CH_OK) s = ch_pg_allgather(nc, dev, gath, N, CH_DIST_FLOAT32);
+        if (s == CH_OK) s = ch_pg_barrier(nc);
+        if (s == CH_OK) s = ch_pg_check_all(nc, CH_OK, NULL);
+        if (s == CH_OK) s = ch_pg_synchronize(nc);
+        if (s == CH_OK) s = ch_pg_buffer_read(nc, host, gath, (size_t)w * bytes);
         if (s == CH_OK) {
-            cudaMemcpy(host, gath, (size_t)w * n * sizeof(float), cudaMemcpyDeviceToHost);
-            for (int i = 0; i < w * n; i++)
-                if (host[i] != (float)(i % n) && bad++ == 0)
+            for (int i = 0; i < w * N; i++)
+                if (host[i] != (float)(i % N) && bad++ == 0)
                     snprintf(first, sizeof first, "bcast+allgather [%d] = %g", i, host[i]);
         }
         if (s != CH_OK) {
             fail = s;
             snprintf(first, sizeof first, "%s", ch_error_message());
         }
-        cudaFree(dev);
-        cudaFree(gath);
+        ch_pg_buffer_free(nc, dev);
+        ch_pg_buffer_free(nc, gath);
         ch_pg_destroy(nc);
         ch_pg_destroy(sp);
+        free(host);
         MPI_Comm_free(&sub);
     }
     ch_pg_destroy(mpi);
     if (fail != CH_OK) fail_msg("NCCL on rank %d: %s: %s", rank, ch_status_name(fail), first);
     if (bad) fail_msg("NCCL on rank %d (%d ranks): %ld wrong; first: %s", rank, w, bad, first);
-#else
-    ch_pg_destroy(mpi);
-    fail_msg("GPU visible but cohort built without CUDA");
-#endif
 }
 
 int main(int argc, char **argv)
@@ -609,6 +624,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_destroy_with_outstanding_work),
         cmocka_unit_test(test_barrier),
         cmocka_unit_test(test_bad_arguments),
+        cmocka_unit_test(test_buffers_mpi),
         cmocka_unit_test(test_check_all),
         cmocka_unit_test(test_nccl),
     };
