@@ -74,6 +74,10 @@ ch_status ch_arena_reserve_tensor(ch_arena_t *a, ch_tensor_t *t)
                         "ch_arena_reserve_tensor: %s is on device %d:%d, the arena on %d:%d",
                         ch_tensor_describe(t, d, sizeof d), (int)t->dev, t->dev_index,
                         (int)a->dev, a->dev_index);
+    for (size_t i = 0; i < a->n; i++)
+        if (a->items[i].tensor == t)
+            return CH_ERROR(CH_ERR_INVALID, "ch_arena_reserve_tensor: %s is already reserved "
+                            "in this arena", ch_tensor_describe(t, d, sizeof d));
     t->owns = 0;
     return add_item(a, t, NULL, t->nbytes);
 }
