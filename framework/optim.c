@@ -1,0 +1,195 @@
+/* cohort: SGD (torch.optim.SGD semantics, see optim.h). */
+#include "config.h"
+
+#include "framework/optim.h"
+
+#include "framework/nn.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    char *name;
+    float *data;
+    const float *grad;
+    float *buf;     /* NULL when momentum == 0 */
+    size_t numel;
+    int has_buf;    /* 0 until the first step / a load */
+} sgd_param;
+
+struct ch_sgd {
+    ch_sgd_options_t o;
+    sgd_param *p;
+    int n, cap;
+};
+
+ch_status ch_sgd_create(const ch_sgd_options_t *o, ch_sgd_t **out)
+{
+    CH_REQUIRE(o && out, "ch_sgd_create: NULL argument");
+    *out = NULL;
+    CH_REQUIRE(isfinite(o->lr) && o->lr >= 0.0, "SGD: invalid learning rate %g (expected >= 0)", o->lr);
+    CH_REQUIRE(isfinite(o->momentum) && o->momentum >= 0.0,
+               "SGD: invalid momentum %g (expected >= 0)", o->momentum);
+    CH_REQUIRE(isfinite(o->weight_decay) && o->weight_decay >= 0.0,
+               "SGD: invalid weight_decay %g (expected >= 0)", o->weight_decay);
+    CH_REQUIRE(isfinite(o->dampening), "SGD: invalid dampening %g", o->dampening);
+    CH_REQUIRE(!o->nesterov || (o->momentum > 0.0 && o->dampening == 0.0),
+               "SGD: nesterov momentum requires momentum > 0 and dampening 0 (got momentum %g, dampening %g)",
+               o->momentum, o->dampening);
+    ch_sgd_t *s = calloc(1, sizeof *s);
+    if (!s) return CH_ERROR(CH_ERR_NOMEM, "SGD: out of memory");
+    s->o = *o;
+    *out = s;
+    return CH_OK;
+}
+
+void ch_sgd_destroy(ch_sgd_t *s)
+{
+    if (!s) return;
+    for (int i = 0; i < s->n; i++) {
+        free(s->p[i].name);
+        free(s->p[i].buf);
+    }
+    free(s->p);
+    free(s);
+}
+
+ch_status ch_sgd_add_param(ch_sgd_t *s, const char *name, float *data, const float *grad,
+                           size_t numel)
+{
+    CH_REQUIRE(s && name && data && grad, "ch_sgd_add_param: NULL argument (name %s)",
+               name ? name : "(null)");
+    for (int i = 0; i < s->n; i++)
+        CH_REQUIRE(strcmp(s->p[i].name, name) != 0, "SGD: parameter '%s' added twice", name);
+    if (s->n == s->cap) {
+        int cap = s->cap ? 2 * s->cap : 64;
+        sgd_param *np = realloc(s->p, (size_t)cap * sizeof *np);
+        if (!np) return CH_ERROR(CH_ERR_NOMEM, "SGD: out of memory adding '%s'", name);
+        s->p = np;
+        s->cap = cap;
+    }
+    sgd_param *p = &s->p[s->n];
+    memset(p, 0, sizeof *p);
+    p->name = strdup(name);
+    if (!p->name) return CH_ERROR(CH_ERR_NOMEM, "SGD: out of memory adding '%s'", name);
+    if (s->o.momentum != 0.0) {
+        p->buf = calloc(numel ? numel : 1, sizeof(float));
+        if (!p->buf) {
+            free(p->name);
+            return CH_ERROR(CH_ERR_NOMEM, "SGD: out of memory for the momentum buffer of '%s' (%zu floats)",
+                            name, numel);
+        }
+    }
+    p->data = data;
+    p->grad = grad;
+    p->numel = numel;
+    s->n++;
+    return CH_OK;
+}
+
+ch_status ch_sgd_add_model(ch_sgd_t *s, ch_model_t *model)
+{
+    CH_REQUIRE(s && model, "ch_sgd_add_model: NULL argument");
+    int n = ch_model_num_params(model);
+    for (int i = 0; i < n; i++) {
+        ch_param_t *p = ch_model_param(model, i);
+        if (!p->requires_grad) continue;
+        CH_TRY(ch_sgd_add_param(s, p->name, (float *)p->data, p->grad, p->numel));
+    }
+    return CH_OK;
+}
+
+/* The per-element arithmetic follows PyTorch's order of float32 operations:
+ * d = grad + wd*p; buf = mom*buf + (1-damp)*d; d = d + mom*buf (nesterov);
+ * p = p + (-lr)*d. */
+static void step_momentum(float *restrict w, const float *restrict g, float *restrict b, size_t n,
+                          float lr, float wd, float mom, float damp1, int first, int nesterov)
+{
+    if (first) {
+        if (nesterov) {
+            for (size_t i = 0; i < n; i++) {
+                float d = g[i] + wd * w[i];
+                b[i] = d;
+                w[i] = w[i] - lr * (d + mom * d);
+            }
+        } else {
+            for (size_t i = 0; i < n; i++) {
+                float d = g[i] + wd * w[i];
+                b[i] = d;
+                w[i] = w[i] - lr * d;
+            }
+        }
+    } else if (nesterov) {
+        for (size_t i = 0; i < n; i++) {
+            float d = g[i] + wd * w[i];
+            float nb = mom * b[i] + damp1 * d;
+            b[i] = nb;
+            w[i] = w[i] - lr * (d + mom * nb);
+        }
+    } else {
+        for (size_t i = 0; i < n; i++) {
+            float d = g[i] + wd * w[i];
+            float nb = mom * b[i] + damp1 * d;
+            b[i] = nb;
+            w[i] = w[i] - lr * nb;
+        }
+    }
+}
+
+ch_status ch_sgd_step(ch_sgd_t *s)
+{
+    CH_REQUIRE(s, "ch_sgd_step: NULL optimizer");
+    const float lr = (float)s->o.lr, wd = (float)s->o.weight_decay;
+    const float mom = (float)s->o.momentum, damp1 = (float)(1.0 - s->o.dampening);
+    for (int k = 0; k < s->n; k++) {
+        sgd_param *p = &s->p[k];
+        float *restrict w = p->data;
+        const float *restrict g = p->grad;
+        if (!p->buf) {
+            for (size_t i = 0; i < p->numel; i++) w[i] = w[i] - lr * (g[i] + wd * w[i]);
+            continue;
+        }
+        step_momentum(w, g, p->buf, p->numel, lr, wd, mom, damp1, !p->has_buf, s->o.nesterov);
+        p->has_buf = 1;
+    }
+    return CH_OK;
+}
+
+void ch_sgd_set_lr(ch_sgd_t *s, double lr) { s->o.lr = lr; }
+double ch_sgd_get_lr(const ch_sgd_t *s) { return s->o.lr; }
+const ch_sgd_options_t *ch_sgd_options(const ch_sgd_t *s) { return &s->o; }
+int ch_sgd_num_params(const ch_sgd_t *s) { return s ? s->n : 0; }
+
+ch_status ch_sgd_buffer(const ch_sgd_t *s, int i, const char **name, const float **buf,
+                        size_t *numel, int *has_buf)
+{
+    CH_REQUIRE(s && i >= 0 && i < s->n, "SGD: parameter index %d outside [0, %d)", i, s ? s->n : 0);
+    const sgd_param *p = &s->p[i];
+    if (name) *name = p->name;
+    if (numel) *numel = p->numel;
+    if (has_buf) *has_buf = p->buf && p->has_buf;
+    if (buf) *buf = (p->buf && p->has_buf) ? p->buf : NULL;
+    return CH_OK;
+}
+
+ch_status ch_sgd_load_buffer(ch_sgd_t *s, const char *name, const float *data, size_t numel)
+{
+    CH_REQUIRE(s && name && data, "ch_sgd_load_buffer: NULL argument");
+    CH_REQUIRE(s->o.momentum != 0.0, "SGD: momentum buffer for '%s' given but momentum is 0", name);
+    for (int i = 0; i < s->n; i++) {
+        sgd_param *p = &s->p[i];
+        if (strcmp(p->name, name) != 0) continue;
+        CH_REQUIRE(p->numel == numel, "SGD: momentum buffer '%s' has %zu elements, expected %zu", name,
+                   numel, p->numel);
+        memcpy(p->buf, data, numel * sizeof(float));
+        p->has_buf = 1;
+        return CH_OK;
+    }
+    return CH_ERROR(CH_ERR_INVALID, "SGD: no parameter named '%s' in the optimizer", name);
+}
+
+void ch_sgd_reset(ch_sgd_t *s)
+{
+    for (int i = 0; i < s->n; i++) s->p[i].has_buf = 0;
+}
