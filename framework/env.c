@@ -381,6 +381,7 @@ ch_status ch_env_choose_device(ch_env_t *env, ch_device_rule rule, int device_co
         r = env->launcher == CH_LAUNCHER_SLURM || env->launcher == CH_LAUNCHER_PMI2
                 ? CH_DEVICE_RULE_SLURM_PROCID_MOD
                 : CH_DEVICE_RULE_LOCAL_RANK;
+    env->device_rule = r; /* the effective rule, for messages */
     if (r == CH_DEVICE_RULE_SLURM_PROCID_MOD) {
         env->device = env->rank % device_count;
         return CH_OK;

@@ -95,7 +95,8 @@ typedef struct {
     char master_addr[256];/* MASTER_ADDR or "" */
     int master_port;      /* MASTER_PORT (1..65535) or 0 */
     char cuda_visible_devices[256]; /* CUDA_VISIBLE_DEVICES as seen, or "" (unset) */
-    ch_device_rule device_rule;     /* rule used by ch_env_choose_device */
+    ch_device_rule device_rule;     /* rule ch_env_choose_device applied (AUTO resolved
+                                       to the rule it stood for when >1 GPU) */
     int device_count;     /* GPUs visible (set by ch_env_discover), or -1 */
     int device;           /* chosen GPU, -1 = CPU */
     char note[256];       /* one line describing the discovery, for the log */
