@@ -18,7 +18,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+#include "tests/fuzz/fuzz.h"
 
 /* A file in memory from a header text (padded by the caller or not) and data. */
 static unsigned char *make_file(const char *header, const void *data, size_t dlen, size_t *size)
