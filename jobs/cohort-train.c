@@ -107,7 +107,7 @@ static const ch_config_key_t keys[] = {
     {"train.log_every", CH_CFG_INT, "100", 1, 1e9,
      "Steps between progress lines when stderr is not a terminal."},
     {"train.eval", CH_CFG_BOOL, "true", CH_CFG_NO_RANGE, "Evaluate on the test set each epoch."},
-    {"output.dir", CH_CFG_STRING, "runs/cohort", CH_CFG_NO_RANGE,
+    {"output.dir", CH_CFG_STRING, "runs/fashion-mnist", CH_CFG_NO_RANGE,
      "Directory for checkpoints, the resume file, TensorBoard events and the CSV log "
      "(created by rank 0)."},
     {"output.save_every", CH_CFG_INT, "1", 0, 1e6,
@@ -333,10 +333,7 @@ static ch_status open_datasets(job_t *j)
         CH_TRY(first_n_subset(j->test_base, j->test_subset, &sub));
         j->test_ds = sub ? sub : j->test_base;
     }
-    int c = 0, h = 0, w = 0;
-    c = j->train_ds->channels;
-    h = j->train_ds->height;
-    w = j->train_ds->width;
+    int c = j->train_ds->channels;
     if (c != j->in_channels)
         return CH_ERROR(CH_ERR_CONFIG, "model.in_channels is %d but %s has %d-channel images",
                         j->in_channels, j->data_path, c);
@@ -350,10 +347,9 @@ static ch_status open_datasets(job_t *j)
 static ch_status make_loaders(job_t *j)
 {
     ch_transform_t train_tf[CH_TRANSFORMS_MAX], test_tf[CH_TRANSFORMS_MAX];
-    int ntr = 0, nte = 0, c = 0, h = 0, w = 0;
+    int ntr = 0, nte = 0, h, w;
     memset(train_tf, 0, sizeof train_tf);
     memset(test_tf, 0, sizeof test_tf);
-    c = j->train_ds->channels;
     h = j->train_ds->height;
     w = j->train_ds->width;
     if (j->image_size > 0) {
