@@ -1,0 +1,104 @@
+/* cohort: internal interface between framework/ops.c (backend-neutral
+ * argument checking and dispatch) and the backends under framework/ops/.
+ *
+ * Not installed. ops.c validates every argument (shapes, dtypes, devices,
+ * layouts) before calling a backend, so backend functions may assume valid
+ * input. A backend fills a ch_ops_backend_t; ops.c picks the table by the
+ * device of the op's tensors. The CPU table is ch_ops_cpu_backend()
+ * (framework/ops/cpu/); the GPU one is ch_ops_cuda_backend(), which a build
+ * without CUDA defines to return NULL (framework/ops/cuda_none.c).
+ */
+#ifndef COHORT_OPS_BACKEND_H
+#define COHORT_OPS_BACKEND_H
+
+#include "framework/ops.h"
+
+typedef struct ch_ops_backend {
+    const char *name;
+    ch_status (*create)(void **state, const ch_compute_opts_t *opts);
+    void (*destroy)(void *state);
+    ch_status (*set_num_threads)(void *state, int n);
+    int (*num_threads)(const void *state);
+    ch_layout_t (*preferred_layout)(const void *state, int64_t channels);
+    void (*describe)(const void *state, char *buf, size_t len);
+    size_t (*cache_entries)(const void *state);
+    size_t (*scratchpad_bytes)(const void *state);
+    ch_status (*sync)(void *state);
+
+    ch_status (*reorder)(void *st, const ch_tensor_t *src, ch_tensor_t *dst);
+    ch_status (*fill)(void *st, ch_tensor_t *t, float value); /* value 0 for any dtype */
+    ch_status (*copy)(void *st, const ch_tensor_t *src, ch_tensor_t *dst);
+
+    ch_status (*conv2d_forward)(void *st, const ch_tensor_t *x, const ch_tensor_t *w,
+                                const ch_tensor_t *b, const ch_conv2d_params_t *p,
+                                ch_tensor_t *y);
+    ch_status (*conv2d_backward_data)(void *st, const ch_tensor_t *dy, const ch_tensor_t *w,
+                                      const ch_conv2d_params_t *p, ch_tensor_t *dx);
+    ch_status (*conv2d_backward_weights)(void *st, const ch_tensor_t *x,
+                                         const ch_tensor_t *dy,
+                                         const ch_conv2d_params_t *p, ch_tensor_t *dw,
+                                         ch_tensor_t *db);
+
+    ch_status (*bn_stats)(void *st, const ch_tensor_t *x, ch_tensor_t *mean, ch_tensor_t *var);
+    ch_status (*bn_apply)(void *st, const ch_tensor_t *x, const ch_tensor_t *mean,
+                          const ch_tensor_t *var, const ch_tensor_t *weight,
+                          const ch_tensor_t *bias, float eps, ch_tensor_t *y);
+    ch_status (*bn_update_running)(void *st, ch_tensor_t *rm, ch_tensor_t *rv,
+                                   const ch_tensor_t *mean, const ch_tensor_t *var,
+                                   int64_t count, float momentum);
+    ch_status (*bn_gather_stats)(void *st, const ch_tensor_t *means, const ch_tensor_t *vars,
+                                 const int64_t *counts, int nranks, ch_tensor_t *mean,
+                                 ch_tensor_t *var);
+    ch_status (*bn_backward_reduce)(void *st, const ch_tensor_t *x, const ch_tensor_t *dy,
+                                    const ch_tensor_t *mean, ch_tensor_t *sum_dy,
+                                    ch_tensor_t *sum_dy_xmu);
+    ch_status (*bn_param_grads)(void *st, const ch_tensor_t *sum_dy,
+                                const ch_tensor_t *sum_dy_xmu, const ch_tensor_t *var,
+                                float eps, ch_tensor_t *dweight, ch_tensor_t *dbias);
+    ch_status (*bn_backward_elemt)(void *st, const ch_tensor_t *x, const ch_tensor_t *dy,
+                                   const ch_tensor_t *mean, const ch_tensor_t *var, float eps,
+                                   const ch_tensor_t *weight, const ch_tensor_t *sum_dy,
+                                   const ch_tensor_t *sum_dy_xmu, int64_t total,
+                                   ch_tensor_t *dx);
+    /* full local backward; dx, dweight, dbias each may be NULL */
+    ch_status (*bn_backward)(void *st, const ch_tensor_t *x, const ch_tensor_t *dy,
+                             const ch_tensor_t *mean, const ch_tensor_t *var, float eps,
+                             const ch_tensor_t *weight, ch_tensor_t *dx, ch_tensor_t *dweight,
+                             ch_tensor_t *dbias);
+
+    ch_status (*relu_forward)(void *st, const ch_tensor_t *x, ch_tensor_t *y);
+    ch_status (*relu_backward)(void *st, const ch_tensor_t *y, const ch_tensor_t *dy,
+                               ch_tensor_t *dx);
+
+    ch_status (*maxpool_forward)(void *st, const ch_tensor_t *x, const ch_pool2d_params_t *p,
+                                 ch_tensor_t *y);
+    ch_status (*maxpool_backward)(void *st, const ch_tensor_t *x, const ch_tensor_t *dy,
+                                  const ch_pool2d_params_t *p, ch_tensor_t *dx);
+    ch_status (*avgpool_global_forward)(void *st, const ch_tensor_t *x, ch_tensor_t *y);
+    ch_status (*avgpool_global_backward)(void *st, const ch_tensor_t *dy, ch_tensor_t *dx);
+
+    ch_status (*linear_forward)(void *st, const ch_tensor_t *x, const ch_tensor_t *w,
+                                const ch_tensor_t *b, ch_tensor_t *y);
+    ch_status (*linear_backward_data)(void *st, const ch_tensor_t *dy, const ch_tensor_t *w,
+                                      ch_tensor_t *dx);
+    ch_status (*linear_backward_weights)(void *st, const ch_tensor_t *x,
+                                         const ch_tensor_t *dy, ch_tensor_t *dw,
+                                         ch_tensor_t *db);
+
+    ch_status (*add)(void *st, const ch_tensor_t *a, const ch_tensor_t *b, ch_tensor_t *out);
+    ch_status (*scale)(void *st, ch_tensor_t *t, float alpha);
+
+    ch_status (*cross_entropy)(void *st, const ch_tensor_t *logits, const ch_tensor_t *labels,
+                               ch_tensor_t *loss, ch_tensor_t *dlogits);
+    ch_status (*argmax)(void *st, const ch_tensor_t *logits, ch_tensor_t *out);
+    ch_status (*count_correct)(void *st, const ch_tensor_t *logits, const ch_tensor_t *labels,
+                               int64_t *correct);
+} ch_ops_backend_t;
+
+/* The CPU backend (always built). */
+const ch_ops_backend_t *ch_ops_cpu_backend(void);
+
+/* The GPU backend, or NULL when cohort was built without CUDA. */
+const ch_ops_backend_t *ch_ops_cuda_backend(void);
+
+#endif /* COHORT_OPS_BACKEND_H */

@@ -1,0 +1,139 @@
+/* cohort: CPU backend internals (oneDNN engine/stream, primitive cache,
+ * scratch buffers). Not installed; see framework/ops/backend.h. */
+#ifndef COHORT_OPS_CPU_H
+#define COHORT_OPS_CPU_H
+
+#include <oneapi/dnnl/dnnl.h>
+
+#include "framework/ops/backend.h"
+
+/* Hot C loops are compiled for AVX-512, AVX2+FMA and baseline x86-64 and
+ * picked at load time (GCC function multiversioning). */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define CH_CPU_SIMD __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define CH_CPU_SIMD
+#endif
+
+#define CPU_KEY_LEN 28
+#define CPU_MAX_MEM 8
+
+typedef enum {
+    CPU_OP_REORDER = 1,
+    CPU_OP_CONV_FWD,
+    CPU_OP_CONV_BWD_DATA,
+    CPU_OP_CONV_BWD_WEIGHTS
+} cpu_op_kind;
+
+/* One cached primitive with its memory objects (handles set per call). */
+typedef struct cpu_prim {
+    int64_t key[CPU_KEY_LEN];
+    uint64_t hash;
+    dnnl_primitive_t prim;
+    dnnl_primitive_t wreorder;   /* weights reorder (user<->primitive format) or NULL */
+    dnnl_memory_t mem[CPU_MAX_MEM];
+    dnnl_memory_t scratch_mem;   /* NULL when the primitive needs no scratchpad */
+    dnnl_memory_t wuser_mem;     /* plain OIHW weights (user side of the reorder) */
+    dnnl_memory_t wprim_mem;     /* weights in the primitive's format, over wbuf */
+    void *wbuf;
+    size_t wbytes;
+} cpu_prim;
+
+typedef struct ch_cpu {
+    dnnl_engine_t engine;
+    dnnl_stream_t stream;
+    dnnl_primitive_attr_t attr; /* user-managed scratchpad */
+    ch_layout_t layout;         /* preferred activation layout */
+    cpu_prim **cache;
+    size_t ncache, capcache;
+    void *scratch;              /* shared scratchpad, grown at primitive creation */
+    size_t scratch_bytes;
+    double *dtmp;               /* per-channel temporaries for C kernels */
+    size_t dtmp_n;
+    float *ftmp;
+    size_t ftmp_n;
+} ch_cpu_t;
+
+/* ---- cache and scratch (backend.c) */
+cpu_prim *ch_cpu_cache_find(ch_cpu_t *c, const int64_t *key);
+ch_status ch_cpu_cache_add(ch_cpu_t *c, cpu_prim *p); /* takes ownership */
+void ch_cpu_prim_free(cpu_prim *p);
+/* make the shared scratchpad at least `bytes` long */
+ch_status ch_cpu_scratch_reserve(ch_cpu_t *c, size_t bytes);
+/* per-channel double temporaries: at least n doubles */
+ch_status ch_cpu_dtmp(ch_cpu_t *c, size_t n, double **out);
+ch_status ch_cpu_ftmp(ch_cpu_t *c, size_t n, float **out);
+void ch_cpu_md_of(dnnl_memory_desc_t *md, const ch_tensor_t *t);
+
+/* ---- oneDNN ops (conv.c) */
+ch_status ch_cpu_reorder(void *st, const ch_tensor_t *src, ch_tensor_t *dst);
+ch_status ch_cpu_conv2d_forward(void *st, const ch_tensor_t *x, const ch_tensor_t *w,
+                                const ch_tensor_t *b, const ch_conv2d_params_t *p,
+                                ch_tensor_t *y);
+ch_status ch_cpu_conv2d_backward_data(void *st, const ch_tensor_t *dy, const ch_tensor_t *w,
+                                      const ch_conv2d_params_t *p, ch_tensor_t *dx);
+ch_status ch_cpu_conv2d_backward_weights(void *st, const ch_tensor_t *x, const ch_tensor_t *dy,
+                                         const ch_conv2d_params_t *p, ch_tensor_t *dw,
+                                         ch_tensor_t *db);
+ch_status ch_cpu_linear_forward(void *st, const ch_tensor_t *x, const ch_tensor_t *w,
+                                const ch_tensor_t *b, ch_tensor_t *y);
+ch_status ch_cpu_linear_backward_data(void *st, const ch_tensor_t *dy, const ch_tensor_t *w,
+                                      ch_tensor_t *dx);
+ch_status ch_cpu_linear_backward_weights(void *st, const ch_tensor_t *x, const ch_tensor_t *dy,
+                                         ch_tensor_t *dw, ch_tensor_t *db);
+
+/* ---- plain C kernels (kernels.c, batchnorm.c) */
+ch_status ch_cpu_fill(void *st, ch_tensor_t *t, float value);
+ch_status ch_cpu_copy(void *st, const ch_tensor_t *src, ch_tensor_t *dst);
+ch_status ch_cpu_add(void *st, const ch_tensor_t *a, const ch_tensor_t *b, ch_tensor_t *out);
+ch_status ch_cpu_scale(void *st, ch_tensor_t *t, float alpha);
+ch_status ch_cpu_relu_forward(void *st, const ch_tensor_t *x, ch_tensor_t *y);
+ch_status ch_cpu_relu_backward(void *st, const ch_tensor_t *y, const ch_tensor_t *dy,
+                               ch_tensor_t *dx);
+ch_status ch_cpu_maxpool_forward(void *st, const ch_tensor_t *x, const ch_pool2d_params_t *p,
+                                 ch_tensor_t *y);
+ch_status ch_cpu_maxpool_backward(void *st, const ch_tensor_t *x, const ch_tensor_t *dy,
+                                  const ch_pool2d_params_t *p, ch_tensor_t *dx);
+ch_status ch_cpu_avgpool_global_forward(void *st, const ch_tensor_t *x, ch_tensor_t *y);
+ch_status ch_cpu_avgpool_global_backward(void *st, const ch_tensor_t *dy, ch_tensor_t *dx);
+ch_status ch_cpu_cross_entropy(void *st, const ch_tensor_t *logits, const ch_tensor_t *labels,
+                               ch_tensor_t *loss, ch_tensor_t *dlogits);
+ch_status ch_cpu_argmax(void *st, const ch_tensor_t *logits, ch_tensor_t *out);
+ch_status ch_cpu_count_correct(void *st, const ch_tensor_t *logits, const ch_tensor_t *labels,
+                               int64_t *correct);
+
+ch_status ch_cpu_bn_stats(void *st, const ch_tensor_t *x, ch_tensor_t *mean, ch_tensor_t *var);
+ch_status ch_cpu_bn_apply(void *st, const ch_tensor_t *x, const ch_tensor_t *mean,
+                          const ch_tensor_t *var, const ch_tensor_t *weight,
+                          const ch_tensor_t *bias, float eps, ch_tensor_t *y);
+ch_status ch_cpu_bn_update_running(void *st, ch_tensor_t *rm, ch_tensor_t *rv,
+                                   const ch_tensor_t *mean, const ch_tensor_t *var,
+                                   int64_t count, float momentum);
+ch_status ch_cpu_bn_gather_stats(void *st, const ch_tensor_t *means, const ch_tensor_t *vars,
+                                 const int64_t *counts, int nranks, ch_tensor_t *mean,
+                                 ch_tensor_t *var);
+ch_status ch_cpu_bn_backward_reduce(void *st, const ch_tensor_t *x, const ch_tensor_t *dy,
+                                    const ch_tensor_t *mean, ch_tensor_t *sum_dy,
+                                    ch_tensor_t *sum_dy_xmu);
+ch_status ch_cpu_bn_param_grads(void *st, const ch_tensor_t *sum_dy,
+                                const ch_tensor_t *sum_dy_xmu, const ch_tensor_t *var,
+                                float eps, ch_tensor_t *dweight, ch_tensor_t *dbias);
+ch_status ch_cpu_bn_backward_elemt(void *st, const ch_tensor_t *x, const ch_tensor_t *dy,
+                                   const ch_tensor_t *mean, const ch_tensor_t *var, float eps,
+                                   const ch_tensor_t *weight, const ch_tensor_t *sum_dy,
+                                   const ch_tensor_t *sum_dy_xmu, int64_t total,
+                                   ch_tensor_t *dx);
+ch_status ch_cpu_bn_backward(void *st, const ch_tensor_t *x, const ch_tensor_t *dy,
+                             const ch_tensor_t *mean, const ch_tensor_t *var, float eps,
+                             const ch_tensor_t *weight, ch_tensor_t *dx, ch_tensor_t *dweight,
+                             ch_tensor_t *dbias);
+
+/* Channel view of an activation for per-channel loops: element (n,c,hw) is at
+ * ((n*nb + c/B)*HW + hw)*B + c%B, which covers every layout (PLAIN: B=1;
+ * NHWC: B=C; nChw8c/16c: B=8/16). 2-D (N,C) plain: HW=1, B=1. */
+typedef struct {
+    int64_t N, C, HW, B, nb;
+} cpu_cview;
+cpu_cview ch_cpu_cview(const ch_tensor_t *t);
+
+#endif /* COHORT_OPS_CPU_H */

@@ -1,0 +1,366 @@
+/* cohort: CPU ops in plain C — fill/copy/add/scale, ReLU, max pooling,
+ * global average pooling, softmax cross-entropy, argmax.
+ *
+ * Activations may be in any layout (cpu.h's channel view covers all of them);
+ * the loops run over contiguous blocks of B channels so that the blocked
+ * layouts (B = 8 or 16) vectorise over the channel lanes. Hot loops are
+ * compiled per ISA (CH_CPU_SIMD).
+ */
+#include "config.h"
+
+#include "framework/ops/cpu/cpu.h"
+
+#include <math.h>
+#include <string.h>
+
+#define V 16 /* lanes per chunk: fixed trip counts let -O2 vectorise */
+
+/* ------------------------------------------------------------ elementwise */
+
+CH_CPU_SIMD static void k_fill(float *o, int64_t n, float v)
+{
+    int64_t i = 0;
+    for (; i + V <= n; i += V)
+        for (int l = 0; l < V; l++) o[i + l] = v;
+    for (; i < n; i++) o[i] = v;
+}
+
+ch_status ch_cpu_fill(void *st, ch_tensor_t *t, float value)
+{
+    (void)st;
+    if (!t->nbytes) return CH_OK;
+    if (value == 0.0f && !signbit(value)) {
+        memset(t->data, 0, t->nbytes);
+        return CH_OK;
+    }
+    k_fill(t->data, ch_tensor_numel(t), value);
+    return CH_OK;
+}
+
+ch_status ch_cpu_copy(void *st, const ch_tensor_t *src, ch_tensor_t *dst)
+{
+    (void)st;
+    if (src->nbytes && src->data != dst->data) memmove(dst->data, src->data, src->nbytes);
+    return CH_OK;
+}
+
+CH_CPU_SIMD static void k_add(float *o, const float *a, const float *b, int64_t n)
+{
+    int64_t i = 0;
+    for (; i + V <= n; i += V) {
+        float t[V];
+        for (int l = 0; l < V; l++) t[l] = a[i + l] + b[i + l];
+        for (int l = 0; l < V; l++) o[i + l] = t[l];
+    }
+    for (; i < n; i++) o[i] = a[i] + b[i];
+}
+
+ch_status ch_cpu_add(void *st, const ch_tensor_t *a, const ch_tensor_t *b, ch_tensor_t *out)
+{
+    (void)st;
+    k_add(out->data, a->data, b->data, ch_tensor_numel(a));
+    return CH_OK;
+}
+
+CH_CPU_SIMD static void k_scale(float *o, int64_t n, float s)
+{
+    int64_t i = 0;
+    for (; i + V <= n; i += V)
+        for (int l = 0; l < V; l++) o[i + l] *= s;
+    for (; i < n; i++) o[i] *= s;
+}
+
+ch_status ch_cpu_scale(void *st, ch_tensor_t *t, float alpha)
+{
+    (void)st;
+    k_scale(t->data, ch_tensor_numel(t), alpha);
+    return CH_OK;
+}
+
+/* ------------------------------------------------------------------ relu */
+
+/* y = x < 0 ? 0 : x keeps NaN (as torch.relu / clamp_min). */
+CH_CPU_SIMD static void k_relu(float *y, const float *x, int64_t n)
+{
+    int64_t i = 0;
+    for (; i + V <= n; i += V) {
+        float t[V];
+        for (int l = 0; l < V; l++) t[l] = x[i + l] < 0.0f ? 0.0f : x[i + l];
+        for (int l = 0; l < V; l++) y[i + l] = t[l];
+    }
+    for (; i < n; i++) y[i] = x[i] < 0.0f ? 0.0f : x[i];
+}
+
+/* dx = y <= 0 ? 0 : dy (threshold_backward). */
+CH_CPU_SIMD static void k_relu_bwd(float *dx, const float *y, const float *dy, int64_t n)
+{
+    int64_t i = 0;
+    for (; i + V <= n; i += V) {
+        float t[V];
+        for (int l = 0; l < V; l++) t[l] = y[i + l] <= 0.0f ? 0.0f : dy[i + l];
+        for (int l = 0; l < V; l++) dx[i + l] = t[l];
+    }
+    for (; i < n; i++) dx[i] = y[i] <= 0.0f ? 0.0f : dy[i];
+}
+
+ch_status ch_cpu_relu_forward(void *st, const ch_tensor_t *x, ch_tensor_t *y)
+{
+    (void)st;
+    k_relu(y->data, x->data, ch_tensor_numel(x));
+    return CH_OK;
+}
+
+ch_status ch_cpu_relu_backward(void *st, const ch_tensor_t *y, const ch_tensor_t *dy,
+                               ch_tensor_t *dx)
+{
+    (void)st;
+    k_relu_bwd(dx->data, y->data, dy->data, ch_tensor_numel(y));
+    return CH_OK;
+}
+
+/* -------------------------------------------------------------- max pool */
+
+typedef struct {
+    int64_t H, W, Ho, Wo;
+    int kh, kw, sh, sw, ph, pw;
+} pool_geo;
+
+static pool_geo geo_of(const ch_tensor_t *x, const ch_tensor_t *y, const ch_pool2d_params_t *p)
+{
+    pool_geo g = {x->shape[2], x->shape[3], y->shape[2], y->shape[3],
+                  p->kernel_h, p->kernel_w, p->stride_h, p->stride_w, p->pad_h, p->pad_w};
+    return g;
+}
+
+static void window(const pool_geo *g, int64_t oh, int64_t ow, int64_t *h0, int64_t *h1,
+                   int64_t *w0, int64_t *w1)
+{
+    int64_t hs = oh * g->sh - g->ph, ws = ow * g->sw - g->pw;
+    *h1 = hs + g->kh < g->H ? hs + g->kh : g->H;
+    *w1 = ws + g->kw < g->W ? ws + g->kw : g->W;
+    *h0 = hs > 0 ? hs : 0;
+    *w0 = ws > 0 ? ws : 0;
+}
+
+/* One block of B channel lanes [c0, c0+L) at output (oh, ow). */
+CH_CPU_SIMD static void k_maxpool_fwd(const float *xb, float *yb, const pool_geo *g, int64_t B)
+{
+    for (int64_t oh = 0; oh < g->Ho; oh++) {
+        for (int64_t ow = 0; ow < g->Wo; ow++) {
+            int64_t h0, h1, w0, w1;
+            window(g, oh, ow, &h0, &h1, &w0, &w1);
+            float *out = yb + (oh * g->Wo + ow) * B;
+            for (int64_t c0 = 0; c0 < B; c0 += V) {
+                float best[V];
+                int64_t L = B - c0 < V ? B - c0 : V;
+                for (int l = 0; l < V; l++) best[l] = -INFINITY;
+                for (int64_t h = h0; h < h1; h++) {
+                    for (int64_t w = w0; w < w1; w++) {
+                        const float *p = xb + (h * g->W + w) * B + c0;
+                        if (L == V) {
+                            for (int l = 0; l < V; l++) {
+                                float v = p[l];
+                                best[l] = (v > best[l] || v != v) ? v : best[l];
+                            }
+                        } else {
+                            for (int64_t l = 0; l < L; l++) {
+                                float v = p[l];
+                                best[l] = (v > best[l] || v != v) ? v : best[l];
+                            }
+                        }
+                    }
+                }
+                for (int64_t l = 0; l < L; l++) out[c0 + l] = best[l];
+            }
+        }
+    }
+}
+
+CH_CPU_SIMD static void k_maxpool_bwd(const float *xb, const float *dyb, float *dxb,
+                                      const pool_geo *g, int64_t B)
+{
+    for (int64_t oh = 0; oh < g->Ho; oh++) {
+        for (int64_t ow = 0; ow < g->Wo; ow++) {
+            int64_t h0, h1, w0, w1;
+            window(g, oh, ow, &h0, &h1, &w0, &w1);
+            const float *d = dyb + (oh * g->Wo + ow) * B;
+            for (int64_t c0 = 0; c0 < B; c0 += V) {
+                float best[V];
+                int64_t idx[V];
+                int64_t L = B - c0 < V ? B - c0 : V;
+                for (int l = 0; l < V; l++) {
+                    best[l] = -INFINITY;
+                    idx[l] = h0 * g->W + w0;
+                }
+                for (int64_t h = h0; h < h1; h++) {
+                    for (int64_t w = w0; w < w1; w++) {
+                        int64_t pos = h * g->W + w;
+                        const float *p = xb + pos * B + c0;
+                        for (int64_t l = 0; l < L; l++) {
+                            float v = p[l];
+                            if (v > best[l] || v != v) {
+                                best[l] = v;
+                                idx[l] = pos;
+                            }
+                        }
+                    }
+                }
+                for (int64_t l = 0; l < L; l++) dxb[idx[l] * B + c0 + l] += d[c0 + l];
+            }
+        }
+    }
+}
+
+ch_status ch_cpu_maxpool_forward(void *st, const ch_tensor_t *x, const ch_pool2d_params_t *p,
+                                 ch_tensor_t *y)
+{
+    (void)st;
+    cpu_cview v = ch_cpu_cview(x);
+    pool_geo g = geo_of(x, y, p);
+    const float *X = x->data;
+    float *Y = y->data;
+    int64_t xs = g.H * g.W * v.B, ys = g.Ho * g.Wo * v.B;
+    for (int64_t blk = 0; blk < v.N * v.nb; blk++)
+        k_maxpool_fwd(X + blk * xs, Y + blk * ys, &g, v.B);
+    return CH_OK;
+}
+
+ch_status ch_cpu_maxpool_backward(void *st, const ch_tensor_t *x, const ch_tensor_t *dy,
+                                  const ch_pool2d_params_t *p, ch_tensor_t *dx)
+{
+    (void)st;
+    cpu_cview v = ch_cpu_cview(x);
+    pool_geo g = geo_of(x, dy, p);
+    if (dx->nbytes) memset(dx->data, 0, dx->nbytes);
+    const float *X = x->data, *DY = dy->data;
+    float *DX = dx->data;
+    int64_t xs = g.H * g.W * v.B, ys = g.Ho * g.Wo * v.B;
+    for (int64_t blk = 0; blk < v.N * v.nb; blk++)
+        k_maxpool_bwd(X + blk * xs, DY + blk * ys, DX + blk * xs, &g, v.B);
+    return CH_OK;
+}
+
+/* ------------------------------------------------------- global avg pool */
+
+/* y[c] (B lanes) = mean over HW of the block. */
+CH_CPU_SIMD static void k_gap_fwd(const float *xb, float *y, int64_t HW, int64_t B)
+{
+    if (B == 1) {
+        double s = 0.0;
+        for (int64_t j = 0; j < HW; j++) s += xb[j];
+        y[0] = (float)(s / (double)HW);
+        return;
+    }
+    for (int64_t c0 = 0; c0 < B; c0 += V) {
+        int64_t L = B - c0 < V ? B - c0 : V;
+        float acc[V] = {0};
+        for (int64_t j = 0; j < HW; j++) {
+            const float *p = xb + j * B + c0;
+            if (L == V)
+                for (int l = 0; l < V; l++) acc[l] += p[l];
+            else
+                for (int64_t l = 0; l < L; l++) acc[l] += p[l];
+        }
+        for (int64_t l = 0; l < L; l++) y[c0 + l] = acc[l] / (float)HW;
+    }
+}
+
+CH_CPU_SIMD static void k_gap_bwd(const float *dy, float *dxb, int64_t HW, int64_t B)
+{
+    float inv = 1.0f / (float)HW;
+    for (int64_t j = 0; j < HW; j++)
+        for (int64_t l = 0; l < B; l++) dxb[j * B + l] = dy[l] * inv;
+}
+
+ch_status ch_cpu_avgpool_global_forward(void *st, const ch_tensor_t *x, ch_tensor_t *y)
+{
+    (void)st;
+    cpu_cview v = ch_cpu_cview(x);
+    const float *X = x->data;
+    float *Y = y->data; /* (N,C,1,1) in any layout == (N,C) plain */
+    if (v.HW == 0) {
+        if (y->nbytes) memset(Y, 0, y->nbytes);
+        return CH_OK;
+    }
+    for (int64_t blk = 0; blk < v.N * v.nb; blk++)
+        k_gap_fwd(X + blk * v.HW * v.B, Y + blk * v.B, v.HW, v.B);
+    return CH_OK;
+}
+
+ch_status ch_cpu_avgpool_global_backward(void *st, const ch_tensor_t *dy, ch_tensor_t *dx)
+{
+    (void)st;
+    cpu_cview v = ch_cpu_cview(dx);
+    const float *DY = dy->data;
+    float *DX = dx->data;
+    for (int64_t blk = 0; blk < v.N * v.nb; blk++)
+        k_gap_bwd(DY + blk * v.B, DX + blk * v.HW * v.B, v.HW, v.B);
+    return CH_OK;
+}
+
+/* ------------------------------------------------------------------ loss */
+
+ch_status ch_cpu_cross_entropy(void *st, const ch_tensor_t *logits, const ch_tensor_t *labels,
+                               ch_tensor_t *loss, ch_tensor_t *dlogits)
+{
+    (void)st;
+    int64_t N = logits->shape[0], K = logits->shape[1];
+    const float *X = logits->data;
+    const int64_t *lab = labels->data;
+    for (int64_t n = 0; n < N; n++)
+        if (lab[n] < 0 || lab[n] >= K)
+            return CH_ERROR(CH_ERR_RANGE,
+                            "ch_op_cross_entropy: label of sample %lld is %lld, expected 0..%lld",
+                            (long long)n, (long long)lab[n], (long long)(K - 1));
+    double total = 0.0;
+    float *D = dlogits ? (float *)dlogits->data : NULL;
+    for (int64_t n = 0; n < N; n++) {
+        const float *r = X + n * K;
+        float mx = r[0];
+        for (int64_t k = 1; k < K; k++) mx = r[k] > mx ? r[k] : mx;
+        double s = 0.0;
+        for (int64_t k = 0; k < K; k++) s += exp((double)r[k] - (double)mx);
+        double lse = (double)mx + log(s);
+        total += lse - (double)r[lab[n]];
+        if (D) {
+            float *d = D + n * K;
+            for (int64_t k = 0; k < K; k++)
+                d[k] = (float)(exp((double)r[k] - lse) / (double)N);
+            d[lab[n]] -= (float)(1.0 / (double)N);
+        }
+    }
+    ((float *)loss->data)[0] = (float)(total / (double)N);
+    return CH_OK;
+}
+
+static int64_t row_argmax(const float *r, int64_t K)
+{
+    int64_t best = 0;
+    for (int64_t k = 1; k < K; k++) {
+        if (r[best] != r[best]) break; /* NaN is the maximum (torch.argmax) */
+        if (r[k] > r[best] || r[k] != r[k]) best = k;
+    }
+    return best;
+}
+
+ch_status ch_cpu_argmax(void *st, const ch_tensor_t *logits, ch_tensor_t *out)
+{
+    (void)st;
+    int64_t N = logits->shape[0], K = logits->shape[1];
+    const float *X = logits->data;
+    int64_t *O = out->data;
+    for (int64_t n = 0; n < N; n++) O[n] = row_argmax(X + n * K, K);
+    return CH_OK;
+}
+
+ch_status ch_cpu_count_correct(void *st, const ch_tensor_t *logits, const ch_tensor_t *labels,
+                               int64_t *correct)
+{
+    (void)st;
+    int64_t N = logits->shape[0], K = logits->shape[1], c = 0;
+    const float *X = logits->data;
+    const int64_t *L = labels->data;
+    for (int64_t n = 0; n < N; n++) c += row_argmax(X + n * K, K) == L[n];
+    *correct = c;
+    return CH_OK;
+}

@@ -1,0 +1,1018 @@
+/* Tests for framework/tensor, framework/arena and framework/ops (CPU backend).
+ *
+ * Golden tests compare every op, forward and backward, against PyTorch:
+ * tests/golden/ops_golden.py writes reference tensors into the build tree
+ * (tests/ops_golden.bin) when this program starts; without python3-torch
+ * (HAVE_TORCH != yes) those tests SKIP. Each activation op is run in every
+ * layout the shape allows (plain NCHW, NHWC, nChw8c, nChw16c): inputs are
+ * reordered from PyTorch's NCHW into the layout, outputs back to NCHW.
+ *
+ * Error measure: rel = max_i |got_i - ref_i| / max(max_i |ref_i|, 1e-6)
+ * (the largest absolute error relative to the tensor's largest magnitude,
+ * robust to elements near zero). Limits: 1e-4 forward, 1e-3 gradients.
+ */
+#include "config.h"
+
+#include "tests/harness.h"
+
+#include "framework/arena.h"
+#include "framework/ops.h"
+#include "framework/tensor.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#define TOL_FWD 1e-4
+#define TOL_BWD 1e-3
+
+/* ------------------------------------------------------------ golden file */
+
+typedef struct {
+    char name[96];
+    int dtype;
+    int ndim;
+    int64_t shape[4];
+    const void *data;
+    size_t bytes;
+} grec;
+
+static unsigned char *g_buf;
+static grec *g_recs;
+static size_t g_nrec;
+static int g_state; /* 0 not tried, 1 loaded, -1 unavailable */
+static char g_why[4096];
+
+static void golden_free(void)
+{
+    free(g_buf);
+    free(g_recs);
+    g_buf = NULL;
+    g_recs = NULL;
+}
+
+static int golden_parse(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        snprintf(g_why, sizeof g_why, "cannot open %s", path);
+        return -1;
+    }
+    fseek(f, 0, SEEK_END);
+    long sz = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    g_buf = malloc((size_t)sz);
+    if (!g_buf || fread(g_buf, 1, (size_t)sz, f) != (size_t)sz) {
+        fclose(f);
+        snprintf(g_why, sizeof g_why, "cannot read %s", path);
+        return -1;
+    }
+    fclose(f);
+    if (sz < 4 || memcmp(g_buf, "CHG1", 4) != 0) {
+        snprintf(g_why, sizeof g_why, "%s: bad magic", path);
+        return -1;
+    }
+    size_t cap = 256, o = 4;
+    g_recs = calloc(cap, sizeof *g_recs);
+    while (o < (size_t)sz) {
+        uint32_t nl, dt, nd;
+        if (o + 4 > (size_t)sz) break;
+        memcpy(&nl, g_buf + o, 4);
+        o += 4;
+        if (nl >= sizeof g_recs[0].name || o + nl + 8 > (size_t)sz) goto bad;
+        if (g_nrec == cap) {
+            cap *= 2;
+            g_recs = realloc(g_recs, cap * sizeof *g_recs);
+        }
+        grec *r = &g_recs[g_nrec];
+        memset(r, 0, sizeof *r);
+        memcpy(r->name, g_buf + o, nl);
+        o += nl;
+        memcpy(&dt, g_buf + o, 4);
+        memcpy(&nd, g_buf + o + 4, 4);
+        o += 8;
+        if (nd < 1 || nd > 4 || dt > 1 || o + 8 * nd > (size_t)sz) goto bad;
+        r->dtype = (int)dt;
+        r->ndim = (int)nd;
+        size_t n = 1;
+        for (uint32_t i = 0; i < nd; i++) {
+            memcpy(&r->shape[i], g_buf + o, 8);
+            o += 8;
+            n *= (size_t)r->shape[i];
+        }
+        r->bytes = n * (dt == 0 ? 4 : 8);
+        if (o + r->bytes > (size_t)sz) goto bad;
+        r->data = g_buf + o;
+        o += r->bytes;
+        g_nrec++;
+    }
+    return 1;
+bad:
+    snprintf(g_why, sizeof g_why, "%s: truncated or malformed record %zu", path, g_nrec);
+    return -1;
+}
+
+/* Generate (once per process) and load the reference file, or skip. */
+static void need_golden(void)
+{
+    if (g_state == 0) {
+        const char *ht = getenv("HAVE_TORCH");
+        if (!ht || strcmp(ht, "yes") != 0) {
+            g_state = -1;
+            snprintf(g_why, sizeof g_why, "python3-torch not available (HAVE_TORCH=%s)",
+                     ht ? ht : "unset");
+        } else {
+            const char *py = getenv("PYTHON3");
+            char path[1024], cmd[3072];
+            snprintf(path, sizeof path, "%s/tests/ops_golden.bin", ch_test_builddir());
+            snprintf(cmd, sizeof cmd, "'%s' '%s/tests/golden/ops_golden.py' '%s' >&2",
+                     py && *py ? py : "python3", ch_test_srcdir(), path);
+            int rc = system(cmd);
+            if (rc != 0) {
+                g_state = -2; /* a failure, not a skip */
+                snprintf(g_why, sizeof g_why, "%s failed with status %d", cmd, rc);
+            } else {
+                g_state = golden_parse(path);
+                if (g_state < 0) g_state = -2;
+            }
+        }
+    }
+    if (g_state == -1) ch_test_skip("%s", g_why);
+    if (g_state == -2) fail_msg("golden reference: %s", g_why);
+}
+
+static const grec *find(const char *name)
+{
+    for (size_t i = 0; i < g_nrec; i++)
+        if (strcmp(g_recs[i].name, name) == 0) return &g_recs[i];
+    return NULL;
+}
+
+static int has(const char *pre, const char *what)
+{
+    char n[128];
+    snprintf(n, sizeof n, "%s%s", pre, what);
+    return find(n) != NULL;
+}
+
+/* Owned plain host copy of a golden tensor. */
+static void load(ch_tensor_t *t, const char *pre, const char *what)
+{
+    char n[128];
+    snprintf(n, sizeof n, "%s%s", pre, what);
+    const grec *r = find(n);
+    if (!r) fail_msg("golden tensor %s missing", n);
+    assert_ch_ok(ch_tensor_alloc(t, r->dtype ? CH_I64 : CH_F32, r->ndim, r->shape,
+                                 CH_LAYOUT_PLAIN, CH_DEV_CPU, 0));
+    memcpy(t->data, r->data, r->bytes);
+}
+
+static ch_compute_t *new_cx(void)
+{
+    ch_compute_t *cx = NULL;
+    ch_compute_opts_t o;
+    ch_compute_opts_default(&o);
+    o.num_threads = 1;
+    assert_ch_ok(ch_compute_create(&cx, &o));
+    return cx;
+}
+
+/* t (plain) converted into a new tensor of layout l. */
+static void to_layout(ch_compute_t *cx, const ch_tensor_t *t, ch_layout_t l, ch_tensor_t *out)
+{
+    assert_ch_ok(ch_tensor_alloc(out, CH_F32, t->ndim, t->shape, l, CH_DEV_CPU, 0));
+    assert_ch_ok(ch_op_reorder(cx, t, out));
+}
+
+/* An uninitialised-looking (NaN-filled) tensor like ref's shape in layout l. */
+static void like(const ch_tensor_t *ref, ch_layout_t l, ch_tensor_t *out)
+{
+    assert_ch_ok(ch_tensor_alloc(out, CH_F32, ref->ndim, ref->shape, l, CH_DEV_CPU, 0));
+    float *p = out->data;
+    for (int64_t i = 0; i < ch_tensor_numel(out); i++) p[i] = NAN;
+}
+
+static double rel_err(const float *a, const float *b, int64_t n)
+{
+    double mx = 0.0, mref = 0.0;
+    for (int64_t i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - (double)b[i]);
+        if (!(d <= mx)) mx = d; /* NaN propagates */
+        if (fabs((double)b[i]) > mref) mref = fabs((double)b[i]);
+    }
+    return mx / (mref > 1e-6 ? mref : 1e-6);
+}
+
+/* Compare got (any layout) against golden pre+what. */
+static void check(ch_compute_t *cx, const ch_tensor_t *got, const char *pre, const char *what,
+                  double tol, const char *ctx)
+{
+    ch_tensor_t ref, plain;
+    load(&ref, pre, what);
+    if (!ch_tensor_same_shape(&ref, got)) {
+        char a[128], b[128];
+        fail_msg("%s%s (%s): shape %s, reference %s", pre, what, ctx,
+                 ch_tensor_describe(got, a, sizeof a), ch_tensor_describe(&ref, b, sizeof b));
+    }
+    assert_ch_ok(ch_tensor_alloc(&plain, CH_F32, got->ndim, got->shape, CH_LAYOUT_PLAIN,
+                                 CH_DEV_CPU, 0));
+    assert_ch_ok(ch_tensor_to_plain(cx, got, &plain));
+    double e = rel_err(plain.data, ref.data, ch_tensor_numel(&ref));
+    if (!(e <= tol))
+        fail_msg("%s%s (%s): relative error %.3g > %.1g", pre, what, ctx, e, tol);
+    ch_tensor_free(&plain);
+    ch_tensor_free(&ref);
+}
+
+/* Layouts a 4-D activation with C channels can take. */
+static int layouts_for(int64_t C, ch_layout_t *out)
+{
+    int n = 0;
+    out[n++] = CH_LAYOUT_PLAIN;
+    out[n++] = CH_LAYOUT_NHWC;
+    if (C % 8 == 0) out[n++] = CH_LAYOUT_NCHW8C;
+    if (C % 16 == 0) out[n++] = CH_LAYOUT_NCHW16C;
+    return n;
+}
+
+/* ----------------------------------------------------------- non-golden */
+
+static void test_tensor_basics(void **state)
+{
+    (void)state;
+    ch_tensor_t t;
+    int64_t s4[4] = {2, 16, 3, 5};
+    assert_ch_ok(ch_tensor_alloc(&t, CH_F32, 4, s4, CH_LAYOUT_NCHW16C, CH_DEV_CPU, 0));
+    assert_int_equal(ch_tensor_numel(&t), 2 * 16 * 3 * 5);
+    assert_int_equal(t.nbytes, 2 * 16 * 3 * 5 * 4);
+    assert_int_equal((uintptr_t)t.data % 64, 0);
+    assert_int_equal(t.owns, 1);
+    char d[128];
+    assert_string_equal(ch_tensor_describe(&t, d, sizeof d), "float32[2,16,3,5] nChw16c cpu");
+    ch_tensor_free(&t);
+    assert_null(t.data);
+
+    int64_t bad[4] = {2, 3, 4, 4};
+    assert_ch_error(ch_tensor_init(&t, CH_F32, 4, bad, CH_LAYOUT_NCHW16C, CH_DEV_CPU, 0),
+                    CH_ERR_INVALID, "divisible by 16");
+    int64_t neg[2] = {2, -1};
+    assert_ch_error(ch_tensor_init(&t, CH_F32, 2, neg, CH_LAYOUT_PLAIN, CH_DEV_CPU, 0),
+                    CH_ERR_INVALID, "shape[1] = -1");
+    assert_ch_error(ch_tensor_init(&t, CH_F32, 5, s4, CH_LAYOUT_PLAIN, CH_DEV_CPU, 0),
+                    CH_ERR_INVALID, "ndim 5");
+    assert_ch_error(ch_tensor_init(&t, CH_F32, 2, s4, CH_LAYOUT_NHWC, CH_DEV_CPU, 0),
+                    CH_ERR_INVALID, "needs 4 dimensions");
+    assert_ch_error(ch_tensor_init(&t, CH_I64, 4, s4, CH_LAYOUT_NHWC, CH_DEV_CPU, 0),
+                    CH_ERR_INVALID, "needs float32");
+
+    /* plain strides and NHWC strides */
+    assert_ch_ok(ch_tensor_init(&t, CH_F32, 4, s4, CH_LAYOUT_PLAIN, CH_DEV_CPU, 0));
+    assert_int_equal(t.strides[0], 16 * 15);
+    assert_int_equal(t.strides[1], 15);
+    assert_int_equal(t.strides[3], 1);
+    assert_ch_ok(ch_tensor_init(&t, CH_F32, 4, s4, CH_LAYOUT_NHWC, CH_DEV_CPU, 0));
+    assert_int_equal(t.strides[1], 1);
+    assert_int_equal(t.strides[3], 16);
+
+    /* views: any reshape of plain; (N,C,1,1) of any layout to (N,C) */
+    ch_tensor_t a, v;
+    int64_t p4[4] = {4, 32, 1, 1}, p2[2] = {4, 32}, p3[2] = {4, 31};
+    assert_ch_ok(ch_tensor_alloc(&a, CH_F32, 4, p4, CH_LAYOUT_NCHW16C, CH_DEV_CPU, 0));
+    assert_ch_ok(ch_tensor_view(&v, &a, 2, p2));
+    assert_ptr_equal(v.data, a.data);
+    assert_int_equal(v.owns, 0);
+    assert_ch_error(ch_tensor_view(&v, &a, 2, p3), CH_ERR_INVALID, "elements");
+    ch_tensor_free(&a);
+    assert_ch_ok(ch_tensor_alloc(&a, CH_F32, 4, s4, CH_LAYOUT_NCHW16C, CH_DEV_CPU, 0));
+    int64_t f2[2] = {2, 240};
+    assert_ch_error(ch_tensor_view(&v, &a, 2, f2), CH_ERR_INVALID, "cannot view");
+    ch_tensor_free(&a);
+
+    /* device storage without a GPU backend */
+    assert_ch_error(ch_tensor_alloc(&t, CH_F32, 4, s4, CH_LAYOUT_PLAIN, CH_DEV_CUDA, 0),
+                    CH_ERR_UNSUPPORTED, "no allocator");
+    size_t bytes = 0;
+    assert_ch_ok(ch_tensor_bytes_for(CH_I64, 1, s4, CH_LAYOUT_PLAIN, &bytes));
+    assert_int_equal(bytes, 16);
+}
+
+static void test_arena(void **state)
+{
+    (void)state;
+    ch_arena_t *a = NULL;
+    assert_ch_ok(ch_arena_create(&a, CH_DEV_CPU, 0));
+    ch_tensor_t t1, t2;
+    int64_t s1[4] = {2, 16, 3, 3}, s2[1] = {5};
+    assert_ch_ok(ch_tensor_init(&t1, CH_F32, 4, s1, CH_LAYOUT_NCHW16C, CH_DEV_CPU, 0));
+    assert_ch_ok(ch_tensor_init(&t2, CH_F32, 1, s2, CH_LAYOUT_PLAIN, CH_DEV_CPU, 0));
+    void *ws = (void *)1;
+    assert_ch_ok(ch_arena_reserve_tensor(a, &t1));
+    assert_ch_ok(ch_arena_reserve(a, 100, &ws));
+    assert_null(ws);
+    assert_ch_ok(ch_arena_reserve_tensor(a, &t2));
+    /* 1152 bytes, then 100 -> 128, then 20 -> 64 */
+    assert_int_equal(ch_arena_planned_bytes(a), 1152 + 128 + 64);
+    assert_null(t1.data);
+    assert_ch_error(ch_arena_reserve_tensor(a, &t1), CH_ERR_INVALID, "already reserved");
+    assert_ch_ok(ch_arena_commit(a));
+    assert_true(ch_arena_committed(a));
+    assert_int_equal(ch_arena_bytes(a), 1152 + 128 + 64);
+    assert_non_null(t1.data);
+    assert_ptr_equal((char *)ws, (char *)t1.data + 1152);
+    assert_ptr_equal((char *)t2.data, (char *)t1.data + 1152 + 128);
+    assert_int_equal((uintptr_t)ws % CH_ARENA_ALIGN, 0);
+    /* storage is usable and zeroed */
+    assert_true(((float *)t2.data)[4] == 0.0f);
+    ((float *)t2.data)[4] = 1.0f;
+    ch_tensor_t t3;
+    assert_ch_ok(ch_tensor_init(&t3, CH_F32, 1, s2, CH_LAYOUT_PLAIN, CH_DEV_CPU, 0));
+    assert_ch_error(ch_arena_reserve_tensor(a, &t3), CH_ERR_INVALID, "after commit");
+    assert_ch_error(ch_arena_commit(a), CH_ERR_INVALID, "already committed");
+    ch_tensor_t gpu;
+    ch_arena_reset(a);
+    assert_null(t1.data);
+    assert_null(ws);
+    assert_int_equal(ch_arena_planned_bytes(a), 0);
+    assert_ch_ok(ch_tensor_init(&gpu, CH_F32, 1, s2, CH_LAYOUT_PLAIN, CH_DEV_CUDA, 0));
+    assert_ch_error(ch_arena_reserve_tensor(a, &gpu), CH_ERR_INVALID, "device");
+    /* plan again with a different size */
+    assert_ch_ok(ch_arena_reserve_tensor(a, &t3));
+    assert_ch_ok(ch_arena_commit(a));
+    assert_non_null(t3.data);
+    ch_arena_destroy(a);
+    assert_null(t3.data);
+}
+
+static void fill_seq(ch_tensor_t *t, float scale)
+{
+    float *p = t->data;
+    for (int64_t i = 0; i < ch_tensor_numel(t); i++)
+        p[i] = scale * (float)((i * 7919) % 101 - 50);
+}
+
+static void test_reorder_roundtrip(void **state)
+{
+    (void)state;
+    ch_compute_t *cx = new_cx();
+    ch_tensor_t p, a, b, c, back;
+    int64_t s[4] = {3, 32, 5, 7};
+    assert_ch_ok(ch_tensor_alloc_f32(&p, 4, s));
+    fill_seq(&p, 0.25f);
+    to_layout(cx, &p, CH_LAYOUT_NCHW16C, &a);
+    /* nChw16c offset formula from tensor.h */
+    float *A = a.data, *P = p.data;
+    int64_t n = 2, ch = 21, h = 3, w = 6, C = 32, H = 5, W = 7;
+    assert_true(A[((n * C / 16 + ch / 16) * H * W + h * W + w) * 16 + ch % 16] ==
+                P[((n * C + ch) * H + h) * W + w]);
+    to_layout(cx, &a, CH_LAYOUT_NHWC, &b);
+    assert_true(((float *)b.data)[((n * H + h) * W + w) * C + ch] ==
+                P[((n * C + ch) * H + h) * W + w]);
+    to_layout(cx, &b, CH_LAYOUT_NCHW8C, &c);
+    assert_ch_ok(ch_tensor_alloc_f32(&back, 4, s));
+    assert_ch_ok(ch_tensor_to_plain(cx, &c, &back));
+    assert_memory_equal(back.data, p.data, p.nbytes);
+    /* copy needs equal layouts; to_plain needs a plain destination */
+    assert_ch_error(ch_op_copy(cx, &a, &b), CH_ERR_INVALID, "one layout");
+    assert_ch_error(ch_tensor_to_plain(cx, &a, &b), CH_ERR_INVALID, "must be plain");
+    ch_tensor_free(&p);
+    ch_tensor_free(&a);
+    ch_tensor_free(&b);
+    ch_tensor_free(&c);
+    ch_tensor_free(&back);
+    ch_compute_destroy(cx);
+}
+
+static void test_shape_errors(void **state)
+{
+    (void)state;
+    ch_compute_t *cx = new_cx();
+    ch_tensor_t x, w, y, yb, lg, lab, loss, v;
+    int64_t sx[4] = {2, 3, 8, 8}, sw[4] = {4, 3, 3, 3}, sy[4] = {2, 4, 8, 8},
+            sbad[4] = {2, 4, 7, 8};
+    assert_ch_ok(ch_tensor_alloc_f32(&x, 4, sx));
+    assert_ch_ok(ch_tensor_alloc_f32(&w, 4, sw));
+    assert_ch_ok(ch_tensor_alloc_f32(&y, 4, sy));
+    assert_ch_ok(ch_tensor_alloc_f32(&yb, 4, sbad));
+    ch_conv2d_params_t p = {1, 1, 1, 1};
+    assert_ch_ok(ch_op_conv2d_forward(cx, &x, &w, NULL, &p, &y));
+    assert_ch_error(ch_op_conv2d_forward(cx, &x, &w, NULL, &p, &yb), CH_ERR_INVALID,
+                    "output: expected shape [2,4,8,8], got float32[2,4,7,8]");
+    assert_ch_error(ch_op_conv2d_forward(cx, &x, &y, NULL, &p, &y), CH_ERR_INVALID,
+                    "input channels");
+    ch_conv2d_params_t bad = {0, 1, 1, 1};
+    assert_ch_error(ch_op_conv2d_forward(cx, &x, &w, NULL, &bad, &y), CH_ERR_INVALID, "stride");
+    assert_ch_error(ch_op_conv2d_forward(NULL, &x, &w, NULL, &p, &y), CH_ERR_INVALID,
+                    "context is NULL");
+    assert_ch_error(ch_op_relu_forward(cx, &x, &y), CH_ERR_INVALID, "same shape");
+    int64_t s1[1] = {4};
+    assert_ch_ok(ch_tensor_alloc_f32(&v, 1, s1));
+    assert_ch_error(ch_op_batchnorm_stats(cx, &x, &v, &v), CH_ERR_INVALID,
+                    "one per channel");
+    /* a weight in a blocked layout is refused */
+    ch_tensor_t wb;
+    int64_t sw16[4] = {16, 3, 3, 3};
+    assert_ch_ok(ch_tensor_alloc(&wb, CH_F32, 4, sw16, CH_LAYOUT_NHWC, CH_DEV_CPU, 0));
+    assert_ch_error(ch_op_conv2d_forward(cx, &x, &wb, NULL, &p, &y), CH_ERR_INVALID,
+                    "must be plain");
+    /* labels out of range */
+    int64_t sl[2] = {2, 3}, sn[1] = {2}, s1b[1] = {1};
+    assert_ch_ok(ch_tensor_alloc_f32(&lg, 2, sl));
+    assert_ch_ok(ch_tensor_alloc(&lab, CH_I64, 1, sn, CH_LAYOUT_PLAIN, CH_DEV_CPU, 0));
+    assert_ch_ok(ch_tensor_alloc_f32(&loss, 1, s1b));
+    ((int64_t *)lab.data)[1] = 3;
+    assert_ch_error(ch_op_cross_entropy(cx, &lg, &lab, &loss, NULL), CH_ERR_RANGE,
+                    "label of sample 1 is 3");
+    assert_ch_error(ch_op_cross_entropy(cx, &lg, &x, &loss, NULL), CH_ERR_INVALID, "labels");
+    /* tensors on a device this build has no backend for */
+    ch_tensor_t g;
+    assert_ch_ok(ch_tensor_wrap(&g, x.data, CH_F32, 4, sx, CH_LAYOUT_PLAIN, CH_DEV_CUDA, 0));
+    assert_ch_error(ch_op_relu_forward(cx, &g, &g), CH_ERR_UNSUPPORTED, "GPU");
+    assert_ch_error(ch_op_add(cx, &x, &g, &x), CH_ERR_INVALID, "another device");
+    ch_tensor_free(&x);
+    ch_tensor_free(&w);
+    ch_tensor_free(&y);
+    ch_tensor_free(&yb);
+    ch_tensor_free(&wb);
+    ch_tensor_free(&v);
+    ch_tensor_free(&lg);
+    ch_tensor_free(&lab);
+    ch_tensor_free(&loss);
+    ch_compute_destroy(cx);
+}
+
+static void test_cache_and_elementwise(void **state)
+{
+    (void)state;
+    ch_compute_t *cx = new_cx();
+    char d[256];
+    ch_compute_describe(cx, d, sizeof d);
+    assert_non_null(strstr(d, "oneDNN"));
+    assert_int_equal(ch_compute_num_threads(cx), 1);
+    ch_layout_t L = ch_compute_preferred_layout(cx, CH_DEV_CPU, 64);
+    assert_int_equal(ch_compute_preferred_layout(cx, CH_DEV_CPU, 1), CH_LAYOUT_PLAIN);
+    ch_tensor_t x, w, y, a, b, o;
+    int64_t sx[4] = {4, 16, 6, 6}, sw[4] = {32, 16, 3, 3}, sy[4] = {4, 32, 3, 3};
+    assert_ch_ok(ch_tensor_alloc(&x, CH_F32, 4, sx, ch_compute_preferred_layout(cx, CH_DEV_CPU, 16),
+                                 CH_DEV_CPU, 0));
+    assert_ch_ok(ch_tensor_alloc_f32(&w, 4, sw));
+    assert_ch_ok(ch_tensor_alloc(&y, CH_F32, 4, sy, L, CH_DEV_CPU, 0));
+    fill_seq(&x, 0.01f);
+    fill_seq(&w, 0.02f);
+    ch_conv2d_params_t p = {2, 2, 1, 1};
+    assert_ch_ok(ch_op_conv2d_forward(cx, &x, &w, NULL, &p, &y));
+    size_t n1 = ch_compute_cache_entries(cx), s1 = ch_compute_scratchpad_bytes(cx);
+    assert_true(n1 >= 1);
+    for (int i = 0; i < 3; i++) assert_ch_ok(ch_op_conv2d_forward(cx, &x, &w, NULL, &p, &y));
+    assert_int_equal(ch_compute_cache_entries(cx), n1);
+    assert_int_equal(ch_compute_scratchpad_bytes(cx), s1);
+
+    /* add / add_inplace / scale / fill against plain loops */
+    int64_t se[1] = {37};
+    assert_ch_ok(ch_tensor_alloc_f32(&a, 1, se));
+    assert_ch_ok(ch_tensor_alloc_f32(&b, 1, se));
+    assert_ch_ok(ch_tensor_alloc_f32(&o, 1, se));
+    fill_seq(&a, 1.0f);
+    fill_seq(&b, 0.5f);
+    assert_ch_ok(ch_op_add(cx, &a, &b, &o));
+    for (int i = 0; i < 37; i++)
+        assert_true(((float *)o.data)[i] == ((float *)a.data)[i] + ((float *)b.data)[i]);
+    assert_ch_ok(ch_op_add_inplace(cx, &o, &a));
+    assert_ch_ok(ch_op_scale(cx, &o, 0.5f));
+    for (int i = 0; i < 37; i++)
+        assert_true(((float *)o.data)[i] ==
+                    (((float *)a.data)[i] + ((float *)b.data)[i] + ((float *)a.data)[i]) * 0.5f);
+    assert_ch_ok(ch_op_fill(cx, &o, 3.0f));
+    assert_true(((float *)o.data)[36] == 3.0f);
+    assert_ch_ok(ch_op_zero(cx, &o));
+    assert_true(((float *)o.data)[36] == 0.0f);
+    assert_ch_ok(ch_compute_sync(cx));
+    ch_tensor_free(&x);
+    ch_tensor_free(&w);
+    ch_tensor_free(&y);
+    ch_tensor_free(&a);
+    ch_tensor_free(&b);
+    ch_tensor_free(&o);
+    ch_compute_destroy(cx);
+}
+
+/* SyncBN statistics combination with an empty rank. */
+static void test_bn_gather_stats(void **state)
+{
+    (void)state;
+    ch_compute_t *cx = new_cx();
+    /* channel values: rank0 {1,2,3}, rank1 {}, rank2 {10, 20} */
+    float ms[6] = {2.0f, 0, 0, 0, 15.0f, 0}, vs[6] = {2.0f / 3.0f, 0, 0, 0, 25.0f, 0};
+    int64_t counts[3] = {3, 0, 2}, tot = 0;
+    int64_t s2[2] = {3, 2}, s1[1] = {2};
+    ch_tensor_t M, Vt, m, v;
+    assert_ch_ok(ch_tensor_wrap(&M, ms, CH_F32, 2, s2, CH_LAYOUT_PLAIN, CH_DEV_CPU, 0));
+    assert_ch_ok(ch_tensor_wrap(&Vt, vs, CH_F32, 2, s2, CH_LAYOUT_PLAIN, CH_DEV_CPU, 0));
+    assert_ch_ok(ch_tensor_alloc_f32(&m, 1, s1));
+    assert_ch_ok(ch_tensor_alloc_f32(&v, 1, s1));
+    assert_ch_ok(ch_op_batchnorm_gather_stats(cx, &M, &Vt, counts, 3, &m, &v, &tot));
+    assert_int_equal(tot, 5);
+    /* {1,2,3,10,20}: mean 7.2, biased var 102.8 - 7.2^2 = 50.96 */
+    assert_true(fabs(((float *)m.data)[0] - 7.2) < 1e-5);
+    assert_true(fabs(((float *)v.data)[0] - 50.96) < 1e-4);
+    int64_t zero[3] = {0, 0, 0};
+    assert_ch_error(ch_op_batchnorm_gather_stats(cx, &M, &Vt, zero, 3, &m, &v, &tot),
+                    CH_ERR_INVALID, "total count");
+    ch_tensor_free(&m);
+    ch_tensor_free(&v);
+    ch_compute_destroy(cx);
+}
+
+/* ---------------------------------------------------------------- golden */
+
+static const char *CONV_CASES[] = {"odd_bias", "s2_nobias", "down1x1", "stem",
+                                   "c16_bias", "c32_s2", "spatial1"};
+
+static void test_golden_conv(void **state)
+{
+    (void)state;
+    need_golden();
+    ch_compute_t *cx = new_cx();
+    for (size_t ci = 0; ci < sizeof CONV_CASES / sizeof *CONV_CASES; ci++) {
+        char pre[64];
+        snprintf(pre, sizeof pre, "conv/%s/", CONV_CASES[ci]);
+        ch_tensor_t prm, x, w, b, dy, yref;
+        load(&prm, pre, "params");
+        int64_t *P = prm.data;
+        ch_conv2d_params_t p = {(int)P[0], (int)P[0], (int)P[1], (int)P[1]};
+        int hb = (int)P[2];
+        load(&x, pre, "x");
+        load(&w, pre, "w");
+        if (hb) load(&b, pre, "b");
+        load(&dy, pre, "dy");
+        load(&yref, pre, "y");
+        ch_layout_t lx[4], ly[4];
+        int nx = layouts_for(x.shape[1], lx), ny = layouts_for(yref.shape[1], ly);
+        /* every input layout with the same output layout where allowed,
+         * plus plain input -> every output layout (the stem case) */
+        for (int i = 0; i < nx + ny; i++) {
+            ch_layout_t la = i < nx ? lx[i] : CH_LAYOUT_PLAIN;
+            ch_layout_t lb = i < nx ? la : ly[i - nx];
+            if (i < nx) {
+                int ok = 0;
+                for (int j = 0; j < ny; j++) ok |= ly[j] == lb;
+                if (!ok) continue;
+            }
+            char ctx[96];
+            snprintf(ctx, sizeof ctx, "x %s, y %s", ch_layout_name(la), ch_layout_name(lb));
+            ch_tensor_t xl, yl, dyl, dxl, dw, db;
+            to_layout(cx, &x, la, &xl);
+            to_layout(cx, &dy, lb, &dyl);
+            like(&yref, lb, &yl);
+            like(&x, la, &dxl);
+            like(&w, CH_LAYOUT_PLAIN, &dw);
+            if (hb) like(&b, CH_LAYOUT_PLAIN, &db);
+            assert_ch_ok(ch_op_conv2d_forward(cx, &xl, &w, hb ? &b : NULL, &p, &yl));
+            check(cx, &yl, pre, "y", TOL_FWD, ctx);
+            assert_ch_ok(ch_op_conv2d_backward_data(cx, &dyl, &w, &p, &dxl));
+            check(cx, &dxl, pre, "dx", TOL_BWD, ctx);
+            assert_ch_ok(ch_op_conv2d_backward_weights(cx, &xl, &dyl, &p, &dw, hb ? &db : NULL));
+            check(cx, &dw, pre, "dw", TOL_BWD, ctx);
+            if (hb) check(cx, &db, pre, "db", TOL_BWD, ctx);
+            ch_tensor_free(&xl);
+            ch_tensor_free(&yl);
+            ch_tensor_free(&dyl);
+            ch_tensor_free(&dxl);
+            ch_tensor_free(&dw);
+            if (hb) ch_tensor_free(&db);
+        }
+        ch_tensor_free(&prm);
+        ch_tensor_free(&x);
+        ch_tensor_free(&w);
+        if (hb) ch_tensor_free(&b);
+        ch_tensor_free(&dy);
+        ch_tensor_free(&yref);
+    }
+    ch_compute_destroy(cx);
+}
+
+static const char *BN_CASES[] = {"odd", "c16", "c32", "flat", "b1"};
+
+static void vec_like(int64_t C, ch_tensor_t *t)
+{
+    int64_t s[1] = {C};
+    assert_ch_ok(ch_tensor_alloc_f32(t, 1, s));
+}
+
+static void test_golden_batchnorm(void **state)
+{
+    (void)state;
+    need_golden();
+    ch_compute_t *cx = new_cx();
+    const float eps = 1e-5f;
+    for (size_t ci = 0; ci < sizeof BN_CASES / sizeof *BN_CASES; ci++) {
+        char pre[64];
+        snprintf(pre, sizeof pre, "bn/%s/", BN_CASES[ci]);
+        ch_tensor_t x, w, b, rm, rv, dy;
+        load(&x, pre, "x");
+        load(&w, pre, "w");
+        load(&b, pre, "b");
+        load(&dy, pre, "dy");
+        int64_t C = x.shape[1];
+        int64_t count = x.ndim == 4 ? x.shape[0] * x.shape[2] * x.shape[3] : x.shape[0];
+        ch_layout_t ls[4];
+        int nl = x.ndim == 4 ? layouts_for(C, ls) : (ls[0] = CH_LAYOUT_PLAIN, 1);
+        for (int li = 0; li < nl; li++) {
+            char ctx[64];
+            snprintf(ctx, sizeof ctx, "layout %s", ch_layout_name(ls[li]));
+            ch_tensor_t xl, dyl, yl, dxl, mean, var, dw, db;
+            to_layout(cx, &x, ls[li], &xl);
+            to_layout(cx, &dy, ls[li], &dyl);
+            like(&x, ls[li], &yl);
+            like(&x, ls[li], &dxl);
+            vec_like(C, &mean);
+            vec_like(C, &var);
+            vec_like(C, &dw);
+            vec_like(C, &db);
+            assert_ch_ok(ch_op_batchnorm_forward_train(cx, &xl, &w, &b, eps, &yl, &mean, &var));
+            check(cx, &yl, pre, "y", TOL_FWD, ctx);
+            check(cx, &mean, pre, "mean", TOL_FWD, ctx);
+            check(cx, &var, pre, "var", TOL_FWD, ctx);
+            load(&rm, pre, "rm0");
+            load(&rv, pre, "rv0");
+            assert_ch_ok(ch_op_batchnorm_update_running(cx, &rm, &rv, &mean, &var, count, 0.1f));
+            check(cx, &rm, pre, "rm", TOL_FWD, ctx);
+            check(cx, &rv, pre, "rv", TOL_FWD, ctx);
+            ch_tensor_free(&rm);
+            ch_tensor_free(&rv);
+            assert_ch_ok(ch_op_batchnorm_backward(cx, &xl, &dyl, &mean, &var, eps, &w, &dxl,
+                                                  &dw, &db));
+            check(cx, &dxl, pre, "dx", TOL_BWD, ctx);
+            check(cx, &dw, pre, "dw", TOL_BWD, ctx);
+            check(cx, &db, pre, "db", TOL_BWD, ctx);
+            /* in-place dx over dy */
+            assert_ch_ok(ch_op_batchnorm_backward(cx, &xl, &dyl, &mean, &var, eps, &w, &dyl,
+                                                  NULL, NULL));
+            check(cx, &dyl, pre, "dx", TOL_BWD, ctx);
+            /* eval mode with the initial running stats */
+            load(&rm, pre, "rm0");
+            load(&rv, pre, "rv0");
+            assert_ch_ok(ch_op_batchnorm_forward_eval(cx, &xl, &w, &b, &rm, &rv, eps, &yl));
+            check(cx, &yl, pre, "y_eval", TOL_FWD, ctx);
+            ch_tensor_free(&rm);
+            ch_tensor_free(&rv);
+            ch_tensor_free(&xl);
+            ch_tensor_free(&dyl);
+            ch_tensor_free(&yl);
+            ch_tensor_free(&dxl);
+            ch_tensor_free(&mean);
+            ch_tensor_free(&var);
+            ch_tensor_free(&dw);
+            ch_tensor_free(&db);
+        }
+        ch_tensor_free(&x);
+        ch_tensor_free(&w);
+        ch_tensor_free(&b);
+        ch_tensor_free(&dy);
+    }
+    ch_compute_destroy(cx);
+}
+
+/* SyncBN composition: split the batch into "ranks" along N (one possibly
+ * empty), run the per-rank pieces with the reductions done here in place of
+ * the collectives, and compare with PyTorch's full-batch BN. */
+static void test_golden_syncbn_pieces(void **state)
+{
+    (void)state;
+    need_golden();
+    ch_compute_t *cx = new_cx();
+    const float eps = 1e-5f;
+    const char *cases[] = {"odd", "c32"};
+    for (size_t ci = 0; ci < 2; ci++) {
+        char pre[64];
+        snprintf(pre, sizeof pre, "bn/%s/", cases[ci]);
+        ch_tensor_t x, w, b, dy;
+        load(&x, pre, "x");
+        load(&w, pre, "w");
+        load(&b, pre, "b");
+        load(&dy, pre, "dy");
+        int64_t N = x.shape[0], C = x.shape[1], H = x.shape[2], W = x.shape[3];
+        ch_layout_t L = ch_compute_preferred_layout(cx, CH_DEV_CPU, C);
+        enum { R = 3 };
+        int64_t nr[R] = {N - 1, 0, 1}; /* rank 1 holds no samples */
+        ch_tensor_t xr[R], dyr[R], yr[R], dxr[R];
+        int64_t counts[R];
+        ch_tensor_t means, vars, mean, var, sdy, sdx, acc1, acc2;
+        int64_t s2[2] = {R, C};
+        assert_ch_ok(ch_tensor_alloc_f32(&means, 2, s2));
+        assert_ch_ok(ch_tensor_alloc_f32(&vars, 2, s2));
+        vec_like(C, &mean);
+        vec_like(C, &var);
+        vec_like(C, &sdy);
+        vec_like(C, &sdx);
+        vec_like(C, &acc1);
+        vec_like(C, &acc2);
+        int64_t off = 0;
+        size_t per = (size_t)(C * H * W);
+        for (int r = 0; r < R; r++) {
+            int64_t s4[4] = {nr[r], C, H, W};
+            ch_tensor_t px, pdy;
+            assert_ch_ok(ch_tensor_wrap(&px, (float *)x.data + off * per, CH_F32, 4, s4,
+                                        CH_LAYOUT_PLAIN, CH_DEV_CPU, 0));
+            assert_ch_ok(ch_tensor_wrap(&pdy, (float *)dy.data + off * per, CH_F32, 4, s4,
+                                        CH_LAYOUT_PLAIN, CH_DEV_CPU, 0));
+            to_layout(cx, &px, L, &xr[r]);
+            to_layout(cx, &pdy, L, &dyr[r]);
+            like(&px, L, &yr[r]);
+            like(&px, L, &dxr[r]);
+            counts[r] = nr[r] * H * W;
+            off += nr[r];
+            /* per-rank local stats into row r ("all-gather") */
+            ch_tensor_t mrow, vrow;
+            int64_t s1[1] = {C};
+            assert_ch_ok(ch_tensor_wrap(&mrow, (float *)means.data + r * C, CH_F32, 1, s1,
+                                        CH_LAYOUT_PLAIN, CH_DEV_CPU, 0));
+            assert_ch_ok(ch_tensor_wrap(&vrow, (float *)vars.data + r * C, CH_F32, 1, s1,
+                                        CH_LAYOUT_PLAIN, CH_DEV_CPU, 0));
+            if (counts[r] > 0) assert_ch_ok(ch_op_batchnorm_stats(cx, &xr[r], &mrow, &vrow));
+        }
+        int64_t total = 0;
+        assert_ch_ok(ch_op_batchnorm_gather_stats(cx, &means, &vars, counts, R, &mean, &var,
+                                                  &total));
+        assert_int_equal(total, N * H * W);
+        check(cx, &mean, pre, "mean", TOL_FWD, "syncbn");
+        check(cx, &var, pre, "var", TOL_FWD, "syncbn");
+        assert_ch_ok(ch_op_zero(cx, &acc1));
+        assert_ch_ok(ch_op_zero(cx, &acc2));
+        for (int r = 0; r < R; r++) {
+            assert_ch_ok(ch_op_batchnorm_apply(cx, &xr[r], &mean, &var, &w, &b, eps, &yr[r]));
+            assert_ch_ok(ch_op_batchnorm_backward_reduce(cx, &xr[r], &dyr[r], &mean, &sdy, &sdx));
+            assert_ch_ok(ch_op_add_inplace(cx, &acc1, &sdy)); /* "all-reduce" */
+            assert_ch_ok(ch_op_add_inplace(cx, &acc2, &sdx));
+        }
+        ch_tensor_t dw, db;
+        vec_like(C, &dw);
+        vec_like(C, &db);
+        assert_ch_ok(ch_op_batchnorm_param_grads(cx, &acc1, &acc2, &var, eps, &dw, &db));
+        check(cx, &dw, pre, "dw", TOL_BWD, "syncbn");
+        check(cx, &db, pre, "db", TOL_BWD, "syncbn");
+        /* reassemble y and dx over the ranks and compare */
+        ch_tensor_t yall, dxall;
+        like(&x, CH_LAYOUT_PLAIN, &yall);
+        like(&x, CH_LAYOUT_PLAIN, &dxall);
+        off = 0;
+        for (int r = 0; r < R; r++) {
+            assert_ch_ok(ch_op_batchnorm_backward_elemt(cx, &xr[r], &dyr[r], &mean, &var, eps,
+                                                        &w, &acc1, &acc2, total, &dxr[r]));
+            int64_t s4[4] = {nr[r], C, H, W};
+            ch_tensor_t py, pdx;
+            assert_ch_ok(ch_tensor_wrap(&py, (float *)yall.data + off * per, CH_F32, 4, s4,
+                                        CH_LAYOUT_PLAIN, CH_DEV_CPU, 0));
+            assert_ch_ok(ch_tensor_wrap(&pdx, (float *)dxall.data + off * per, CH_F32, 4, s4,
+                                        CH_LAYOUT_PLAIN, CH_DEV_CPU, 0));
+            assert_ch_ok(ch_op_reorder(cx, &yr[r], &py));
+            assert_ch_ok(ch_op_reorder(cx, &dxr[r], &pdx));
+            off += nr[r];
+        }
+        check(cx, &yall, pre, "y", TOL_FWD, "syncbn");
+        check(cx, &dxall, pre, "dx", TOL_BWD, "syncbn");
+        for (int r = 0; r < R; r++) {
+            ch_tensor_free(&xr[r]);
+            ch_tensor_free(&dyr[r]);
+            ch_tensor_free(&yr[r]);
+            ch_tensor_free(&dxr[r]);
+        }
+        ch_tensor_free(&yall);
+        ch_tensor_free(&dxall);
+        ch_tensor_free(&means);
+        ch_tensor_free(&vars);
+        ch_tensor_free(&mean);
+        ch_tensor_free(&var);
+        ch_tensor_free(&sdy);
+        ch_tensor_free(&sdx);
+        ch_tensor_free(&acc1);
+        ch_tensor_free(&acc2);
+        ch_tensor_free(&dw);
+        ch_tensor_free(&db);
+        ch_tensor_free(&x);
+        ch_tensor_free(&w);
+        ch_tensor_free(&b);
+        ch_tensor_free(&dy);
+    }
+    ch_compute_destroy(cx);
+}
+
+static void test_golden_relu(void **state)
+{
+    (void)state;
+    need_golden();
+    ch_compute_t *cx = new_cx();
+    const char *cases[] = {"odd", "c16"};
+    for (size_t ci = 0; ci < 2; ci++) {
+        char pre[64];
+        snprintf(pre, sizeof pre, "relu/%s/", cases[ci]);
+        ch_tensor_t x, dy;
+        load(&x, pre, "x");
+        load(&dy, pre, "dy");
+        ch_layout_t ls[4];
+        int nl = layouts_for(x.shape[1], ls);
+        for (int li = 0; li < nl; li++) {
+            ch_tensor_t xl, dyl, yl;
+            to_layout(cx, &x, ls[li], &xl);
+            to_layout(cx, &dy, ls[li], &dyl);
+            like(&x, ls[li], &yl);
+            assert_ch_ok(ch_op_relu_forward(cx, &xl, &yl));
+            check(cx, &yl, pre, "y", TOL_FWD, ch_layout_name(ls[li]));
+            assert_ch_ok(ch_op_relu_forward(cx, &xl, &xl)); /* in place */
+            check(cx, &xl, pre, "y", TOL_FWD, ch_layout_name(ls[li]));
+            assert_ch_ok(ch_op_relu_backward(cx, &xl, &dyl, &dyl)); /* in place */
+            check(cx, &dyl, pre, "dx", TOL_BWD, ch_layout_name(ls[li]));
+            ch_tensor_free(&xl);
+            ch_tensor_free(&dyl);
+            ch_tensor_free(&yl);
+        }
+        ch_tensor_free(&x);
+        ch_tensor_free(&dy);
+    }
+    ch_compute_destroy(cx);
+}
+
+static void test_golden_pooling(void **state)
+{
+    (void)state;
+    need_golden();
+    ch_compute_t *cx = new_cx();
+    const char *mp[] = {"stem", "odd", "k2", "tiny"};
+    for (size_t ci = 0; ci < 4; ci++) {
+        char pre[64];
+        snprintf(pre, sizeof pre, "maxpool/%s/", mp[ci]);
+        ch_tensor_t prm, x, dy, yref;
+        load(&prm, pre, "params");
+        int64_t *P = prm.data;
+        ch_pool2d_params_t p = {(int)P[0], (int)P[0], (int)P[1], (int)P[1], (int)P[2], (int)P[2]};
+        load(&x, pre, "x");
+        load(&dy, pre, "dy");
+        load(&yref, pre, "y");
+        ch_layout_t ls[4];
+        int nl = layouts_for(x.shape[1], ls);
+        for (int li = 0; li < nl; li++) {
+            const char *ctx = ch_layout_name(ls[li]);
+            ch_tensor_t xl, dyl, yl, dxl;
+            to_layout(cx, &x, ls[li], &xl);
+            to_layout(cx, &dy, ls[li], &dyl);
+            like(&yref, ls[li], &yl);
+            like(&x, ls[li], &dxl);
+            assert_ch_ok(ch_op_maxpool2d_forward(cx, &xl, &p, &yl));
+            check(cx, &yl, pre, "y", TOL_FWD, ctx);
+            assert_ch_ok(ch_op_maxpool2d_backward(cx, &xl, &dyl, &p, &dxl));
+            check(cx, &dxl, pre, "dx", TOL_BWD, ctx);
+            ch_tensor_free(&xl);
+            ch_tensor_free(&dyl);
+            ch_tensor_free(&yl);
+            ch_tensor_free(&dxl);
+        }
+        ch_tensor_free(&prm);
+        ch_tensor_free(&x);
+        ch_tensor_free(&dy);
+        ch_tensor_free(&yref);
+    }
+    const char *ap[] = {"c16", "odd", "one"};
+    for (size_t ci = 0; ci < 3; ci++) {
+        char pre[64];
+        snprintf(pre, sizeof pre, "avgpool/%s/", ap[ci]);
+        ch_tensor_t x, dy, yref;
+        load(&x, pre, "x");
+        load(&dy, pre, "dy");
+        load(&yref, pre, "y");
+        ch_layout_t ls[4];
+        int nl = layouts_for(x.shape[1], ls);
+        for (int li = 0; li < nl; li++) {
+            const char *ctx = ch_layout_name(ls[li]);
+            ch_tensor_t xl, dyl, yl, dxl, y2, dy2;
+            to_layout(cx, &x, ls[li], &xl);
+            to_layout(cx, &dy, ls[li], &dyl);
+            like(&yref, ls[li], &yl);
+            like(&x, ls[li], &dxl);
+            assert_ch_ok(ch_op_avgpool_global_forward(cx, &xl, &yl));
+            check(cx, &yl, pre, "y", TOL_FWD, ctx);
+            assert_ch_ok(ch_op_avgpool_global_backward(cx, &dyl, &dxl));
+            check(cx, &dxl, pre, "dx", TOL_BWD, ctx);
+            /* (N,C) plain output / gradient, as fed to linear */
+            int64_t s2[2] = {x.shape[0], x.shape[1]};
+            assert_ch_ok(ch_tensor_alloc_f32(&y2, 2, s2));
+            assert_ch_ok(ch_op_avgpool_global_forward(cx, &xl, &y2));
+            assert_true(rel_err(y2.data, yref.data, ch_tensor_numel(&y2)) <= TOL_FWD);
+            assert_ch_ok(ch_tensor_view(&dy2, &dy, 2, s2));
+            assert_ch_ok(ch_op_avgpool_global_backward(cx, &dy2, &dxl));
+            check(cx, &dxl, pre, "dx", TOL_BWD, ctx);
+            ch_tensor_free(&y2);
+            ch_tensor_free(&xl);
+            ch_tensor_free(&dyl);
+            ch_tensor_free(&yl);
+            ch_tensor_free(&dxl);
+        }
+        ch_tensor_free(&x);
+        ch_tensor_free(&dy);
+        ch_tensor_free(&yref);
+    }
+    ch_compute_destroy(cx);
+}
+
+static void test_golden_linear(void **state)
+{
+    (void)state;
+    need_golden();
+    ch_compute_t *cx = new_cx();
+    const char *cases[] = {"small", "fc", "nobias"};
+    for (size_t ci = 0; ci < 3; ci++) {
+        char pre[64];
+        snprintf(pre, sizeof pre, "linear/%s/", cases[ci]);
+        int hb = has(pre, "b");
+        ch_tensor_t x, w, b, dy, yref, y, dx, dw, db;
+        load(&x, pre, "x");
+        load(&w, pre, "w");
+        if (hb) load(&b, pre, "b");
+        load(&dy, pre, "dy");
+        load(&yref, pre, "y");
+        like(&yref, CH_LAYOUT_PLAIN, &y);
+        like(&x, CH_LAYOUT_PLAIN, &dx);
+        like(&w, CH_LAYOUT_PLAIN, &dw);
+        assert_ch_ok(ch_op_linear_forward(cx, &x, &w, hb ? &b : NULL, &y));
+        check(cx, &y, pre, "y", TOL_FWD, "linear");
+        assert_ch_ok(ch_op_linear_backward_data(cx, &dy, &w, &dx));
+        check(cx, &dx, pre, "dx", TOL_BWD, "linear");
+        if (hb) like(&b, CH_LAYOUT_PLAIN, &db);
+        assert_ch_ok(ch_op_linear_backward_weights(cx, &x, &dy, &dw, hb ? &db : NULL));
+        check(cx, &dw, pre, "dw", TOL_BWD, "linear");
+        if (hb) {
+            check(cx, &db, pre, "db", TOL_BWD, "linear");
+            ch_tensor_free(&db);
+            ch_tensor_free(&b);
+        }
+        ch_tensor_free(&x);
+        ch_tensor_free(&w);
+        ch_tensor_free(&dy);
+        ch_tensor_free(&yref);
+        ch_tensor_free(&y);
+        ch_tensor_free(&dx);
+        ch_tensor_free(&dw);
+    }
+    ch_compute_destroy(cx);
+}
+
+static void test_golden_cross_entropy(void **state)
+{
+    (void)state;
+    need_golden();
+    ch_compute_t *cx = new_cx();
+    const char *cases[] = {"b4", "b1", "b64"};
+    for (size_t ci = 0; ci < 3; ci++) {
+        char pre[64];
+        snprintf(pre, sizeof pre, "ce/%s/", cases[ci]);
+        ch_tensor_t lg, lab, loss, dl, am, amref, cref;
+        load(&lg, pre, "logits");
+        load(&lab, pre, "labels");
+        load(&amref, pre, "argmax");
+        load(&cref, pre, "correct");
+        int64_t s1[1] = {1};
+        assert_ch_ok(ch_tensor_alloc_f32(&loss, 1, s1));
+        like(&lg, CH_LAYOUT_PLAIN, &dl);
+        assert_ch_ok(ch_op_cross_entropy(cx, &lg, &lab, &loss, &dl));
+        check(cx, &loss, pre, "loss", TOL_FWD, "ce");
+        check(cx, &dl, pre, "dlogits", TOL_BWD, "ce");
+        assert_ch_ok(ch_op_cross_entropy(cx, &lg, &lab, &loss, NULL));
+        check(cx, &loss, pre, "loss", TOL_FWD, "ce without gradient");
+        assert_ch_ok(ch_tensor_alloc(&am, CH_I64, 1, lab.shape, CH_LAYOUT_PLAIN, CH_DEV_CPU, 0));
+        assert_ch_ok(ch_op_argmax(cx, &lg, &am));
+        assert_memory_equal(am.data, amref.data, am.nbytes);
+        int64_t correct = -1;
+        assert_ch_ok(ch_op_count_correct(cx, &lg, &lab, &correct));
+        assert_int_equal(correct, ((int64_t *)cref.data)[0]);
+        ch_tensor_free(&lg);
+        ch_tensor_free(&lab);
+        ch_tensor_free(&loss);
+        ch_tensor_free(&dl);
+        ch_tensor_free(&am);
+        ch_tensor_free(&amref);
+        ch_tensor_free(&cref);
+    }
+    ch_compute_destroy(cx);
+}
+
+int main(int argc, char **argv)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_tensor_basics),
+        cmocka_unit_test(test_arena),
+        cmocka_unit_test(test_reorder_roundtrip),
+        cmocka_unit_test(test_shape_errors),
+        cmocka_unit_test(test_cache_and_elementwise),
+        cmocka_unit_test(test_bn_gather_stats),
+        cmocka_unit_test(test_golden_conv),
+        cmocka_unit_test(test_golden_batchnorm),
+        cmocka_unit_test(test_golden_syncbn_pieces),
+        cmocka_unit_test(test_golden_relu),
+        cmocka_unit_test(test_golden_pooling),
+        cmocka_unit_test(test_golden_linear),
+        cmocka_unit_test(test_golden_cross_entropy),
+    };
+    int rc = ch_test_main(argc, argv, tests, sizeof tests / sizeof tests[0]);
+    golden_free();
+    return rc;
+}
