@@ -290,7 +290,7 @@ static void test_pretrained_filter(void **state)
     float fc_before = ((float *)ch_model_find(dst, "fc.weight")->data)[0];
     /* strict fails and changes nothing */
     assert_ch_error(ch_model_load_state_dict(dst, v, n + 1, 1, on_skip, &sk, &loaded), CH_ERR_INVALID,
-                    "module.extra");
+                    "size mismatch for 'fc.weight'");
     assert_ch_error(ch_model_load_state_dict(dst, v, n, 1, on_skip, &sk, &loaded), CH_ERR_INVALID,
                     "fc.weight");
     assert_int_equal(sk.n, 0);
@@ -319,7 +319,9 @@ static void test_pretrained_filter(void **state)
     assert_int_equal(loaded, n);
     assert_memory_equal(ch_model_param_block(dst2), ch_model_param_block(src),
                         ch_model_param_numel(src) * sizeof(float));
-    /* missing key in strict mode */
+    /* unexpected and missing keys in strict mode */
+    assert_ch_error(ch_model_load_state_dict(dst2, v, n + 1, 1, NULL, NULL, NULL), CH_ERR_INVALID,
+                    "unexpected key 'module.extra'");
     assert_ch_error(ch_model_load_state_dict(dst2, v + 1, n - 1, 1, NULL, NULL, NULL), CH_ERR_INVALID,
                     "missing key 'conv1.weight'");
     /* duplicate names are malformed */

@@ -1,0 +1,460 @@
+/* Tests for framework/nn forward/backward against PyTorch: one full training
+ * step of smallcnn and resnet18 (1 channel, 10 classes, batch 8) from
+ * torchvision's initial weights; state-dict interop both ways; gradient-ready
+ * hook order; freezing; no growth of memory after the first step. */
+#include "config.h"
+
+#include "tests/nn_testutil.h"
+
+#include "framework/nn.h"
+#include "framework/nn_exec.h"
+#include "framework/ops.h"
+#include "framework/optim.h"
+#include "models/models.h"
+
+static ch_compute_t *make_cx(void)
+{
+    ch_compute_opts_t o;
+    ch_compute_opts_default(&o);
+    o.num_threads = 1;
+    ch_compute_t *cx = NULL;
+    assert_ch_ok(ch_compute_create(&cx, &o));
+    return cx;
+}
+
+static ch_model_t *make(const char *arch, uint64_t seed)
+{
+    ch_model_options_t o;
+    ch_model_options_default(&o);
+    o.in_channels = 1;
+    o.num_classes = 10;
+    o.seed = seed;
+    ch_model_t *m = NULL;
+    assert_ch_ok(ch_model_create(arch, &o, &m));
+    return m;
+}
+
+/* A deterministic batch (N,1,H,W) and labels. */
+static void make_batch(ch_tensor_t *x, ch_tensor_t *y, int n, int hw, unsigned seed)
+{
+    int64_t xs[4] = {n, 1, hw, hw}, ys[1] = {n};
+    assert_ch_ok(ch_tensor_alloc_f32(x, 4, xs));
+    assert_ch_ok(ch_tensor_alloc(y, CH_I64, 1, ys, CH_LAYOUT_PLAIN, CH_DEV_CPU, 0));
+    float *xd = ch_tensor_f32(x);
+    for (int64_t i = 0; i < ch_tensor_numel(x); i++)
+        xd[i] = sinf(0.37f * (float)(i + seed)) + 0.5f * cosf(0.011f * (float)(i * (seed + 3)));
+    for (int i = 0; i < n; i++) ch_tensor_i64(y)[i] = (i * 7 + seed) % 10;
+}
+
+/* ---------------------------------------------------------------- golden */
+
+typedef struct {
+    ch_safetensors_t *st;
+    ch_nn_view_t *views;
+    int n;
+} golden_sd_t;
+
+/* Views of the "sd.<name>" tensors of a golden file (copied, aligned). */
+static void golden_sd(ch_safetensors_t *st, ch_model_t *m, golden_sd_t *g)
+{
+    int n = ch_model_num_entries(m);
+    g->st = st;
+    g->views = calloc((size_t)n, sizeof *g->views);
+    g->n = 0;
+    for (size_t i = 0; i < ch_safetensors_count(st); i++) {
+        const ch_st_view_t *v = ch_safetensors_at(st, i);
+        if (strncmp(v->name, "sd.", 3)) continue;
+        assert_true(g->n < n);
+        ch_nn_view_t *w = &g->views[g->n++];
+        w->name = v->name + 3;
+        w->dtype = v->dtype == CH_ST_F32 ? CH_F32 : CH_I64;
+        w->ndim = v->ndim;
+        w->numel = (size_t)ch_st_view_numel(v);
+        for (int d = 0; d < v->ndim; d++) w->shape[d] = v->shape[d];
+        w->data = malloc(v->nbytes ? v->nbytes : 1);
+        memcpy(w->data, v->data, v->nbytes);
+    }
+}
+
+static void golden_sd_free(golden_sd_t *g)
+{
+    for (int i = 0; i < g->n; i++) free(g->views[i].data);
+    free(g->views);
+}
+
+static void write_state_dict(ch_model_t *m, const char *path)
+{
+    int n = ch_model_num_entries(m);
+    ch_nn_view_t *v = calloc((size_t)n, sizeof *v);
+    ch_st_view_t *s = calloc((size_t)n, sizeof *s);
+    assert_ch_ok(ch_model_state_dict(m, v, n, NULL));
+    for (int i = 0; i < n; i++) {
+        s[i].name = v[i].name;
+        s[i].dtype = v[i].dtype == CH_F32 ? CH_ST_F32 : CH_ST_I64;
+        s[i].ndim = v[i].ndim;
+        for (int d = 0; d < v[i].ndim; d++) s[i].shape[d] = v[i].shape[d];
+        s[i].data = v[i].data;
+        s[i].nbytes = v[i].numel * ch_dtype_size(v[i].dtype);
+    }
+    ch_st_meta_t meta[1] = {{"format", "pt"}};
+    assert_ch_ok(ch_safetensors_write(path, s, (size_t)n, meta, 1));
+    free(v);
+    free(s);
+}
+
+static void check_entry(const char *what, const ch_param_t *p, const ch_st_view_t *v, double tol)
+{
+    char msg[256];
+    if (!v) fail_msg("%s: golden lacks %s", what, p->name);
+    assert_int_equal(ch_st_view_numel(v), p->numel);
+    if (p->dtype == CH_I64) {
+        int64_t ref;
+        memcpy(&ref, v->data, 8);
+        if (ref != *(int64_t *)p->data)
+            fail_msg("%s %s: %lld vs torch %lld", what, p->name, (long long)*(int64_t *)p->data,
+                     (long long)ref);
+        return;
+    }
+    float *ref = malloc(v->nbytes);
+    memcpy(ref, v->data, v->nbytes);
+    snprintf(msg, sizeof msg, "%s %s", what, p->name);
+    nt_assert_close((const float *)p->data, ref, p->numel, tol, msg);
+    free(ref);
+}
+
+/* One step of `arch` vs PyTorch, then interop of the updated state dict. */
+static void golden_step(const char *arch, int batch, int size)
+{
+    if (!nt_have_torch()) ch_test_skip("python3-torch not available (HAVE_TORCH != yes)");
+    char dir[1024], args[256], path[1200];
+    snprintf(args, sizeof args, "step %s %d %d", arch, batch, size);
+    assert_int_equal(nt_run_golden("resnet_golden.py", "nn", args, dir, sizeof dir), 0);
+    snprintf(path, sizeof path, "%s/step_%s.safetensors", dir, arch);
+    ch_safetensors_t *st;
+    assert_ch_ok(ch_safetensors_open(&st, path));
+    ch_model_t *m = make(arch, 99);
+    golden_sd_t g;
+    golden_sd(st, m, &g);
+    int loaded = 0;
+    assert_ch_ok(ch_model_load_state_dict(m, g.views, g.n, 1, NULL, NULL, &loaded));
+    assert_int_equal(loaded, ch_model_num_entries(m));
+    /* keep the initial parameters to compare updates */
+    size_t pn = ch_model_param_numel(m);
+    float *p0 = malloc(pn * sizeof(float));
+    memcpy(p0, ch_model_param_block(m), pn * sizeof(float));
+
+    ch_tensor_t x, y;
+    const ch_st_view_t *vx = ch_safetensors_find(st, "x"), *vy = ch_safetensors_find(st, "y");
+    assert_non_null(vx);
+    assert_non_null(vy);
+    assert_ch_ok(ch_tensor_alloc_f32(&x, 4, vx->shape));
+    memcpy(x.data, vx->data, vx->nbytes);
+    assert_ch_ok(ch_tensor_alloc(&y, CH_I64, 1, vy->shape, CH_LAYOUT_PLAIN, CH_DEV_CPU, 0));
+    memcpy(y.data, vy->data, vy->nbytes);
+
+    ch_compute_t *cx = make_cx();
+    ch_sgd_options_t so = {0.01, 0.9, 0.0, 0.005, 0};
+    ch_sgd_t *sgd;
+    assert_ch_ok(ch_sgd_create(&so, &sgd));
+    assert_ch_ok(ch_sgd_add_model(sgd, m));
+    const ch_tensor_t *logits;
+    float loss;
+    ch_model_train(m, 1);
+    assert_ch_ok(ch_model_forward(m, cx, &x, &logits));
+    assert_ch_ok(ch_model_loss(m, cx, &y, &loss));
+    float *ref = nt_read_f32(st, "logits", NULL);
+    nt_assert_close(ch_tensor_f32(logits), ref, (size_t)ch_tensor_numel(logits), 1e-4, "logits");
+    free(ref);
+    ref = nt_read_f32(st, "loss", NULL);
+    if (fabs(loss - ref[0]) > 1e-4 * fabs(ref[0])) fail_msg("loss %.7g vs torch %.7g", loss, ref[0]);
+    free(ref);
+    assert_ch_ok(ch_model_backward(m, cx, NULL));
+    char name[300];
+    for (int i = 0; i < ch_model_num_params(m); i++) {
+        ch_param_t *p = ch_model_param(m, i);
+        snprintf(name, sizeof name, "grad.%s", p->name);
+        float *gr = nt_read_f32(st, name, NULL);
+        char what[300];
+        snprintf(what, sizeof what, "gradient of %s", p->name);
+        nt_assert_close(p->grad, gr, p->numel, 1e-3, what);
+        free(gr);
+    }
+    assert_ch_ok(ch_sgd_step(sgd));
+    for (int i = 0; i < ch_model_num_entries(m); i++) {
+        ch_param_t *p = ch_model_entry(m, i);
+        snprintf(name, sizeof name, "new.%s", p->name);
+        check_entry("updated", p, ch_safetensors_find(st, name), 1e-3);
+        if (!p->is_buffer) { /* the update itself, p_new - p_old */
+            size_t off = (size_t)((float *)p->data - ch_model_param_block(m));
+            float *rn = nt_read_f32(st, name, NULL);
+            for (size_t k = 0; k < p->numel; k++) {
+                rn[k] -= p0[off + k];
+                p0[off + k] = ((float *)p->data)[k] - p0[off + k];
+            }
+            char what[300];
+            snprintf(what, sizeof what, "update of %s", p->name);
+            nt_assert_close(p0 + off, rn, p->numel, 1e-3, what);
+            free(rn);
+        }
+    }
+    /* eval mode with the updated weights and running stats */
+    ch_model_train(m, 0);
+    assert_ch_ok(ch_model_forward(m, cx, &x, &logits));
+    ref = nt_read_f32(st, "eval_logits", NULL);
+    nt_assert_close(ch_tensor_f32(logits), ref, (size_t)ch_tensor_numel(logits), 1e-4, "eval logits");
+    free(ref);
+    assert_ch_error(ch_model_backward(m, cx, NULL), CH_ERR_INVALID, "training mode");
+
+    /* interop cohort -> torch: strict load and same eval logits */
+    char sdpath[1300], lpath[1400], cmd[4096];
+    snprintf(sdpath, sizeof sdpath, "%s/cohort_%s.safetensors", dir, arch);
+    snprintf(lpath, sizeof lpath, "%s.logits.safetensors", sdpath);
+    write_state_dict(m, sdpath);
+    ch_st_view_t lv = {"cohort_logits", CH_ST_F32, 2, {logits->shape[0], logits->shape[1]},
+                       logits->data, logits->nbytes};
+    assert_ch_ok(ch_safetensors_write(lpath, &lv, 1, NULL, 0));
+    const char *py = getenv("PYTHON3");
+    snprintf(cmd, sizeof cmd, "'%s' '%s/tests/golden/resnet_golden.py' '%s' check %s '%s'",
+             py ? py : "python3", ch_test_srcdir(), dir, arch, sdpath);
+    int rc = system(cmd);
+    assert_int_equal(WIFEXITED(rc) ? WEXITSTATUS(rc) : -1, 0);
+
+    ch_sgd_destroy(sgd);
+    ch_compute_destroy(cx);
+    ch_tensor_free(&x);
+    ch_tensor_free(&y);
+    free(p0);
+    golden_sd_free(&g);
+    ch_safetensors_close(st);
+    ch_model_destroy(m);
+}
+
+static void test_golden_smallcnn(void **state) { golden_step("smallcnn", 8, 16); }
+static void test_golden_resnet18(void **state) { golden_step("resnet18", 8, 28); }
+
+/* ---------------------------------------------------------------- hooks */
+
+typedef struct {
+    ch_param_t *order[256];
+    int n;
+    int fail_at;
+} hook_log_t;
+
+static ch_status hook(void *arg, ch_param_t *p)
+{
+    hook_log_t *h = arg;
+    if (h->n == h->fail_at) return CH_ERROR(CH_ERR_MPI, "bucket all-reduce failed (test)");
+    h->order[h->n++] = p;
+    /* the gradient is final: finite and not the sentinel */
+    for (size_t i = 0; i < p->numel; i++)
+        if (!isfinite(p->grad[i])) return CH_ERROR(CH_ERR_INTERNAL, "%s not final", p->name);
+    return CH_OK;
+}
+
+static void test_grad_hook_order(void **state)
+{
+    ch_compute_t *cx = make_cx();
+    const char *archs[] = {"resnet18", "smallcnn"};
+    for (int a = 0; a < 2; a++) {
+        ch_model_t *m = make(archs[a], 1);
+        ch_tensor_t x, y;
+        make_batch(&x, &y, 4, 28, 1);
+        hook_log_t h = {.n = 0, .fail_at = -1};
+        ch_model_set_grad_hook(m, hook, &h);
+        const ch_tensor_t *logits;
+        float *gb = ch_model_grad_block(m);
+        for (size_t i = 0; i < ch_model_param_numel(m); i++) gb[i] = NAN;
+        assert_ch_ok(ch_model_forward(m, cx, &x, &logits));
+        assert_ch_ok(ch_model_loss(m, cx, &y, NULL));
+        assert_ch_ok(ch_model_backward(m, cx, NULL));
+        int np = ch_model_num_params(m);
+        assert_int_equal(h.n, np);
+        for (int i = 0; i < np; i++) /* exactly reverse parameter order */
+            assert_ptr_equal(h.order[i], ch_model_param(m, np - 1 - i));
+
+        /* frozen: only fc gets gradients and hooks; earlier layers do nothing */
+        assert_ch_ok(ch_model_freeze(m, "fc", NULL));
+        for (size_t i = 0; i < ch_model_param_numel(m); i++) gb[i] = NAN;
+        h.n = 0;
+        assert_ch_ok(ch_model_forward(m, cx, &x, &logits));
+        assert_ch_ok(ch_model_loss(m, cx, &y, NULL));
+        assert_ch_ok(ch_model_backward(m, cx, NULL));
+        assert_int_equal(h.n, 2);
+        assert_string_equal(h.order[0]->name, "fc.bias");
+        assert_string_equal(h.order[1]->name, "fc.weight");
+        assert_true(isnan(ch_model_find(m, "conv1.weight")->grad[0]));
+        assert_true(isnan(ch_model_find(m, "bn1.bias")->grad[0]));
+        assert_true(isfinite(ch_model_find(m, "fc.weight")->grad[0]));
+
+        /* a failing hook stops backward with its error */
+        h.n = 0;
+        h.fail_at = 1;
+        assert_ch_ok(ch_model_forward(m, cx, &x, &logits));
+        assert_ch_ok(ch_model_loss(m, cx, &y, NULL));
+        assert_ch_error(ch_model_backward(m, cx, NULL), CH_ERR_MPI, "bucket all-reduce failed");
+        assert_non_null(strstr(ch_error_message(), "fc.weight"));
+        ch_tensor_free(&x);
+        ch_tensor_free(&y);
+        ch_model_destroy(m);
+    }
+    ch_compute_destroy(cx);
+}
+
+/* Frozen backbone: fc's gradient equals the unfrozen model's fc gradient. */
+static void test_freeze_same_fc_grad(void **state)
+{
+    ch_compute_t *cx = make_cx();
+    ch_model_t *a = make("smallcnn", 5), *b = make("smallcnn", 5);
+    ch_tensor_t x, y;
+    make_batch(&x, &y, 6, 12, 2);
+    const ch_tensor_t *l;
+    assert_ch_ok(ch_model_freeze(b, "fc", NULL));
+    ch_model_t *ms[2] = {a, b};
+    for (int i = 0; i < 2; i++) {
+        assert_ch_ok(ch_model_forward(ms[i], cx, &x, &l));
+        assert_ch_ok(ch_model_loss(ms[i], cx, &y, NULL));
+        assert_ch_ok(ch_model_backward(ms[i], cx, NULL));
+    }
+    ch_param_t *fa = ch_model_find(a, "fc.weight"), *fb = ch_model_find(b, "fc.weight");
+    assert_memory_equal(fa->grad, fb->grad, fa->numel * sizeof(float));
+    /* and the optimizer only holds fc */
+    ch_sgd_options_t so = {0.1, 0.9, 0, 0, 0};
+    ch_sgd_t *s;
+    assert_ch_ok(ch_sgd_create(&so, &s));
+    assert_ch_ok(ch_sgd_add_model(s, b));
+    assert_int_equal(ch_sgd_num_params(s), 2);
+    ch_sgd_destroy(s);
+    ch_tensor_free(&x);
+    ch_tensor_free(&y);
+    ch_model_destroy(a);
+    ch_model_destroy(b);
+    ch_compute_destroy(cx);
+}
+
+/* Train/eval semantics of BN buffers and the plan cache. */
+static void test_modes_and_memory(void **state)
+{
+    ch_compute_t *cx = make_cx();
+    ch_model_t *m = make("resnet18", 2);
+    ch_tensor_t x, y, x2, y2;
+    make_batch(&x, &y, 4, 28, 3);
+    make_batch(&x2, &y2, 3, 28, 4);
+    const ch_tensor_t *logits;
+    ch_sgd_options_t so = {0.01, 0.9, 0, 0.005, 0};
+    ch_sgd_t *sgd;
+    assert_ch_ok(ch_sgd_create(&so, &sgd));
+    assert_ch_ok(ch_sgd_add_model(sgd, m));
+    int64_t *nbt = ch_model_find(m, "layer3.1.bn2.num_batches_tracked")->data;
+    size_t arena = 0, cache = 0, scratch = 0;
+    for (int step = 0; step < 3; step++) {
+        assert_ch_ok(ch_model_forward(m, cx, &x, &logits));
+        assert_ch_ok(ch_model_loss(m, cx, &y, NULL));
+        assert_ch_ok(ch_model_backward(m, cx, NULL));
+        assert_ch_ok(ch_sgd_step(sgd));
+        if (step == 0) {
+            arena = ch_model_arena_bytes(m);
+            cache = ch_compute_cache_entries(cx);
+            scratch = ch_compute_scratchpad_bytes(cx);
+            assert_true(arena > 0);
+        } else { /* nothing grows after the first step */
+            assert_int_equal(ch_model_arena_bytes(m), arena);
+            assert_int_equal(ch_compute_cache_entries(cx), cache);
+            assert_int_equal(ch_compute_scratchpad_bytes(cx), scratch);
+        }
+    }
+    assert_int_equal(*nbt, 3);
+    /* eval: buffers untouched, deterministic logits, no backward */
+    ch_model_train(m, 0);
+    float *rm = ch_model_find(m, "bn1.running_mean")->data;
+    float rm0 = rm[5];
+    assert_ch_ok(ch_model_forward(m, cx, &x, &logits));
+    float l0 = ch_tensor_f32(logits)[3];
+    /* a different batch size replans; then the first one gives the same */
+    assert_ch_ok(ch_model_forward(m, cx, &x2, &logits));
+    assert_int_equal(logits->shape[0], 3);
+    assert_ch_ok(ch_model_forward(m, cx, &x, &logits));
+    assert_true(ch_tensor_f32(logits)[3] == l0);
+    assert_true(rm[5] == rm0);
+    assert_int_equal(*nbt, 3);
+    assert_ch_error(ch_model_backward(m, cx, NULL), CH_ERR_INVALID, "training mode");
+    ch_model_train(m, 1);
+    assert_ch_error(ch_model_backward(m, cx, NULL), CH_ERR_INVALID, "training mode");
+    /* bad inputs */
+    ch_tensor_t bad;
+    int64_t bs[4] = {2, 3, 28, 28};
+    assert_ch_ok(ch_tensor_alloc_f32(&bad, 4, bs));
+    assert_ch_error(ch_model_forward(m, cx, &bad, &logits), CH_ERR_INVALID, "expects 1 input channels");
+    ch_tensor_free(&bad);
+    int64_t ls[1] = {4};
+    assert_ch_ok(ch_model_forward(m, cx, &x, &logits));
+    ch_tensor_i64(&y)[2] = 10;
+    assert_ch_error(ch_model_loss(m, cx, &y, NULL), CH_ERR_RANGE, "");
+    (void)ls;
+    ch_sgd_destroy(sgd);
+    ch_tensor_free(&x);
+    ch_tensor_free(&y);
+    ch_tensor_free(&x2);
+    ch_tensor_free(&y2);
+    ch_model_destroy(m);
+    ch_compute_destroy(cx);
+}
+
+/* SyncBN in a world of one is plain BatchNorm. */
+static ch_status ar_identity(void *ctx, float *d, size_t n)
+{
+    (*(int *)ctx)++;
+    return CH_OK;
+}
+
+static void test_syncbn_world_of_one(void **state)
+{
+    ch_compute_t *cx = make_cx();
+    ch_model_t *a = make("smallcnn", 8), *b = make("smallcnn", 8);
+    int calls = 0, nconv = 0;
+    ch_nn_sync_t sync = {ar_identity, NULL, &calls, 0, 1};
+    assert_ch_ok(ch_model_convert_sync_bn(b, &sync, &nconv));
+    assert_int_equal(nconv, 2);
+    assert_int_equal(ch_module_kind(ch_model_find(b, "bn1.weight")->module), CH_NN_SYNC_BATCHNORM);
+    ch_tensor_t x, y;
+    make_batch(&x, &y, 5, 10, 5);
+    const ch_tensor_t *la, *lb;
+    assert_ch_ok(ch_model_forward(a, cx, &x, &la));
+    assert_ch_ok(ch_model_loss(a, cx, &y, NULL));
+    assert_ch_ok(ch_model_backward(a, cx, NULL));
+    assert_ch_ok(ch_model_forward(b, cx, &x, &lb));
+    assert_ch_ok(ch_model_loss(b, cx, &y, NULL));
+    assert_ch_ok(ch_model_backward(b, cx, NULL));
+    assert_int_equal(calls, 2 + 2); /* 2 forward gathers, 2 backward sums (conv1 trains, so bn1 needs dx) */
+    nt_assert_close(ch_tensor_f32(lb), ch_tensor_f32(la), (size_t)ch_tensor_numel(la), 1e-5, "logits");
+    nt_assert_close(ch_model_grad_block(b), ch_model_grad_block(a), ch_model_param_numel(a), 1e-4,
+                    "gradients");
+    for (int i = 0; i < ch_model_num_entries(a); i++) {
+        ch_param_t *p = ch_model_entry(a, i), *q = ch_model_entry(b, i);
+        if (p->dtype == CH_F32)
+            nt_assert_close((float *)q->data, (float *)p->data, p->numel, 1e-5, p->name);
+        else
+            assert_int_equal(*(int64_t *)q->data, *(int64_t *)p->data);
+    }
+    ch_nn_sync_t bad = {NULL, NULL, NULL, 0, 1};
+    assert_ch_error(ch_model_convert_sync_bn(b, &bad, NULL), CH_ERR_INVALID, "allreduce_sum");
+    bad = (ch_nn_sync_t){ar_identity, NULL, NULL, 2, 2};
+    assert_ch_error(ch_model_convert_sync_bn(b, &bad, NULL), CH_ERR_INVALID, "rank 2");
+    ch_tensor_free(&x);
+    ch_tensor_free(&y);
+    ch_model_destroy(a);
+    ch_model_destroy(b);
+    ch_compute_destroy(cx);
+}
+
+int main(int argc, char **argv)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_golden_smallcnn),
+        cmocka_unit_test(test_golden_resnet18),
+        cmocka_unit_test(test_grad_hook_order),
+        cmocka_unit_test(test_freeze_same_fc_grad),
+        cmocka_unit_test(test_modes_and_memory),
+        cmocka_unit_test(test_syncbn_world_of_one),
+    };
+    return ch_test_main(argc, argv, tests, sizeof tests / sizeof tests[0]);
+}
