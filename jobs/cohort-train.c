@@ -552,28 +552,21 @@ static ch_status save_resume(job_t *j, int epoch, int64_t global_step, double lo
     char *cfg_text = NULL;
     ch_status s = model_state(j, &views, &st, &n);
     int np = ch_model_num_params(j->model);
-    char **names = calloc((size_t)np + 1, sizeof *names);
     mom = calloc((size_t)np + 1, sizeof *mom);
-    if (s == CH_OK && (!names || !mom)) s = CH_ERROR(CH_ERR_NOMEM, "resume file");
+    if (s == CH_OK && !mom) s = CH_ERROR(CH_ERR_NOMEM, "resume file");
     for (int i = 0; s == CH_OK; i++) {
         const char *name;
         const float *buf;
         size_t numel;
         int has;
         if (ch_sgd_buffer(j->sgd, i, &name, &buf, &numel, &has) != CH_OK) {
-            ch_error_clear();
+            ch_error_clear(); /* past the last optimizer parameter */
             break;
         }
-        if (!has) continue;
         ch_param_t *p = ch_model_find(j->model, name);
-        size_t len = strlen(CH_CKPT_MOMENTUM_PREFIX) + strlen(name) + 1;
-        names[nmom] = malloc(len);
-        if (!names[nmom] || !p) {
-            s = CH_ERROR(CH_ERR_NOMEM, "resume file");
-            break;
-        }
-        snprintf(names[nmom], len, "%s%s", CH_CKPT_MOMENTUM_PREFIX, name);
-        mom[nmom].name = names[nmom];
+        if (!has || !p) continue;
+        /* named by the parameter; the writer adds "optim.momentum_buffer." */
+        mom[nmom].name = p->name;
         mom[nmom].dtype = CH_ST_F32;
         mom[nmom].ndim = p->ndim;
         for (int d = 0; d < p->ndim; d++) mom[nmom].shape[d] = p->shape[d];
@@ -596,8 +589,6 @@ static ch_status save_resume(job_t *j, int epoch, int64_t global_step, double lo
                                  .config = cfg_text};
         s = ch_checkpoint_write_resume(j->resume_path, st, (size_t)n, mom, nmom, &info, extra, 2);
     }
-    for (size_t i = 0; i < nmom; i++) free(names[i]);
-    free(names);
     free(mom);
     free(views);
     free(st);
