@@ -104,6 +104,8 @@ static const ch_config_key_t keys[] = {
      "Compute threads per rank (0: OMP_NUM_THREADS or all cores)."},
     {"train.max_steps", CH_CFG_INT64, "0", 0, 1e12,
      "Stop each epoch after N steps (0: whole epoch); for quick tests."},
+    {"train.stop_after", CH_CFG_INT, "0", 0, 1e6,
+     "Stop this run after N epochs (0: run to schedule.epochs); resume later with --resume."},
     {"train.log_every", CH_CFG_INT, "100", 1, 1e9,
      "Steps between progress lines when stderr is not a terminal."},
     {"train.eval", CH_CFG_BOOL, "true", CH_CFG_NO_RANGE, "Evaluate on the test set each epoch."},
@@ -144,7 +146,7 @@ typedef struct {
     long long train_subset, test_subset, seed, max_steps;
     int image_size, workers, prefetch, crop_padding, hflip, num_classes, in_channels;
     int freeze, sync_bn, nesterov, epochs, batch_size, threads, log_every, do_eval;
-    int save_every, broadcast_buffers, requeue, warning_signal;
+    int save_every, broadcast_buffers, requeue, warning_signal, stop_after;
     float mean[3], stdv[3];
 
     /* runtime */
@@ -235,6 +237,7 @@ static ch_status read_config(job_t *j)
     CH_TRY(ch_config_get_int(c, "train.threads", &j->threads));
     CH_TRY(ch_config_get_int64(c, "train.max_steps", &j->max_steps));
     CH_TRY(ch_config_get_int(c, "train.log_every", &j->log_every));
+    CH_TRY(ch_config_get_int(c, "train.stop_after", &j->stop_after));
     CH_TRY(ch_config_get_bool(c, "train.eval", &j->do_eval));
     CH_TRY(ch_config_get_string(c, "output.dir", &j->out_dir));
     CH_TRY(ch_config_get_int(c, "output.save_every", &j->save_every));
@@ -660,8 +663,8 @@ static const char *resolve_resume(job_t *j)
 
 /* ------------------------------------------------------------------ training */
 
-static void progress(job_t *j, int epoch, int64_t step, int64_t steps, double loss_mean,
-                     double t_epoch, int64_t images, int final)
+static void progress(job_t *j, int epoch, int64_t step, int64_t steps, double loss_step,
+                     double loss_mean, double t_epoch, int64_t images, int final)
 {
     if (j->rank != 0) return;
     double ips = t_epoch > 0 ? (double)images / t_epoch : 0;
@@ -675,8 +678,8 @@ static void progress(job_t *j, int epoch, int64_t step, int64_t steps, double lo
                 bar, (long long)step, (long long)steps, ips, eta, loss_mean, final ? "\n" : "");
         fflush(stderr);
     } else if (!final && (step % j->log_every == 0)) {
-        fprintf(stderr, "epoch %d step %lld/%lld  %.0f img/s  ETA %.0fs  loss %.4f\n", epoch,
-                (long long)step, (long long)steps, ips, eta, loss_mean);
+        fprintf(stderr, "epoch %d step %lld/%lld  %.0f img/s  ETA %.0fs  loss %.7f (mean %.4f)\n",
+                epoch, (long long)step, (long long)steps, ips, eta, loss_step, loss_mean);
         fflush(stderr);
     }
 }
@@ -761,7 +764,7 @@ static void train_epoch(job_t *j, int epoch, int64_t first_step, epoch_result_t 
         r->loss_sum += lmean;
         r->loss_steps++;
         r->steps_done = step + 1;
-        progress(j, epoch, step + 1, steps, r->loss_sum / (double)r->loss_steps,
+        progress(j, epoch, step + 1, steps, lmean, r->loss_sum / (double)r->loss_steps,
                  ch_time_now() - t0, images * j->world, 0);
         if (out[1] > 0) {
             r->preempted = ch_preempt_pending() ? ch_preempt_pending() : 1;
@@ -772,7 +775,7 @@ static void train_epoch(job_t *j, int epoch, int64_t first_step, epoch_result_t 
     r->loss = r->loss_steps ? r->loss_sum / (double)r->loss_steps : 0;
     r->images_per_s = r->seconds > 0 ? (double)(images * j->world) / r->seconds : 0;
     if (!r->preempted)
-        progress(j, epoch, r->steps_done, steps, r->loss, r->seconds, images * j->world, 1);
+        progress(j, epoch, r->steps_done, steps, r->loss, r->loss, r->seconds, images * j->world, 1);
 }
 
 /* Evaluation: correct counts all-reduced. Returns the seed's accuracy
@@ -1050,6 +1053,11 @@ int main(int argc, char **argv)
         int save = last || (j->save_every > 0 && (epoch + 1) % j->save_every == 0);
         checkpoint(j, epoch, epoch + 1, j->global_step, save, 0, 0);
         if (save) ch_log_info("saved %s/model-%d.safetensors", j->out_dir, epoch);
+        if (j->stop_after > 0 && epoch + 1 - j->start_epoch >= j->stop_after && !last) {
+            ch_log_info("stopping after %d epoch%s as train.stop_after asks; continue with "
+                        "--resume", j->stop_after, j->stop_after == 1 ? "" : "s");
+            break;
+        }
     }
     if (rc == EXIT_OK) ch_log_info("training finished: %d epochs", j->epochs);
     ch_prof_report(j->prof, MPI_COMM_WORLD, stdout);
