@@ -97,7 +97,10 @@ CH_CPU_SIMD static void k_relu_bwd(float *dx, const float *y, const float *dy, i
     int64_t i = 0;
     for (; i + V <= n; i += V) {
         float t[V];
-        for (int l = 0; l < V; l++) t[l] = y[i + l] <= 0.0f ? 0.0f : dy[i + l];
+        for (int l = 0; l < V; l++) {
+            float d = dy[i + l]; /* unconditional load: lets the compiler use a blend */
+            t[l] = y[i + l] <= 0.0f ? 0.0f : d;
+        }
         for (int l = 0; l < V; l++) dx[i + l] = t[l];
     }
     for (; i < n; i++) dx[i] = y[i] <= 0.0f ? 0.0f : dy[i];
