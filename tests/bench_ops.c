@@ -5,7 +5,8 @@
  * Its PyTorch twin is tests/bench_ops.py (same network, same work).
  *
  * Usage: bench_ops [batch=64] [steps=20] [threads=1] [layout=auto|plain|nhwc|8c|16c]
- * Prints the median step time, images/s and the median time per op kind.
+ * Prints the median step time (wall and process CPU time), images/s and the
+ * median CPU time per op kind.
  * This is a benchmark program, not a test (see docs/perf-ops.md).
  */
 #include "config.h"
@@ -43,11 +44,18 @@ static double now(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+static double cpu_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
 #define T(k, call)                                                                  \
     do {                                                                            \
-        double t0_ = now();                                                         \
+        double t0_ = cpu_now();                                                     \
         DIE(call);                                                                  \
-        g_t[k] += now() - t0_;                                                      \
+        g_t[k] += cpu_now() - t0_;                                                  \
     } while (0)
 
 static ch_compute_t *cx;
@@ -265,11 +273,12 @@ int main(int argc, char **argv)
 
     int warm = 3;
     double *st = calloc((size_t)steps, sizeof *st);
+    double *cpu = calloc((size_t)steps, sizeof *cpu);
     double *per = calloc((size_t)steps * K_N, sizeof *per);
     float lossv = 0.0f;
     for (int it = -warm; it < steps; it++) {
         memset(g_t, 0, sizeof g_t);
-        double t0 = now();
+        double t0 = now(), c0 = cpu_now();
         /* forward */
         T(K_CONV_F, ch_op_conv2d_forward(cx, &img, &stem.w, NULL, &stem.p, &c1));
         bn_fwd(&bn1, &c1, &a1);
@@ -300,14 +309,18 @@ int main(int argc, char **argv)
         double dt = now() - t0;
         if (it >= 0) {
             st[it] = dt;
+            cpu[it] = cpu_now() - c0;
             for (int k = 0; k < K_N; k++) per[(size_t)k * steps + it] = g_t[k];
         }
     }
     qsort(st, (size_t)steps, sizeof *st, cmp_d);
     double med = st[steps / 2];
     printf("batch %lld, %d steps, loss %.4f\n", (long long)NB, steps, (double)lossv);
+    qsort(cpu, (size_t)steps, sizeof *cpu, cmp_d);
     printf("step median %.2f ms (min %.2f, max %.2f): %.1f images/s\n", med * 1e3, st[0] * 1e3,
            st[steps - 1] * 1e3, (double)NB / med);
+    printf("step cpu time median %.2f ms: %.1f images per cpu-second\n", cpu[steps / 2] * 1e3,
+           (double)NB / cpu[steps / 2]);
     for (int k = 0; k < K_N; k++) {
         qsort(per + (size_t)k * steps, (size_t)steps, sizeof *per, cmp_d);
         double m = per[(size_t)k * steps + steps / 2];
@@ -317,6 +330,7 @@ int main(int argc, char **argv)
            ch_compute_scratchpad_bytes(cx));
     /* cleanup */
     free(st);
+    free(cpu);
     free(per);
     ch_compute_destroy(cx);
     return 0;

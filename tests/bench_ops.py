@@ -41,17 +41,20 @@ def step():
 
 for _ in range(3):
     step()
-times = []
+times, cpu = [], []
 for _ in range(steps):
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     loss = step()
     times.append(time.perf_counter() - t0)
+    cpu.append(time.process_time() - c0)
 times.sort()
 med = statistics.median(times)
 print(f"# torch {torch.__version__}, {torch.get_num_threads()} threads")
 print(f"batch {batch}, {steps} steps, loss {loss.item():.4f}")
 print(f"step median {med * 1e3:.2f} ms (min {times[0] * 1e3:.2f}, max {times[-1] * 1e3:.2f}): "
       f"{batch / med:.1f} images/s")
+cm = statistics.median(cpu)
+print(f"step cpu time median {cm * 1e3:.2f} ms: {batch / cm:.1f} images per cpu-second")
 if profile:
     from torch.profiler import ProfilerActivity, profile as prof
     with prof(activities=[ProfilerActivity.CPU]) as p:
