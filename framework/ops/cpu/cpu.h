@@ -37,6 +37,7 @@ typedef struct cpu_prim {
     dnnl_memory_t wprim_mem;     /* weights in the primitive's format, over wbuf */
     void *wbuf;
     size_t wbytes;
+    int cropped;                 /* primitive uses only some kernel taps (conv.c) */
 } cpu_prim;
 
 typedef struct ch_cpu {

@@ -1,0 +1,118 @@
+/* Benchmark: training steps (forward + loss + backward + SGD) and inference
+ * of a cohort model on random data, one process. Prints per-step medians.
+ *
+ *   tests/bench_nn [--arch resnet18] [--batch 64] [--size 28] [--channels 1]
+ *                  [--threads 1] [--steps 20] [--warmup 3] [--eval]
+ *
+ * The same work in PyTorch: tests/golden/bench_nn_torch.py (same options).
+ */
+#include "config.h"
+
+#include "framework/nn.h"
+#include "framework/nn_exec.h"
+#include "framework/ops.h"
+#include "framework/optim.h"
+#include "models/models.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static double clock_s(clockid_t id)
+{
+    struct timespec t;
+    clock_gettime(id, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static int cmp(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+int main(int argc, char **argv)
+{
+    const char *arch = "resnet18";
+    int batch = 64, size = 28, channels = 1, threads = 1, steps = 20, warmup = 3, eval = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--eval")) { eval = 1; continue; }
+        if (!v) { fprintf(stderr, "bench_nn: %s needs a value\n", a); return 2; }
+        if (!strcmp(a, "--arch")) arch = v;
+        else if (!strcmp(a, "--batch")) batch = atoi(v);
+        else if (!strcmp(a, "--size")) size = atoi(v);
+        else if (!strcmp(a, "--channels")) channels = atoi(v);
+        else if (!strcmp(a, "--threads")) threads = atoi(v);
+        else if (!strcmp(a, "--steps")) steps = atoi(v);
+        else if (!strcmp(a, "--warmup")) warmup = atoi(v);
+        else { fprintf(stderr, "bench_nn: unknown option %s\n", a); return 2; }
+        i++;
+    }
+    if (batch < 1 || size < 1 || channels < 1 || threads < 1 || steps < 1 || warmup < 0) {
+        fprintf(stderr, "bench_nn: bad option value\n");
+        return 2;
+    }
+    ch_compute_opts_t co;
+    ch_compute_opts_default(&co);
+    co.num_threads = threads;
+    ch_compute_t *cx;
+    ch_model_t *m;
+    ch_sgd_t *sgd;
+    ch_model_options_t mo;
+    ch_model_options_default(&mo);
+    mo.in_channels = channels;
+    mo.num_classes = 10;
+    ch_sgd_options_t so = {0.01, 0.9, 0.0, 0.005, 0};
+    ch_tensor_t x, y;
+    int64_t xs[4] = {batch, channels, size, size}, ys[1] = {batch};
+    if (ch_compute_create(&cx, &co) || ch_model_create(arch, &mo, &m) || ch_sgd_create(&so, &sgd) ||
+        ch_sgd_add_model(sgd, m) || ch_tensor_alloc_f32(&x, 4, xs) ||
+        ch_tensor_alloc(&y, CH_I64, 1, ys, CH_LAYOUT_PLAIN, CH_DEV_CPU, 0)) {
+        fprintf(stderr, "bench_nn: %s\n", ch_error_message());
+        return 1;
+    }
+    srand(1);
+    for (int64_t i = 0; i < ch_tensor_numel(&x); i++) ch_tensor_f32(&x)[i] = (float)rand() / RAND_MAX - 0.5f;
+    for (int i = 0; i < batch; i++) ch_tensor_i64(&y)[i] = rand() % 10;
+    ch_model_train(m, !eval);
+    double *t = calloc((size_t)steps, sizeof *t), *c = calloc((size_t)steps, sizeof *c);
+    const ch_tensor_t *logits;
+    float loss = 0;
+    for (int s = -warmup; s < steps; s++) {
+        double t0 = clock_s(CLOCK_MONOTONIC), c0 = clock_s(CLOCK_PROCESS_CPUTIME_ID);
+        ch_status st = ch_model_forward(m, cx, &x, &logits);
+        if (!st && !eval) {
+            st = ch_model_loss(m, cx, &y, &loss);
+            if (!st) st = ch_model_backward(m, cx, NULL);
+            if (!st) st = ch_sgd_step(sgd);
+        }
+        if (st) {
+            fprintf(stderr, "bench_nn: %s\n", ch_error_message());
+            return 1;
+        }
+        if (s >= 0) {
+            t[s] = clock_s(CLOCK_MONOTONIC) - t0;
+            c[s] = clock_s(CLOCK_PROCESS_CPUTIME_ID) - c0;
+        }
+    }
+    qsort(t, (size_t)steps, sizeof *t, cmp);
+    qsort(c, (size_t)steps, sizeof *c, cmp);
+    double med = t[steps / 2], cmed = c[steps / 2];
+    char desc[256];
+    ch_compute_describe(cx, desc, sizeof desc);
+    printf("cohort %s %s batch %d input %dx%dx%d threads %d: median %.2f ms/step (min %.2f, max %.2f), "
+           "%.1f images/s; cpu median %.2f ms/step; arena %.1f MiB; loss %.4f\n  %s\n",
+           arch, eval ? "inference" : "train-step", batch, channels, size, size, threads, 1e3 * med,
+           1e3 * t[0], 1e3 * t[steps - 1], batch / med, 1e3 * cmed, ch_model_arena_bytes(m) / 1048576.0, loss, desc);
+    free(t);
+    free(c);
+    ch_tensor_free(&x);
+    ch_tensor_free(&y);
+    ch_sgd_destroy(sgd);
+    ch_model_destroy(m);
+    ch_compute_destroy(cx);
+    return 0;
+}

@@ -1,0 +1,63 @@
+#!/usr/bin/env python3
+"""PyTorch twin of tests/bench_nn: training steps (zero_grad, forward,
+cross-entropy, backward, SGD step) or inference of a torchvision model on
+random data; prints the median step time. Same options as bench_nn:
+  bench_nn_torch.py [--arch resnet18] [--batch 64] [--size 28] [--channels 1]
+                    [--threads 1] [--steps 20] [--warmup 3] [--eval]
+"""
+import argparse
+import os
+import sys
+import time
+
+import torch
+import torch.nn as nn
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import resnet_golden  # noqa: E402
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--arch", default="resnet18")
+    ap.add_argument("--batch", type=int, default=64)
+    ap.add_argument("--size", type=int, default=28)
+    ap.add_argument("--channels", type=int, default=1)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--eval", action="store_true")
+    a = ap.parse_args()
+    torch.set_num_threads(a.threads)
+    m = resnet_golden.model(a.arch, a.channels, 10)
+    opt = torch.optim.SGD(m.parameters(), lr=0.01, momentum=0.9, weight_decay=0.005)
+    x = torch.rand(a.batch, a.channels, a.size, a.size) - 0.5
+    y = torch.randint(0, 10, (a.batch,))
+    m.train(not a.eval)
+    times, cpu = [], []
+    loss = torch.zeros(())
+    for s in range(-a.warmup, a.steps):
+        t0, c0 = time.perf_counter(), time.process_time()
+        if a.eval:
+            with torch.no_grad():
+                m(x)
+        else:
+            opt.zero_grad()
+            loss = nn.functional.cross_entropy(m(x), y)
+            loss.backward()
+            opt.step()
+        if s >= 0:
+            times.append(time.perf_counter() - t0)
+            cpu.append(time.process_time() - c0)
+    times.sort()
+    cpu.sort()
+    med = times[len(times) // 2]
+    print("torch %s %s %s batch %d input %dx%dx%d threads %d: median %.2f ms/step (min %.2f, max %.2f), "
+          "%.1f images/s; cpu median %.2f ms/step; loss %.4f" % (torch.__version__, a.arch, "inference" if a.eval else "train-step",
+                                        a.batch, a.channels, a.size, a.size, a.threads, 1e3 * med,
+                                        1e3 * times[0], 1e3 * times[-1], a.batch / med,
+                                        1e3 * cpu[len(cpu) // 2], loss.item()))
+
+
+if __name__ == "__main__":
+    main()

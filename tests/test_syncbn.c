@@ -1,0 +1,204 @@
+/* SyncBN across MPI ranks (run alone and under mpiexec -n 2 / -n 4): a
+ * global batch split unevenly over the ranks (one rank may hold none) gives,
+ * after summing the per-rank gradients, the gradients, logits and running
+ * statistics of plain BatchNorm on the whole batch in one process. */
+#include "config.h"
+
+#include "tests/nn_testutil.h"
+
+#include "framework/nn.h"
+#include "framework/nn_exec.h"
+#include "framework/ops.h"
+#include "models/models.h"
+
+#include <mpi.h>
+
+static ch_status mpi_sum(void *ctx, float *d, size_t n)
+{
+    int rc = MPI_Allreduce(MPI_IN_PLACE, d, (int)n, MPI_FLOAT, MPI_SUM, *(MPI_Comm *)ctx);
+    return rc == MPI_SUCCESS ? CH_OK : CH_ERROR(CH_ERR_MPI, "MPI_Allreduce failed");
+}
+
+static ch_status mpi_gather(void *ctx, const float *in, float *out, size_t n)
+{
+    int rc = MPI_Allgather(in, (int)n, MPI_FLOAT, out, (int)n, MPI_FLOAT, *(MPI_Comm *)ctx);
+    return rc == MPI_SUCCESS ? CH_OK : CH_ERROR(CH_ERR_MPI, "MPI_Allgather failed");
+}
+
+static MPI_Comm comm = MPI_COMM_WORLD;
+
+typedef struct {
+    double logits, grads, buffers;
+    long long nbt_diff;
+    int status_ok;
+    char msg[512];
+} result_t;
+
+/* Rank r's share of B samples: sizes[] of the split. */
+static void split(int B, int W, int empty_rank, int *sizes)
+{
+    if (empty_rank >= 0 && W > 1) {
+        for (int r = 0, k = 0; r < W; r++) sizes[r] = r == empty_rank ? 0 : B / (W - 1) + (k++ < B % (W - 1));
+        return;
+    }
+    /* uneven: rank r gets about (r+1)/sum share */
+    int tot = W * (W + 1) / 2, given = 0;
+    for (int r = 0; r < W; r++) {
+        sizes[r] = B * (r + 1) / tot;
+        given += sizes[r];
+    }
+    sizes[W - 1] += B - given;
+}
+
+#define RUN(expr)                                                              \
+    do {                                                                       \
+        if (res->status_ok) {                                                  \
+            ch_status s_ = (expr);                                             \
+            if (s_) {                                                          \
+                res->status_ok = 0;                                            \
+                snprintf(res->msg, sizeof res->msg, "%s: %s", #expr, ch_error_message()); \
+            }                                                                  \
+        }                                                                      \
+    } while (0)
+
+static void run_case(const char *arch, int hw, int B, int empty_rank, int use_gather, result_t *res)
+{
+    int rank, W;
+    MPI_Comm_rank(comm, &rank);
+    MPI_Comm_size(comm, &W);
+    memset(res, 0, sizeof *res);
+    res->status_ok = 1;
+    ch_compute_opts_t co;
+    ch_compute_opts_default(&co);
+    co.num_threads = 1;
+    ch_compute_t *cx = NULL;
+    RUN(ch_compute_create(&cx, &co));
+    ch_model_options_t o;
+    ch_model_options_default(&o);
+    o.in_channels = 1;
+    o.num_classes = 10;
+    o.seed = 11;
+    ch_model_t *ref = NULL, *m = NULL;
+    RUN(ch_model_create(arch, &o, &ref));
+    RUN(ch_model_create(arch, &o, &m));
+    ch_nn_sync_t sync = {mpi_sum, use_gather ? mpi_gather : NULL, &comm, rank, W};
+    RUN(ch_model_convert_sync_bn(m, &sync, NULL));
+    if (!res->status_ok) goto out_early;
+
+    /* the global batch, identical on every rank */
+    int64_t xs[4] = {B, 1, hw, hw}, ys[1] = {B};
+    ch_tensor_t x, y, xl, dl;
+    RUN(ch_tensor_alloc_f32(&x, 4, xs));
+    RUN(ch_tensor_alloc(&y, CH_I64, 1, ys, CH_LAYOUT_PLAIN, CH_DEV_CPU, 0));
+    for (int64_t i = 0; i < ch_tensor_numel(&x); i++)
+        ch_tensor_f32(&x)[i] = sinf(0.05f * (float)i) + 0.3f * cosf(0.7f * (float)(i % 37));
+    for (int i = 0; i < B; i++) ch_tensor_i64(&y)[i] = (i * 3) % 10;
+
+    /* reference: plain BN on the whole batch */
+    const ch_tensor_t *lref, *lm;
+    RUN(ch_model_forward(ref, cx, &x, &lref));
+    RUN(ch_model_loss(ref, cx, &y, NULL));
+    RUN(ch_model_backward(ref, cx, NULL));
+    if (!res->status_ok) goto out_early;
+    /* dlogits of the mean loss over B: (softmax - onehot) / B */
+    int64_t K = lref->shape[1];
+    int sizes[16], off = 0;
+    split(B, W, empty_rank, sizes);
+    for (int r = 0; r < rank; r++) off += sizes[r];
+    int n = sizes[rank];
+    int64_t xls[4] = {n, 1, hw, hw}, dls[2] = {n, K};
+    RUN(ch_tensor_alloc_f32(&xl, 4, xls));
+    RUN(ch_tensor_alloc_f32(&dl, 2, dls));
+    memcpy(xl.data, ch_tensor_f32(&x) + (size_t)off * hw * hw, (size_t)n * hw * hw * sizeof(float));
+    for (int i = 0; i < n; i++) {
+        const float *l = ch_tensor_f32(lref) + (size_t)(off + i) * K;
+        float *d = ch_tensor_f32(&dl) + (size_t)i * K;
+        double mx = l[0], s = 0;
+        for (int k = 1; k < K; k++) mx = l[k] > mx ? l[k] : mx;
+        for (int k = 0; k < K; k++) s += exp(l[k] - mx);
+        for (int k = 0; k < K; k++)
+            d[k] = (float)((exp(l[k] - mx) / s - (k == ch_tensor_i64(&y)[off + i])) / B);
+    }
+    /* distributed: local slice, SyncBN, then the sum of gradients over ranks */
+    RUN(ch_model_forward(m, cx, &xl, &lm));
+    RUN(ch_model_backward(m, cx, &dl));
+    size_t pn = ch_model_param_numel(m);
+    MPI_Allreduce(MPI_IN_PLACE, ch_model_grad_block(m), (int)pn, MPI_FLOAT, MPI_SUM, comm);
+    if (res->status_ok) {
+        res->logits = n ? nt_rel_err(ch_tensor_f32(lm), ch_tensor_f32(lref) + (size_t)off * K,
+                                     (size_t)n * K, 1e-12) : 0;
+        res->grads = 0;
+        for (int i = 0; i < ch_model_num_params(m); i++) {
+            ch_param_t *p = ch_model_param(m, i), *q = ch_model_param(ref, i);
+            double e = nt_rel_err(p->grad, q->grad, p->numel, 1e-12);
+            if (e > res->grads) res->grads = e;
+        }
+        for (int i = 0; i < ch_model_num_entries(m); i++) {
+            ch_param_t *p = ch_model_entry(m, i), *q = ch_model_entry(ref, i);
+            if (!p->is_buffer) continue;
+            if (p->dtype == CH_I64) {
+                res->nbt_diff += llabs((long long)(*(int64_t *)p->data - *(int64_t *)q->data));
+            } else {
+                double e = nt_rel_err(p->data, q->data, p->numel, 1e-12);
+                if (e > res->buffers) res->buffers = e;
+            }
+        }
+    }
+    ch_tensor_free(&xl);
+    ch_tensor_free(&dl);
+    ch_tensor_free(&x);
+    ch_tensor_free(&y);
+out_early:
+    ch_model_destroy(ref);
+    ch_model_destroy(m);
+    ch_compute_destroy(cx);
+}
+
+static void check_result(const char *what, result_t *r)
+{
+    /* every rank reports the worst value of any rank */
+    double v[3] = {r->logits, r->grads, r->buffers};
+    int ok = r->status_ok;
+    MPI_Allreduce(MPI_IN_PLACE, v, 3, MPI_DOUBLE, MPI_MAX, comm);
+    MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, comm);
+    if (!r->status_ok) fail_msg("%s: %s", what, r->msg);
+    if (!ok) fail_msg("%s: another rank failed", what);
+    if (!(v[0] <= 1e-4)) fail_msg("%s: logits relative error %.3g", what, v[0]);
+    if (!(v[1] <= 1e-4)) fail_msg("%s: summed gradients relative error %.3g", what, v[1]);
+    if (!(v[2] <= 1e-4)) fail_msg("%s: running stats relative error %.3g", what, v[2]);
+    assert_int_equal(r->nbt_diff, 0);
+}
+
+static void test_syncbn_uneven_smallcnn(void **state)
+{
+    result_t r;
+    run_case("smallcnn", 12, 12, -1, 0, &r);
+    check_result("smallcnn, uneven split, all-reduce", &r);
+    run_case("smallcnn", 12, 12, -1, 1, &r);
+    check_result("smallcnn, uneven split, all-gather", &r);
+}
+
+static void test_syncbn_uneven_resnet18(void **state)
+{
+    result_t r;
+    run_case("resnet18", 28, 10, -1, 1, &r);
+    check_result("resnet18, uneven split", &r);
+}
+
+static void test_syncbn_empty_rank(void **state)
+{
+    if (ch_test_world_size() < 2) ch_test_skip("needs 2 or more ranks");
+    result_t r;
+    run_case("smallcnn", 12, 9, 0, 0, &r);
+    check_result("smallcnn, rank 0 without samples", &r);
+}
+
+int main(int argc, char **argv)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_syncbn_uneven_smallcnn),
+        cmocka_unit_test(test_syncbn_uneven_resnet18),
+        cmocka_unit_test(test_syncbn_empty_rank),
+    };
+    return ch_test_main_mpi(argc, argv, tests, sizeof tests / sizeof tests[0]);
+}
