@@ -8,7 +8,7 @@
 #    good checkpoint still loads.
 . "${COHORT_SRCDIR:-.}/tests/train_lib.sh"
 need_data
-echo "1..7"
+echo "1..9"
 args="--model.arch=smallcnn --data.train_subset=512 --data.test_subset=200 --schedule.epochs=2 --train.batch_size=16"
 
 train 2 "$tmp/straight" $args || show "$tmp/straight.log"
@@ -25,13 +25,9 @@ out="$tmp/pre"
 "$MPIEXEC" -n 2 "$TRAIN" --output.dir="$out" --data.workers=1 --train.threads=1 $args \
   --train.log_every=1 > "$out.log" 2>&1 &
 pid=$!
-t0=$(date +%s)
-while ! grep -q "epoch 0 step 6/" "$out.log" 2>/dev/null; do
-  [ $(($(date +%s) - t0)) -gt 120 ] && break
-  kill -0 $pid 2>/dev/null || break
-  sleep 0.2
-done
-pkill -USR2 -f -- "--output.dir=$out " 2>/dev/null
+wait_line "$out.log" "epoch 0 step 6/" $pid
+pids=$(rank_pids "$out")
+[ -n "$pids" ] && kill -USR2 $pids
 wait $pid
 rc=$?
 grep -q "preemption signal" "$out.log" || show "$out.log"
@@ -51,16 +47,8 @@ out="$tmp/kill"
 "$MPIEXEC" -n 2 "$TRAIN" --output.dir="$out" --data.workers=1 --train.threads=1 $args \
   --schedule.epochs=3 --train.log_every=1 > "$out.log" 2>&1 &
 pid=$!
-t0=$(date +%s)
-while ! grep -q "epoch 1 step 3/" "$out.log" 2>/dev/null; do
-  [ $(($(date +%s) - t0)) -gt 120 ] && break
-  kill -0 $pid 2>/dev/null || break
-  sleep 0.2
-done
-victim=$(pgrep -f -- "--output.dir=$out " | while read p; do
-  # a rank, not mpiexec or the hydra proxy
-  case "$(cat /proc/$p/comm 2>/dev/null)" in cohort-train|lt-cohort-train) echo $p ;; esac
-done | tail -n 1)
+wait_line "$out.log" "epoch 1 step 3/" $pid
+victim=$(rank_pids "$out" | tail -n 1)
 t1=$(date +%s)
 [ -n "$victim" ] && kill -9 "$victim"
 wait $pid
@@ -70,3 +58,24 @@ check "a killed rank ends the job non-zero (exit $rc) within 60 s (took ${dt} s)
   test -n "$victim" -a "$rc" != 0 -a "$dt" -le 60
 check "the last good checkpoint still loads" \
   "$STCMP" --bitwise "$out/model-0.safetensors" "$out/model-0.safetensors" >&2
+
+# TensorBoard itself reads the run's event files (scalars by epoch as in
+# metrics.csv); SKIP when the tensorboard package is not installed.
+py=${PYTHON3:-/usr/bin/python3}
+if "$py" -c 'import tensorboard' 2>/dev/null; then
+  "$py" - "$tmp/straight" > "$tmp/expected.json" <<'PY'
+import csv, json, sys
+rows = list(csv.DictReader(open(sys.argv[1] + "/metrics.csv")))
+cols = [c for c in rows[0] if c not in ("epoch", "step", "wall_time")]
+scalars = {c: [[int(r["epoch"]), float(r[c])] for r in rows] for c in cols}
+print(json.dumps({"events_total": 1 + len(rows) * len(cols), "scalars": scalars}))
+PY
+  check "TensorBoard reads loss, accuracy, learning_rate, images_per_sec by epoch" \
+    "$py" "$src/tests/golden/tensorboard_check.py" "$tmp/straight" "$tmp/expected.json" >&2
+  check "the CSV twin has one row per epoch with those columns" \
+    grep -q "^epoch,step,wall_time,loss,accuracy,accuracy_exact,learning_rate,images_per_sec,seconds" \
+    "$tmp/straight/metrics.csv"
+else
+  skip "TensorBoard reads the event files" "tensorboard not installed for $py (.ci/pip-packages)"
+  skip "the CSV twin" "checked with the TensorBoard test"
+fi

@@ -28,3 +28,19 @@ train() {
 }
 # show the tail of a log on stderr (goes to the test's .log, not to TAP)
 show() { echo "---- $1" >&2; tail -n "${2:-25}" "$1" >&2; }
+# rank_pids OUTDIR: PIDs of the cohort-train ranks (not mpiexec or the hydra
+# proxy) of the run writing OUTDIR
+rank_pids() {
+  pgrep -f -- "--output.dir=$1 " | while read -r p; do
+    case "$(cat /proc/"$p"/comm 2>/dev/null)" in cohort-train|lt-cohort-train) echo "$p" ;; esac
+  done
+}
+# wait_line FILE REGEX PID: wait (<= 120 s) for a line in FILE while PID lives
+wait_line() {
+  local t0; t0=$(date +%s)
+  while ! grep -q "$2" "$1" 2>/dev/null; do
+    [ $(($(date +%s) - t0)) -gt 120 ] && return 1
+    kill -0 "$3" 2>/dev/null || return 1
+    sleep 0.2
+  done
+}
