@@ -9,11 +9,13 @@
  * SLURM_RESTART_COUNT; "-" where unset), followed by the command-line
  * arguments (so a test sees what a template passes to cohort-train).
  *
- * With COHORT_STANDIN_WAIT_SIGNAL=SECONDS in the environment, every rank then
- * waits up to SECONDS for SIGUSR2 or SIGTERM, prints
+ * With COHORT_STANDIN_WAIT_SIGNAL=SECONDS in the environment, on a job's
+ * first run (SLURM_RESTART_COUNT unset or 0) every rank then waits up to
+ * SECONDS for SIGUSR2 or SIGTERM, prints
  *   rank R got signal NAME
  * (or "rank R no signal") and exits 0: this checks that a template forwards
- * the preemption warning signal from the batch shell to the program.
+ * the preemption warning signal from the batch shell to the program. A
+ * requeued run (SLURM_RESTART_COUNT >= 1) does not wait.
  * Exit status 0 on success, 1 if MPI fails. */
 #include <mpi.h>
 #include <signal.h>
@@ -39,7 +41,11 @@ int main(int argc, char **argv)
 {
     int rank = -1, size = -1;
     const char *wait_s = getenv("COHORT_STANDIN_WAIT_SIGNAL");
+    const char *restarts = getenv("SLURM_RESTART_COUNT");
     struct sigaction sa;
+
+    if (restarts && atoi(restarts) > 0)
+        wait_s = NULL;
 
     /* Install handlers before MPI_Init so that a signal sent as soon as the
      * task exists is not lost (the default action would kill the task). */
