@@ -44,9 +44,21 @@ slurm_skip_unless_available() {
     fi
 }
 
+# After a failure, show a cluster's daemon logs before they are removed.
+dump_logs() {
+    local f
+    [ "$tap_failed" != 0 ] || return 0
+    for f in "$1"/log/*.log; do
+        [ -f "$f" ] || continue
+        echo "---- last lines of $f"
+        tail -n 40 "$f"
+    done | diag
+}
+
 cleanup() {
     local d
     for d in "${clusters[@]}"; do
+        dump_logs "$d"
         "$testcluster" down "$d" >/dev/null 2>&1 || echo "# teardown of $d failed" >&2
     done
     clusters=()
@@ -83,6 +95,7 @@ cluster_up() {
 # cluster_down DIR: tear down now (and forget it for the trap).
 cluster_down() {
     local d keep=()
+    dump_logs "$1"
     "$testcluster" down "$1" >/dev/null
     local rc=$?
     for d in "${clusters[@]}"; do [ "$d" = "$1" ] || keep+=("$d"); done

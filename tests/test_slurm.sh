@@ -67,31 +67,34 @@ diag <"$w/sig.out" 2>/dev/null
 [ "$job_state" = COMPLETED ] && grep -qx 'batch shell got USR1' "$w/sig.out"
 ok $? "scancel -b -s USR1 reaches the batch shell's trap (job $jid, state $job_state)"
 
-# scontrol requeue + update StartTime=now runs the job again, with
-# SLURM_RESTART_COUNT incremented.
+# scontrol requeue + update StartTime=now+2 runs the job again, with
+# SLURM_RESTART_COUNT incremented. Not StartTime=now: slurmd refuses a
+# credential issued in the same second as the requeue revoked the old one
+# ("Killing non-startable batch job: Job credential revoked") and the job
+# FAILS; 2 s later is always safe.
 cat >"$w/requeue.sh" <<'EOF'
 #!/bin/bash
 #SBATCH --time=1
 #SBATCH --requeue
 #SBATCH --open-mode=append
 echo "start restart=${SLURM_RESTART_COUNT:-0}"
-if [ "${SLURM_RESTART_COUNT:-0}" = 0 ]; then sleep 60; fi
+# First run: wait to be requeued (exec: no shell left to print after SIGTERM).
+if [ "${SLURM_RESTART_COUNT:-0}" = 0 ]; then exec sleep 60; fi
 echo "end restart=${SLURM_RESTART_COUNT:-0}"
 EOF
 jid=$(submit -D "$w" -o "$w/requeue.out" "$w/requeue.sh")
 wait_file_line "$w/requeue.out" '^start restart=0' 30
 t0=$SECONDS
 scontrol requeue "$jid"
-wait_job_state "$jid" 10 PENDING
-scontrol update JobId="$jid" StartTime=now
+wait_job_state "$jid" 10 PENDING && scontrol update JobId="$jid" StartTime=now+2
 wait_job_state "$jid" 40 COMPLETED FAILED CANCELLED TIMEOUT NODE_FAIL
 diag <"$w/requeue.out" 2>/dev/null
 echo "requeued job ran again within $((SECONDS - t0)) s" | diag
 [ "$job_state" = COMPLETED ] && [ "$(job_field "$jid" Restarts)" = 1 ] \
-    && [ "$(grep -v '^slurmstepd' "$w/requeue.out")" = "start restart=0
+    && [ "$(grep -E '^(start|end) ' "$w/requeue.out")" = "start restart=0
 start restart=1
 end restart=1" ]
-ok $? "scontrol requeue + update StartTime=now re-runs job $jid with SLURM_RESTART_COUNT=1 (state $job_state)"
+ok $? "scontrol requeue + update StartTime=now+2 re-runs job $jid with SLURM_RESTART_COUNT=1 (state $job_state)"
 
 cluster_down "$c1"
 ok $? "1-node cluster goes down"
