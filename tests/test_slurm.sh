@@ -4,7 +4,7 @@
 # jobs, signals to the batch shell and requeue. Prints TAP; SKIPs visibly
 # where Slurm is not installed or not usable (not root).
 set -u
-. "${COHORT_SRCDIR:-$(dirname "$0")/..}/tests/slurm_lib.sh"
+. "${COHORT_SRCDIR:-$(dirname "$0")/..}/tests/test_slurm_lib.sh"
 slurm_skip_unless_available
 
 # ---------------------------------------------------------------- one node

@@ -2,13 +2,13 @@
 # cohort: the sbatch templates in slurm/ on a real local cluster
 # (slurm/testcluster, 2 simulated nodes with 16 CPUs and 4 stand-in GPUs
 # each): they parse, sbatch accepts them, and they run to completion with the
-# MPI rank printer (tests/slurm_rank) in place of cohort-train (COHORT_BIN),
+# MPI rank printer (tests/test_slurm_rank) in place of cohort-train (COHORT_BIN),
 # passing it the config, the overrides, the thread count and the run
 # directory; the warning signal reaches the ranks and the job requeues itself
 # and runs again with the same run directory. Prints TAP; SKIPs where Slurm
 # is not installed or not usable (not root).
 set -u
-. "${COHORT_SRCDIR:-$(dirname "$0")/..}/tests/slurm_lib.sh"
+. "${COHORT_SRCDIR:-$(dirname "$0")/..}/tests/test_slurm_lib.sh"
 
 templates="cpu-1node gpu-1node multinode"
 for t in $templates; do

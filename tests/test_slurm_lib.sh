@@ -6,7 +6,7 @@
 srcdir=${COHORT_SRCDIR:-$(cd "$(dirname "$0")/.." && pwd)}
 builddir=${COHORT_BUILDDIR:-$(pwd)}
 testcluster=$srcdir/slurm/testcluster
-rank_prog=$builddir/tests/slurm_rank
+rank_prog=$builddir/tests/test_slurm_rank
 
 tap_n=0
 tap_failed=0

@@ -59,7 +59,7 @@ int main(int argc, char **argv)
     if (MPI_Init(&argc, &argv) != MPI_SUCCESS
         || MPI_Comm_rank(MPI_COMM_WORLD, &rank) != MPI_SUCCESS
         || MPI_Comm_size(MPI_COMM_WORLD, &size) != MPI_SUCCESS) {
-        fprintf(stderr, "slurm_rank: MPI initialisation failed\n");
+        fprintf(stderr, "test_slurm_rank: MPI initialisation failed\n");
         return 1;
     }
 
