@@ -47,8 +47,8 @@ run_template() {
 
 # expected_args NAME DEVICE THREADS: the arguments a template passes.
 expected_args() {
-    echo "args --config test.cfg --set compute.device=$2 --set compute.threads=$3" \
-         "--set checkpoint.dir=$w/runs/$1-$jid --set preempt.signal=USR2 --set train.epochs=1"
+    echo "args --config test.cfg --set train.threads=$3" \
+         "--set output.dir=$w/runs/$1-$jid --set output.resume=auto --set dist.warning_signal=USR2 --set train.epochs=1"
 }
 
 # ---- one node, CPU tasks: runs to completion
@@ -63,8 +63,8 @@ ok $? "cpu-1node.sbatch runs 2 ranks to completion with config, overrides, threa
 
 # ---- --cpus-per-task feeds the thread count
 run_template cpu-1node --cpus-per-task=3
-[ "$job_state" = COMPLETED ] && [ "$(grep -c "^rank [01] of 2 .* threads 3 .*--set compute.threads=3 " "$outfile")" = 2 ]
-ok $? "sbatch --cpus-per-task=3: OMP_NUM_THREADS=3 and compute.threads=3 on both ranks (job $jid, $job_state)"
+[ "$job_state" = COMPLETED ] && [ "$(grep -c "^rank [01] of 2 .* threads 3 .*--set train.threads=3 " "$outfile")" = 2 ]
+ok $? "sbatch --cpus-per-task=3: OMP_NUM_THREADS=3 and train.threads=3 on both ranks (job $jid, $job_state)"
 
 # ---- one node, GPUs: every rank sees the node's 4 GPUs
 run_template gpu-1node
@@ -103,7 +103,7 @@ diag <"$outfile" 2>/dev/null
 [ "$(grep -c '^rank [01] got signal USR2$' "$outfile")" = 2 ]
 ok $? "scancel -b -s USR2 to the batch shell reaches both ranks through the template's forwarding (job $jid)"
 [ "$job_state" = COMPLETED ] && [ "$(job_field "$jid" Restarts)" = 1 ] \
-    && [ "$(grep -c "^rank [01] of 2 .* restart 1 .*--set checkpoint.dir=$w/runs/cohort-cpu-$jid " "$outfile")" = 2 ] \
+    && [ "$(grep -c "^rank [01] of 2 .* restart 1 .*--set output.dir=$w/runs/cohort-cpu-$jid " "$outfile")" = 2 ] \
     && grep -q "^job $jid (restart 1) on n1" "$outfile"
 ok $? "after the warning the job requeues itself and reruns with SLURM_RESTART_COUNT=1 and the same run dir (job $jid, $job_state)"
 
