@@ -384,6 +384,7 @@ ch_status ch_safetensors_open(ch_safetensors_t **out, const char *path)
     {
         unsigned char h[8] = {0};
         uint64_t hlen;
+        errno = 0;
         if (st->size >= 8 && pread(fd, h, 8, 0) != 8) {
             s = CH_ERROR(CH_ERR_IO, "reading '%s' failed: %s", path, strerror(errno ? errno : EIO));
             close(fd);
