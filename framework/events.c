@@ -91,9 +91,10 @@ static size_t varint_len(uint64_t v)
 enum { WT_VARINT = 0, WT_FIXED64 = 1, WT_LEN = 2, WT_FIXED32 = 5 };
 #define KEY(field, wt) ((uint64_t)(((field) << 3) | (wt)))
 
-/* Event{wall_time, step, [file_version | summary{value{tag, simple_value}}]} */
+/* Event{wall_time, step, [file_version | summary{value{tag, simple_value}} |
+ * session_log{status: START}]} (session_start != 0: the last form) */
 static int encode_event(buf_t *b, double wall_time, int64_t step, const char *file_version,
-                        const char *tag, float value)
+                        const char *tag, float value, int session_start)
 {
     size_t tlen = tag ? strlen(tag) : 0, vlen, slen;
     b->len = 0;
@@ -103,6 +104,13 @@ static int encode_event(buf_t *b, double wall_time, int64_t step, const char *fi
     if (step != 0) { /* proto3: default values are not written */
         put_varint(b, KEY(2, WT_VARINT));
         put_varint(b, (uint64_t)step);
+    }
+    if (session_start) {
+        put_varint(b, KEY(7, WT_LEN));                /* Event.session_log */
+        put_varint(b, 2);
+        put_varint(b, KEY(1, WT_VARINT));             /* SessionLog.status */
+        put_varint(b, 1);                             /* START */
+        return 0;
     }
     if (file_version) {
         put_varint(b, KEY(3, WT_LEN));
@@ -213,7 +221,7 @@ ch_status ch_events_open(ch_events_t **out, const char *logdir)
         free(ev);
         return s;
     }
-    if (encode_event(&ev->buf, ch_events_now(), 0, "brain.Event:2", NULL, 0) != 0) {
+    if (encode_event(&ev->buf, ch_events_now(), 0, "brain.Event:2", NULL, 0, 0) != 0) {
         s = CH_ERROR(CH_ERR_NOMEM, "out of memory");
     } else {
         s = write_record(ev);
@@ -237,7 +245,14 @@ ch_status ch_events_add_scalar(ch_events_t *ev, const char *tag, float value, in
                                double wall_time)
 {
     if (!tag || !tag[0]) return CH_ERROR(CH_ERR_INVALID, "event file '%s': empty scalar tag", ev->path);
-    if (encode_event(&ev->buf, wall_time < 0 ? ch_events_now() : wall_time, step, NULL, tag, value) != 0)
+    if (encode_event(&ev->buf, wall_time < 0 ? ch_events_now() : wall_time, step, NULL, tag, value, 0) != 0)
+        return CH_ERROR(CH_ERR_NOMEM, "event file '%s': out of memory", ev->path);
+    return write_record(ev);
+}
+
+ch_status ch_events_add_session_start(ch_events_t *ev, int64_t step, double wall_time)
+{
+    if (encode_event(&ev->buf, wall_time < 0 ? ch_events_now() : wall_time, step, NULL, NULL, 0, 1) != 0)
         return CH_ERROR(CH_ERR_NOMEM, "event file '%s': out of memory", ev->path);
     return write_record(ev);
 }

@@ -13,6 +13,7 @@
  *   double wall_time = 1;  int64 step = 2;  string file_version = 3;
  *   Summary summary = 5;   Summary { repeated Value value = 1; }
  *   Value { string tag = 1; float simple_value = 2; }
+ *   SessionLog session_log = 7;  SessionLog { SessionStatus status = 1; } START = 1
  * The first record holds file_version "brain.Event:2", as TensorFlow and
  * torch.utils.tensorboard write it; each scalar is one further Event.
  *
@@ -56,6 +57,14 @@ const char *ch_events_path(const ch_events_t *ev);
  * CH_ERR_INVALID (empty tag), CH_ERR_IO naming the file. */
 ch_status ch_events_add_scalar(ch_events_t *ev, const char *tag, float value, int64_t step,
                                double wall_time);
+
+/* Append Event{step, session_log{status: START}}: the (re)start of a run
+ * at step. TensorBoard (EventAccumulator, purge_orphaned_data) then drops
+ * the events of earlier files of the directory with a step >= this step, as
+ * after TensorFlow's own restarts: a resumed run that redoes epochs from
+ * step replaces their points instead of duplicating them. wall_time as for
+ * scalars. Errors: CH_ERR_IO naming the file. */
+ch_status ch_events_add_session_start(ch_events_t *ev, int64_t step, double wall_time);
 
 /* Write buffered events to the file (fflush): TensorBoard sees them. */
 ch_status ch_events_flush(ch_events_t *ev);

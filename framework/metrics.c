@@ -168,6 +168,11 @@ ch_status ch_metrics_open(ch_metrics_t **out, const char *dir, const char *csv_n
 
     s = ch_events_open(&m->ev, dir); /* also creates dir */
     if (s) goto fail;
+    /* TensorBoard drops older points of epochs >= first_epoch (see events.h),
+     * as the CSV below drops their rows. */
+    s = ch_events_add_session_start(m->ev, first_epoch, -1);
+    if (!s) s = ch_events_flush(m->ev);
+    if (s) goto fail;
     s = slurp(m->csv_path, &text, &size);
     if (s) goto fail;
     if (text) {

@@ -16,7 +16,9 @@
  * epochs < E (same header required) and drops later rows and a torn last
  * line, so a resumed run continues the file without duplicates. A fresh run
  * (E = 0) starts the CSV anew. Event files are never rewritten: each run adds
- * one, and TensorBoard merges the files of a directory.
+ * one, which starts with a SessionLog START at step E, so TensorBoard (which
+ * merges the files of a directory) drops the earlier runs' points of epochs
+ * >= E the same way.
  *
  * Only rank 0 should create one. Not thread-safe.
  */

@@ -67,6 +67,7 @@ typedef struct {
     char tag[64];
     float value;
     int has_value, has_wall;
+    int session_status; /* SessionLog.status, 0 when absent */
 } event_t;
 
 static uint64_t get_varint(const unsigned char *p, size_t n, size_t *pos)
@@ -92,6 +93,7 @@ static void decode(const unsigned char *p, size_t n, event_t *ev, int depth)
         if (wt == 0) {
             uint64_t v = get_varint(p, n, &pos);
             if (depth == 0 && field == 2) ev->step = (int64_t)v;
+            else if (depth == 3 && field == 1) ev->session_status = (int)v;
             else fail_msg("unexpected varint field %u at depth %d", field, depth);
         } else if (wt == 1) {
             if (pos + 8 > n) fail_msg("truncated fixed64");
@@ -113,6 +115,8 @@ static void decode(const unsigned char *p, size_t n, event_t *ev, int depth)
             if (depth == 0 && field == 3) {
                 assert_true(len < sizeof ev->file_version);
                 memcpy(ev->file_version, p + pos, len);
+            } else if (depth == 0 && field == 7) {
+                decode(p + pos, len, ev, 3); /* SessionLog */
             } else if (depth == 0 && field == 5) {
                 decode(p + pos, len, ev, 1); /* Summary */
             } else if (depth == 1 && field == 1) {
@@ -217,9 +221,14 @@ static void test_event_file(void **state)
     assert_ch_ok(ch_events_add_scalar(ev, "train/accuracy", -INFINITY, -3, 1700000200.0));
     assert_ch_ok(ch_events_add_scalar(ev, "big_step", 1e-38f, 1234567890123456789LL, -1));
     assert_ch_error(ch_events_add_scalar(ev, "", 1, 0, -1), CH_ERR_INVALID, "empty scalar tag");
+    assert_ch_ok(ch_events_add_session_start(ev, 7, 1700000300.0));
     assert_ch_ok(ch_events_flush(ev));
     n = read_events(ch_events_path(ev), evs, 16);
-    assert_int_equal(n, 5);
+    assert_int_equal(n, 6);
+    assert_int_equal(evs[5].session_status, 1); /* START */
+    assert_int_equal(evs[5].step, 7);
+    assert_false(evs[5].has_value);
+    assert_int_equal(evs[1].session_status, 0);
     assert_string_equal(evs[1].tag, "loss");
     assert_true(evs[1].has_value && evs[1].value == 2.5f);
     assert_int_equal(evs[1].step, 0);
@@ -286,14 +295,17 @@ static void test_metrics_csv_and_resume(void **state)
                         "1,1876,1700000001.500,0.5,0.85,0.02,528.25\n"
                         "2,2814,1700000002.500,0.333333333,0.9,0.01,529.25\n");
     {
+        /* version, session START at epoch 0, then 4 scalars per epoch */
         int n = read_events(ch_metrics_events_path(m), evs, 64);
-        assert_int_equal(n, 1 + 3 * 4);
-        assert_string_equal(evs[1].tag, "loss");
-        assert_string_equal(evs[4].tag, "images_per_sec");
-        assert_int_equal(evs[12].step, 2);
-        assert_true(evs[12].value == 529.25f);
-        assert_true(evs[9].value == (float)(1.0 / 3));
-        assert_true(evs[9].wall_time == 1700000002.5);
+        assert_int_equal(n, 2 + 3 * 4);
+        assert_int_equal(evs[1].session_status, 1);
+        assert_int_equal(evs[1].step, 0);
+        assert_string_equal(evs[2].tag, "loss");
+        assert_string_equal(evs[5].tag, "images_per_sec");
+        assert_int_equal(evs[13].step, 2);
+        assert_true(evs[13].value == 529.25f);
+        assert_true(evs[10].value == (float)(1.0 / 3));
+        assert_true(evs[10].wall_time == 1700000002.5);
     }
     assert_ch_ok(ch_metrics_close(m));
 
@@ -307,6 +319,12 @@ static void test_metrics_csv_and_resume(void **state)
     assert_ch_ok(ch_metrics_open(&m, dir, "metrics.csv", cols, 4, 2));
     v[0] = 0.25;
     assert_ch_ok(ch_metrics_log_epoch(m, 2, 2814, 1700000009.0, v));
+    {
+        int n = read_events(ch_metrics_events_path(m), evs, 64);
+        assert_int_equal(n, 2 + 4);
+        assert_int_equal(evs[1].session_status, 1);
+        assert_int_equal(evs[1].step, 2); /* TensorBoard drops older points of epochs >= 2 */
+    }
     assert_ch_ok(ch_metrics_close(m));
     assert_string_equal(read_text(csv),
                         "epoch,step,wall_time,loss,accuracy,learning_rate,images_per_sec\n"
@@ -369,7 +387,8 @@ static void test_metrics_rejects(void **state)
 
 /* TensorBoard itself reads what cohort writes (skipped without the
  * tensorboard package). Two runs into one directory: a first run of epochs
- * 0-1, then a resumed run of epoch 2 (two event files). */
+ * 0-2, then a run resumed at epoch 2 that logs epochs 2-3 with other values:
+ * TensorBoard must show epochs 0-3 once each, epoch 2 from the resumed run. */
 static void test_tensorboard_reads_files(void **state)
 {
     const char *py = getenv("PYTHON3");
@@ -377,27 +396,29 @@ static void test_tensorboard_reads_files(void **state)
     ch_metrics_t *m;
     FILE *f;
     int rc;
-    double vals[3][4] = {{2.25, 0.5, 0.02, 500.5}, {1.125, 0.75, 0.015, 510.0}, {0.5, 0.875, 0.005, 520.0}};
+    double first2[4] = {9.0, 0.125, 0.5, 1.0};
+    double vals[4][4] = {{2.25, 0.5, 0.02, 500.5}, {1.125, 0.75, 0.015, 510.0}, {0.5, 0.875, 0.005, 520.0},
+                         {0.25, 0.9375, 0.001, 530.0}};
 
     if (!py || !py[0]) ch_test_skip("PYTHON3 not set");
     snprintf(logdir, sizeof logdir, "%s/tests/golden-out/tensorboard", ch_test_builddir());
     rm_rf(logdir);
     assert_ch_ok(ch_metrics_open(&m, logdir, "metrics.csv", cols, 4, 0));
-    for (int e = 0; e < 2; e++) assert_ch_ok(ch_metrics_log_epoch(m, e, 100 * (e + 1), -1, vals[e]));
+    for (int e = 0; e < 3; e++) assert_ch_ok(ch_metrics_log_epoch(m, e, 100 * (e + 1), -1, e == 2 ? first2 : vals[e]));
     assert_ch_ok(ch_metrics_close(m));
-    sleep(1); /* TensorBoard orders event files by name (timestamp first) */
+    sleep(1); /* TensorBoard reads event files in name order (timestamp first) */
     assert_ch_ok(ch_metrics_open(&m, logdir, "metrics.csv", cols, 4, 2));
-    assert_ch_ok(ch_metrics_log_epoch(m, 2, 300, -1, vals[2]));
+    for (int e = 2; e < 4; e++) assert_ch_ok(ch_metrics_log_epoch(m, e, 100 * (e + 1), -1, vals[e]));
     assert_ch_ok(ch_metrics_close(m));
 
     snprintf(expect, sizeof expect, "%s/expected.json", logdir);
     f = fopen(expect, "w");
     assert_non_null(f);
-    /* two files: version record + 2 epochs x 4 scalars, version + 1 x 4 */
-    fprintf(f, "{\"events_total\": %d, \"scalars\": {", (1 + 2 * 4) + (1 + 4));
+    /* file 1: version, START, 3 epochs x 4 scalars; file 2: version, START, 2 x 4 */
+    fprintf(f, "{\"events_total\": %d, \"scalars\": {", (2 + 3 * 4) + (2 + 2 * 4));
     for (int c = 0; c < 4; c++) {
         fprintf(f, "%s\"%s\": [", c ? ", " : "", cols[c]);
-        for (int e = 0; e < 3; e++) fprintf(f, "%s[%d, %.17g]", e ? ", " : "", e, vals[e][c]);
+        for (int e = 0; e < 4; e++) fprintf(f, "%s[%d, %.17g]", e ? ", " : "", e, vals[e][c]);
         fprintf(f, "]");
     }
     fprintf(f, "}}\n");
