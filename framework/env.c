@@ -649,6 +649,11 @@ ch_status ch_env_discover(const ch_env_options_t *opt, ch_env_t *out)
 #endif
     CH_TRY(s);
     ch_log_set_rank(e.rank, e.world_size);
+    if (opt->identity_only) {
+        ch_log_info("%s", e.note);
+        *out = e;
+        return CH_OK;
+    }
 
     int count = 0;
     s = ch_device_count(&count);

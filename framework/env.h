@@ -177,6 +177,12 @@ ch_status ch_env_pmi2_probe(ch_env_pmi2_t *out);
 typedef struct {
     int needs_mpi_collectives; /* CPU backend: collectives go through MPI */
     ch_device_rule device_rule;
+    int identity_only;         /* 1: rank/world only; no GPU choice or check
+                                  (device_count and device stay -1). For jobs
+                                  that read the device rule from their config
+                                  after discovery: they then call
+                                  ch_device_count, ch_env_choose_device and
+                                  ch_env_check_devices themselves. */
 } ch_env_options_t;
 
 /* Discover this process's identity and GPU from the real environment:
@@ -184,7 +190,8 @@ typedef struct {
  * is set; a failing PMI2 is a warning and the Slurm variables are used),
  * ch_env_resolve with ch_env_lookup_process, ch_device_count,
  * ch_env_choose_device, and ch_env_check_devices over MPI_COMM_WORLD (MPI
- * world > 1). Tells the logger the rank (ch_log_set_rank) and logs env->note
+ * world > 1) — the GPU steps are skipped with opt->identity_only. Tells the
+ * logger the rank (ch_log_set_rank) and logs env->note
  * as one info line ("distributed mode off ..." for a single process).
  * Requires MPI to be initialised (CH_ERR_INVALID otherwise). Errors: those of
  * the functions above. */
