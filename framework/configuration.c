@@ -478,16 +478,19 @@ static ch_status walk(ch_config_t *c, const config_setting_t *g, const char *pat
     return CH_OK;
 }
 
-/* libconfig 1.5 reads an integer literal without an L suffix into a 32-bit
- * int and silently wraps larger ones (5000000000 becomes 705032704). Scan the
- * file's text for such literals (outside strings, comments and names) and
- * reject them, naming file and line. */
+/* A lexical pass over a config file before/after libconfig reads it:
+ * - libconfig 1.5 reads an integer literal without an L suffix into a 32-bit
+ *   int and silently wraps larger ones (5000000000 becomes 705032704): such
+ *   literals (outside strings, comments and names) are rejected;
+ * - an unterminated string is reported with the line it opens on (libconfig
+ *   1.5 also leaks its buffer on that path).
+ * Errors name file and line. */
 static ch_status check_int_literals(const char *path)
 {
     FILE *f = fopen(path, "r");
     if (!f) return CH_OK; /* libconfig reports unreadable files itself */
     ch_status s = CH_OK;
-    int line = 1, prev_sign = 0;
+    int line = 1, prev_sign = 0, string_line = 0;
     enum { CODE, STRING, LINE_COMMENT, BLOCK_COMMENT } st = CODE;
     int c = fgetc(f);
     while (c != EOF && s == CH_OK) {
@@ -508,6 +511,7 @@ static ch_status check_int_literals(const char *path)
             }
         } else if (c == '"') {
             st = STRING;
+            string_line = line;
         } else if (c == '#' || (c == '/' && next == '/')) {
             st = LINE_COMMENT;
         } else if (c == '/' && next == '*') {
@@ -555,6 +559,9 @@ static ch_status check_int_literals(const char *path)
         c = next;
     }
     fclose(f);
+    if (s == CH_OK && st == STRING)
+        s = CH_ERROR(CH_ERR_CONFIG, "%s:%d: unterminated string (the quote opens here)", path,
+                     string_line);
     return s;
 }
 
@@ -575,6 +582,11 @@ static ch_status load_file(ch_config_t *c, const char *path)
         slash[slash == dir ? 1 : 0] = 0;
         config_set_include_dir(&lc, dir);
     }
+    ch_status pre = check_int_literals(path);
+    if (pre != CH_OK) {
+        config_destroy(&lc);
+        return pre;
+    }
     if (config_read_file(&lc, path) != CONFIG_TRUE) {
         ch_status s;
         if (config_error_type(&lc) == CONFIG_ERR_FILE_IO)
@@ -590,7 +602,6 @@ static ch_status load_file(ch_config_t *c, const char *path)
     ch_status s = CH_OK;
     for (unsigned i = 0; s == CH_OK && lc.filenames && i < lc.num_filenames; i++)
         s = check_int_literals(lc.filenames[i]);
-    if (s == CH_OK) s = check_int_literals(path);
     if (s == CH_OK) s = walk(c, config_root_setting(&lc), "", path);
     config_destroy(&lc);
     return s;

@@ -302,6 +302,8 @@ static void test_malformed_and_missing_file(void **state)
 {
     /* libconfig's own file:line: text */
     file_error("malformed.cfg", CH_ERR_CONFIG, "malformed.cfg:3: syntax error", NULL);
+    file_error("unterminated.cfg", CH_ERR_CONFIG,
+               "unterminated.cfg:2: unterminated string (the quote opens here)", NULL);
     ch_config_t *cfg = NULL;
     assert_ch_error(LOAD(&cfg, "--config", data("does-not-exist.cfg")), CH_ERR_IO,
                     "does-not-exist.cfg: cannot open config file: No such file or directory");
