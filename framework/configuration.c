@@ -478,6 +478,93 @@ static ch_status walk(ch_config_t *c, const config_setting_t *g, const char *pat
     return CH_OK;
 }
 
+/* A lexical pass over a config file before/after libconfig reads it:
+ * - libconfig 1.5 reads an integer literal without an L suffix into a 32-bit
+ *   int and silently wraps larger ones (5000000000 becomes 705032704): such
+ *   literals (outside strings, comments and names) are rejected;
+ * - an unterminated string is reported with the line it opens on (libconfig
+ *   1.5 also leaks its buffer on that path).
+ * Errors name file and line. */
+static ch_status check_int_literals(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) return CH_OK; /* libconfig reports unreadable files itself */
+    ch_status s = CH_OK;
+    int line = 1, prev_sign = 0, string_line = 0;
+    enum { CODE, STRING, LINE_COMMENT, BLOCK_COMMENT } st = CODE;
+    int c = fgetc(f);
+    while (c != EOF && s == CH_OK) {
+        int next = fgetc(f);
+        if (st == STRING) {
+            if (c == '\\' && next != EOF) {
+                if (next == '\n') line++;
+                next = fgetc(f);
+            } else if (c == '"') {
+                st = CODE;
+            }
+        } else if (st == LINE_COMMENT) {
+            if (c == '\n') st = CODE;
+        } else if (st == BLOCK_COMMENT) {
+            if (c == '*' && next == '/') {
+                next = fgetc(f);
+                st = CODE;
+            }
+        } else if (c == '"') {
+            st = STRING;
+            string_line = line;
+        } else if (c == '#' || (c == '/' && next == '/')) {
+            st = LINE_COMMENT;
+        } else if (c == '/' && next == '*') {
+            next = fgetc(f);
+            st = BLOCK_COMMENT;
+        } else if ((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || c == '*' || c == '@') {
+            /* a name (may contain digits and '-') */
+            while (next != EOF && ((next >= 'A' && next <= 'Z') || (next >= 'a' && next <= 'z') ||
+                                   (next >= '0' && next <= '9') || next == '_' || next == '-' ||
+                                   next == '*'))
+                next = fgetc(f);
+        } else if (c >= '0' && c <= '9') {
+            char tok[80];
+            size_t n = 0;
+            tok[n++] = (char)c;
+            int is_float = 0;
+            while (next != EOF) {
+                int ok = (next >= '0' && next <= '9') || (next >= 'a' && next <= 'f') ||
+                         (next >= 'A' && next <= 'F') || next == 'x' || next == 'X' ||
+                         next == '.' || ((next == '+' || next == '-') && n > 0 &&
+                                         (tok[n - 1] == 'e' || tok[n - 1] == 'E'));
+                if (!ok) break;
+                if (next == '.') is_float = 1;
+                if (n < sizeof tok - 1) tok[n++] = (char)next;
+                next = fgetc(f);
+            }
+            tok[n] = 0;
+            int hex = n > 1 && tok[0] == '0' && (tok[1] == 'x' || tok[1] == 'X');
+            if (!hex && strpbrk(tok, "eE")) is_float = 1;
+            int suffix_l = next == 'L';
+            if (!is_float && !suffix_l) {
+                errno = 0;
+                unsigned long long v = strtoull(tok, NULL, hex ? 16 : 10);
+                unsigned long long limit = hex ? 0xFFFFFFFFull
+                                               : (prev_sign == '-' ? 2147483648ull : 2147483647ull);
+                if (errno == ERANGE || v > limit)
+                    s = CH_ERROR(CH_ERR_CONFIG, "%s:%d: integer %s%s does not fit in a 32-bit "
+                                 "libconfig int; write %s%sL for a 64-bit value",
+                                 path, line, prev_sign == '-' ? "-" : "", tok,
+                                 prev_sign == '-' ? "-" : "", tok);
+            }
+        }
+        if (c == '\n') line++;
+        if (st == CODE && c != ' ' && c != '\t') prev_sign = (c == '-' || c == '+') ? c : 0;
+        c = next;
+    }
+    fclose(f);
+    if (s == CH_OK && st == STRING)
+        s = CH_ERROR(CH_ERR_CONFIG, "%s:%d: unterminated string (the quote opens here)", path,
+                     string_line);
+    return s;
+}
+
 static ch_status load_file(ch_config_t *c, const char *path)
 {
     FILE *f = fopen(path, "r");
@@ -487,6 +574,19 @@ static ch_status load_file(ch_config_t *c, const char *path)
     fclose(f);
     config_t lc;
     config_init(&lc);
+    /* @include "x.cfg" is relative to the including file's directory */
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (slash) {
+        slash[slash == dir ? 1 : 0] = 0;
+        config_set_include_dir(&lc, dir);
+    }
+    ch_status pre = check_int_literals(path);
+    if (pre != CH_OK) {
+        config_destroy(&lc);
+        return pre;
+    }
     if (config_read_file(&lc, path) != CONFIG_TRUE) {
         ch_status s;
         if (config_error_type(&lc) == CONFIG_ERR_FILE_IO)
@@ -498,7 +598,11 @@ static ch_status load_file(ch_config_t *c, const char *path)
         config_destroy(&lc);
         return s;
     }
-    ch_status s = walk(c, config_root_setting(&lc), "", path);
+    /* every file read, the main one and its @includes */
+    ch_status s = CH_OK;
+    for (unsigned i = 0; s == CH_OK && lc.filenames && i < lc.num_filenames; i++)
+        s = check_int_literals(lc.filenames[i]);
+    if (s == CH_OK) s = walk(c, config_root_setting(&lc), "", path);
     config_destroy(&lc);
     return s;
 }

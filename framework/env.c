@@ -285,6 +285,12 @@ ch_status ch_env_resolve(const ch_env_mpi_t *mpi, const ch_env_pmi2_t *pmi2,
     lookup_t l = {lookup, ctx};
     copy_str(e.cuda_visible_devices, sizeof e.cuda_visible_devices,
              get(&l, "CUDA_VISIBLE_DEVICES"));
+    /* Slurm's node name when there is one (unique in the cluster, and distinct
+     * for nodes simulated on one host), else the host name. */
+    if (get(&l, "SLURMD_NODENAME") && get(&l, "SLURMD_NODENAME")[0])
+        copy_str(e.node_name, sizeof e.node_name, get(&l, "SLURMD_NODENAME"));
+    else if (gethostname(e.node_name, sizeof e.node_name - 1) != 0)
+        copy_str(e.node_name, sizeof e.node_name, "?");
 
     if (mpi->initialized && mpi->size > 1) {
         /* MPI is the truth; launcher variables describe something else
@@ -401,24 +407,26 @@ ch_status ch_env_choose_device(ch_env_t *env, ch_device_rule rule, int device_co
 /* One rank's choice, as compared between ranks. */
 typedef struct {
     int rank;       /* env->rank */
-    int device;     /* ordinal, -1 = CPU */
-    char host[64];
+    int device;     /* ordinal, -1 = CPU (or failed) */
+    int failed;     /* this rank could not choose */
+    char host[64];  /* env->node_name */
     char phys[64];  /* physical GPU: CUDA_VISIBLE_DEVICES entry or ordinal */
 } choice_t;
 
 /* The physical GPU behind ordinal `device`: the device-th entry of
  * CUDA_VISIBLE_DEVICES when set (Slurm may give each task a different one, all
  * seen as ordinal 0), else the ordinal itself. */
-static void make_choice(const ch_env_t *e, choice_t *c)
+static void make_choice(const ch_env_t *e, int failed, choice_t *c)
 {
     memset(c, 0, sizeof *c);
     c->rank = e->rank;
-    c->device = e->device;
-    if (gethostname(c->host, sizeof c->host - 1) != 0) snprintf(c->host, sizeof c->host, "?");
+    c->failed = failed;
+    c->device = failed ? -1 : e->device;
+    snprintf(c->host, sizeof c->host, "%s", e->node_name[0] ? e->node_name : "?");
     const char *cvd = e->cuda_visible_devices;
-    if (e->device >= 0 && cvd[0]) {
+    if (c->device >= 0 && cvd[0]) {
         const char *p = cvd;
-        for (int i = 0; i < e->device && p; i++) {
+        for (int i = 0; i < c->device && p; i++) {
             p = strchr(p, ',');
             if (p) p++;
         }
@@ -428,7 +436,7 @@ static void make_choice(const ch_env_t *e, choice_t *c)
             return;
         }
     }
-    snprintf(c->phys, sizeof c->phys, "%d", e->device);
+    snprintf(c->phys, sizeof c->phys, "%d", c->device);
 }
 
 static int cmp_choice(const void *x, const void *y)
@@ -441,20 +449,17 @@ static int cmp_choice(const void *x, const void *y)
     return r;
 }
 
-/* First pair of GPU ranks on one host with the same physical GPU (sorts c).
- * Returns 1 and the pair's indices (lower rank first) when found. */
-static int find_duplicate(choice_t *c, int n, int *i_out, int *j_out)
+/* First pair of GPU ranks on one node with the same physical GPU (sorts c).
+ * Returns 1 and the pair (lower rank first, lowest such rank) when found. */
+static int find_duplicate(choice_t *c, int n, choice_t *a, choice_t *b)
 {
     qsort(c, (size_t)n, sizeof *c, cmp_choice);
     int found = 0;
     for (int i = 0; i + 1 < n; i++)
         if (c[i].device >= 0 && c[i + 1].device >= 0 && !strcmp(c[i].host, c[i + 1].host) &&
-            !strcmp(c[i].phys, c[i + 1].phys)) {
-            /* report the pair with the lowest first rank, for a stable message */
-            if (!found || c[i].rank < c[*i_out].rank) {
-                *i_out = i;
-                *j_out = i + 1;
-            }
+            !strcmp(c[i].phys, c[i + 1].phys) && (!found || c[i].rank < a->rank)) {
+            *a = c[i];
+            *b = c[i + 1];
             found = 1;
         }
     return found;
@@ -463,7 +468,11 @@ static int find_duplicate(choice_t *c, int n, int *i_out, int *j_out)
 static ch_status duplicate_error(const ch_env_t *env, const choice_t *a, const choice_t *b)
 {
     const char *hint =
-        env->device_rule == CH_DEVICE_RULE_LOCAL_RANK
+        env->device_count == 1
+            ? "each rank sees one GPU and these share it: give every task its own GPU "
+              "(e.g. srun --gpus-per-task=1 or --gpu-bind, which set CUDA_VISIBLE_DEVICES) or "
+              "start no more ranks per node than GPUs"
+        : env->device_rule == CH_DEVICE_RULE_LOCAL_RANK
             ? "the local ranks on this node are not distinct: check LOCAL_RANK / SLURM_LOCALID"
             : "the ranks on this node are not a consecutive block (e.g. srun "
               "--distribution=cyclic) or there are more ranks than GPUs; use the local-rank "
@@ -474,41 +483,126 @@ static ch_status duplicate_error(const ch_env_t *env, const choice_t *a, const c
                     env->device_count, hint);
 }
 
-ch_status ch_env_check_devices(const ch_env_t *env, MPI_Comm comm)
+/* MPI path: the ranks of comm sharing a node gather their choices; the
+ * verdicts are then all-reduced over comm. */
+static ch_status check_mpi(const ch_env_t *env, int failed, MPI_Comm comm)
 {
-    CH_REQUIRE(env != NULL, "ch_env_check_devices: env is NULL");
     MPI_Comm node;
     int nsize;
     CH_CHECK_MPI(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node));
     MPI_Comm_size(node, &nsize);
     choice_t mine;
-    make_choice(env, &mine);
+    make_choice(env, failed, &mine);
     choice_t *all = malloc((size_t)nsize * sizeof *all);
     int ok = all != NULL, all_ok = 0;
     /* agree on allocation success first so nobody enters the gather alone */
     if (MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, node) != MPI_SUCCESS) all_ok = 0;
-    if (!all_ok) {
-        free(all);
-        MPI_Comm_free(&node);
-        return CH_ERROR(CH_ERR_NOMEM, "device check: out of memory for %d ranks", nsize);
-    }
-    int rc = MPI_Allgather(&mine, (int)sizeof mine, MPI_BYTE, all, (int)sizeof mine, MPI_BYTE,
-                           node);
+    int rc = all_ok ? MPI_Allgather(&mine, (int)sizeof mine, MPI_BYTE, all, (int)sizeof mine,
+                                    MPI_BYTE, node)
+                    : MPI_ERR_NO_MEM;
     MPI_Comm_free(&node);
-    if (rc != MPI_SUCCESS) {
-        free(all);
-        return CH_ERROR(CH_ERR_MPI, "device check: MPI_Allgather over the node failed");
-    }
-    int i = 0, j = 0;
-    int local_bad = find_duplicate(all, nsize, &i, &j), any_bad = 0;
-    choice_t a = all[i], b = all[j];
+    choice_t a, b;
+    int local_dup = rc == MPI_SUCCESS && find_duplicate(all, nsize, &a, &b);
     free(all);
-    CH_CHECK_MPI(MPI_Allreduce(&local_bad, &any_bad, 1, MPI_INT, MPI_MAX, comm));
-    if (local_bad) return duplicate_error(env, &a, &b);
-    if (any_bad)
+    /* [duplicate on some node, lowest failed rank as INT_MAX - rank, error] */
+    int mine3[3] = {local_dup, failed ? INT_MAX - env->rank : -1, rc != MPI_SUCCESS}, any[3];
+    CH_CHECK_MPI(MPI_Allreduce(mine3, any, 3, MPI_INT, MPI_MAX, comm));
+    if (failed) return CH_ERR_INTERNAL; /* caller restores its own status */
+    if (rc != MPI_SUCCESS)
+        return CH_ERROR(rc == MPI_ERR_NO_MEM ? CH_ERR_NOMEM : CH_ERR_MPI,
+                        "device check: gathering the node's choices failed");
+    if (local_dup) return duplicate_error(env, &a, &b);
+    if (any[0])
         return CH_ERROR(CH_ERR_REMOTE, "rank %d: two ranks chose the same GPU on another node "
                         "(see that node's error)", env->rank);
+    if (any[1] >= 0)
+        return CH_ERROR(CH_ERR_REMOTE, "rank %d: rank %d failed to choose its GPU", env->rank,
+                        INT_MAX - any[1]);
+    if (any[2])
+        return CH_ERROR(CH_ERR_REMOTE, "rank %d: the device check failed on another rank",
+                        env->rank);
     return CH_OK;
+}
+
+#ifdef HAVE_PMI2
+/* Lowest rank that failed to choose, or -1. */
+static int first_failed(const choice_t *c, int n)
+{
+    int r = -1;
+    for (int i = 0; i < n; i++)
+        if (c[i].failed && (r < 0 || c[i].rank < r)) r = c[i].rank;
+    return r;
+}
+
+/* PMI2 path, for a world without MPI (srun without MPI collectives): every
+ * rank publishes its choice in the KVS and reads everybody's, so every rank
+ * finds the same conflict wherever it is. O(world) gets per rank, once. */
+static ch_status check_pmi2(const ch_env_t *env, int failed)
+{
+    char key[PMI2_MAX_KEYLEN], val[PMI2_MAX_VALLEN];
+    choice_t mine;
+    make_choice(env, failed, &mine);
+    snprintf(key, sizeof key, "cohort-dev-%d", env->rank);
+    snprintf(val, sizeof val, "%d|%d|%s|%s", mine.device, mine.failed, mine.host, mine.phys);
+    CH_CHECK_PMI2(PMI2_KVS_Put(key, val));
+    CH_CHECK_PMI2(PMI2_KVS_Fence());
+    choice_t *all = calloc((size_t)env->world_size, sizeof *all);
+    if (!all) return CH_ERROR(CH_ERR_NOMEM, "device check: out of memory");
+    for (int r = 0; r < env->world_size; r++) {
+        int len = 0;
+        snprintf(key, sizeof key, "cohort-dev-%d", r);
+        int rc = PMI2_KVS_Get(env->pmi2_jobid, PMI2_ID_NULL, key, val, sizeof val, &len);
+        if (rc != PMI2_SUCCESS) {
+            free(all);
+            return CH_ERROR(CH_ERR_PMI, "device check: PMI2_KVS_Get(%s) failed: PMI2 error %d",
+                            key, rc);
+        }
+        all[r].rank = r;
+        if (sscanf(val, "%d|%d|%63[^|]|%63s", &all[r].device, &all[r].failed, all[r].host,
+                   all[r].phys) != 4) {
+            free(all);
+            return CH_ERROR(CH_ERR_PMI, "device check: bad PMI2 value '%s' for %s", val, key);
+        }
+    }
+    int failed_rank = first_failed(all, env->world_size);
+    choice_t a, b;
+    int dup = find_duplicate(all, env->world_size, &a, &b);
+    free(all);
+    if (failed) return CH_ERR_INTERNAL; /* caller restores its own status */
+    if (dup) {
+        if (strcmp(a.host, mine.host))
+            return CH_ERROR(CH_ERR_REMOTE, "rank %d: ranks %d and %d on node %s both chose GPU "
+                            "%s", env->rank, a.rank, b.rank, a.host, a.phys);
+        return duplicate_error(env, &a, &b);
+    }
+    if (failed_rank >= 0)
+        return CH_ERROR(CH_ERR_REMOTE, "rank %d: rank %d failed to choose its GPU", env->rank,
+                        failed_rank);
+    return CH_OK;
+}
+#endif
+
+ch_status ch_env_check_devices_status(const ch_env_t *env, ch_status my_status, MPI_Comm comm)
+{
+    char saved[CH_ERROR_MAX] = "";
+    if (my_status != CH_OK) snprintf(saved, sizeof saved, "%s", ch_error_message());
+    if (!env) return CH_ERROR(CH_ERR_INVALID, "ch_env_check_devices: env is NULL");
+    int csize = 1;
+    CH_CHECK_MPI(MPI_Comm_size(comm, &csize));
+    ch_status s;
+#ifdef HAVE_PMI2
+    if (csize == 1 && env->pmi2 && env->world_size > 1)
+        s = check_pmi2(env, my_status != CH_OK);
+    else
+#endif
+        s = check_mpi(env, my_status != CH_OK, comm);
+    if (my_status != CH_OK) return ch_error_adopt(my_status, saved);
+    return s;
+}
+
+ch_status ch_env_check_devices(const ch_env_t *env, MPI_Comm comm)
+{
+    return ch_env_check_devices_status(env, CH_OK, comm);
 }
 
 /* ---------------------------------------------------------------- queries */
@@ -579,51 +673,6 @@ ch_status ch_env_pmi2_probe(ch_env_pmi2_t *out)
 
 /* ---------------------------------------------------------------- wrapper */
 
-#ifdef HAVE_PMI2
-/* The device check for a world without MPI (srun --mpi=none with PMI2): every
- * rank publishes its choice in the KVS and reads everybody's, so every rank
- * finds the same conflict, wherever it is. O(world) gets per rank, once. */
-static ch_status check_devices_pmi2(const ch_env_t *env, int failed)
-{
-    char key[PMI2_MAX_KEYLEN], val[PMI2_MAX_VALLEN];
-    choice_t mine;
-    make_choice(env, &mine);
-    snprintf(key, sizeof key, "cohort-dev-%d", env->rank);
-    snprintf(val, sizeof val, "%d|%d|%s|%s", failed ? -1 : mine.device, failed, mine.host,
-             mine.phys);
-    CH_CHECK_PMI2(PMI2_KVS_Put(key, val));
-    CH_CHECK_PMI2(PMI2_KVS_Fence());
-    choice_t *all = calloc((size_t)env->world_size, sizeof *all);
-    if (!all) return CH_ERROR(CH_ERR_NOMEM, "device check: out of memory");
-    int failed_rank = -1;
-    for (int r = 0; r < env->world_size; r++) {
-        int len = 0;
-        snprintf(key, sizeof key, "cohort-dev-%d", r);
-        int rc = PMI2_KVS_Get(env->pmi2_jobid, PMI2_ID_NULL, key, val, sizeof val, &len);
-        if (rc != PMI2_SUCCESS) {
-            free(all);
-            return CH_ERROR(CH_ERR_PMI, "device check: PMI2_KVS_Get(%s) failed: PMI2 error %d",
-                            key, rc);
-        }
-        all[r].rank = r;
-        int f = 0;
-        if (sscanf(val, "%d|%d|%63[^|]|%63s", &all[r].device, &f, all[r].host, all[r].phys) != 4) {
-            free(all);
-            return CH_ERROR(CH_ERR_PMI, "device check: bad PMI2 value '%s' for %s", val, key);
-        }
-        if (f && failed_rank < 0) failed_rank = r;
-    }
-    int i = 0, j = 0;
-    ch_status s = CH_OK;
-    if (find_duplicate(all, env->world_size, &i, &j)) s = duplicate_error(env, &all[i], &all[j]);
-    else if (failed_rank >= 0 && !failed)
-        s = CH_ERROR(CH_ERR_REMOTE, "rank %d: rank %d failed to choose its GPU", env->rank,
-                     failed_rank);
-    free(all);
-    return s;
-}
-#endif
-
 ch_status ch_env_discover(const ch_env_options_t *opt, ch_env_t *out)
 {
     CH_REQUIRE(opt != NULL && out != NULL, "ch_env_discover: NULL options or output");
@@ -649,35 +698,18 @@ ch_status ch_env_discover(const ch_env_options_t *opt, ch_env_t *out)
 #endif
     CH_TRY(s);
     ch_log_set_rank(e.rank, e.world_size);
+    if (opt->identity_only) {
+        ch_log_info("%s", e.note);
+        *out = e;
+        return CH_OK;
+    }
 
     int count = 0;
     s = ch_device_count(&count);
     if (!s) s = ch_env_choose_device(&e, opt->device_rule, count);
-    /* Even a failed choice must take part in the collective check so that no
-     * rank is left waiting; a failed rank reports as CPU (-1). */
-    if (e.launcher == CH_LAUNCHER_MPI) {
-        ch_env_t probe = e;
-        if (s) probe.device = -1;
-        int bad = s != CH_OK, any_bad = 0;
-        char saved[CH_ERROR_MAX];
-        snprintf(saved, sizeof saved, "%s", ch_error_message());
-        ch_status cs = ch_env_check_devices(&probe, MPI_COMM_WORLD);
-        if (!s) s = cs;
-        else ch_error_adopt(s, saved);
-        if (MPI_Allreduce(&bad, &any_bad, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD) == MPI_SUCCESS &&
-            any_bad && !s)
-            s = CH_ERROR(CH_ERR_REMOTE, "rank %d: another rank failed to choose its GPU", e.rank);
-    }
-#ifdef HAVE_PMI2
-    else if (e.pmi2 && e.world_size > 1) {
-        /* every rank enters the fence, a failed one marked as such */
-        char saved[CH_ERROR_MAX];
-        snprintf(saved, sizeof saved, "%s", ch_error_message());
-        ch_status cs = check_devices_pmi2(&e, s != CH_OK);
-        if (!s) s = cs;
-        else ch_error_adopt(s, saved);
-    }
-#endif
+    /* Every rank takes part in the check, a failed one too, so no rank is left
+     * waiting and every rank learns of the failure. */
+    s = ch_env_check_devices_status(&e, s, MPI_COMM_WORLD);
     if (s) {
         ch_env_finalize(&e);
         return s;

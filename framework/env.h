@@ -95,6 +95,7 @@ typedef struct {
     char master_addr[256];/* MASTER_ADDR or "" */
     int master_port;      /* MASTER_PORT (1..65535) or 0 */
     char cuda_visible_devices[256]; /* CUDA_VISIBLE_DEVICES as seen, or "" (unset) */
+    char node_name[64];   /* SLURMD_NODENAME, else the host name */
     ch_device_rule device_rule;     /* rule ch_env_choose_device applied (AUTO resolved
                                        to the rule it stood for when >1 GPU) */
     int device_count;     /* GPUs visible (set by ch_env_discover), or -1 */
@@ -152,12 +153,23 @@ ch_status ch_env_choose_device(ch_env_t *env, ch_device_rule rule, int device_co
 
 /* ---- collective checks and queries (need MPI initialised) */
 
-/* Collective over comm (every rank of comm calls it): the ranks of comm that
- * share a node (MPI_COMM_TYPE_SHARED) compare env->device; if two of them
- * chose the same GPU, every rank of comm fails: ranks on that node with
- * CH_ERR_INVALID naming both ranks (env->rank values), the GPU and the node
- * and suggesting the local-rank rule; ranks elsewhere with CH_ERR_REMOTE.
- * CPU ranks (device -1) never conflict. */
+/* Collective: every rank of the job calls it, including a rank whose own
+ * device choice failed (pass that status as my_status). Ranks on the same node
+ * compare env->device (as physical GPUs: the CUDA_VISIBLE_DEVICES entry when
+ * set, so tasks that each see "GPU 0" of a different GPU do not conflict).
+ * Over MPI: comm's ranks sharing a node (MPI_COMM_TYPE_SHARED), verdicts
+ * all-reduced over comm. When comm has one rank but the world is a PMI2 world
+ * (env->pmi2, world_size > 1; srun without MPI), through the PMI2 KVS instead,
+ * nodes told apart by env->node_name. Without either (torchrun world, MPI
+ * singleton, no PMI2) only this rank is checked.
+ * Returns: my_status with its message when it failed; CH_ERR_INVALID on the
+ * ranks of a node where two ranks chose one GPU, naming both ranks (env->rank
+ * values), the GPU, the node and suggesting the local-rank rule; CH_ERR_REMOTE
+ * on every other rank when some rank had a conflict or a failure; CH_ERR_MPI /
+ * CH_ERR_PMI when the exchange fails. CPU ranks (device -1) never conflict. */
+ch_status ch_env_check_devices_status(const ch_env_t *env, ch_status my_status, MPI_Comm comm);
+
+/* ch_env_check_devices_status(env, CH_OK, comm). */
 ch_status ch_env_check_devices(const ch_env_t *env, MPI_Comm comm);
 
 /* MPI's view: world rank/size, the shared-memory split and node numbering
@@ -177,6 +189,12 @@ ch_status ch_env_pmi2_probe(ch_env_pmi2_t *out);
 typedef struct {
     int needs_mpi_collectives; /* CPU backend: collectives go through MPI */
     ch_device_rule device_rule;
+    int identity_only;         /* 1: rank/world only; no GPU choice or check
+                                  (device_count and device stay -1). For jobs
+                                  that read the device rule from their config
+                                  after discovery: they then call
+                                  ch_device_count, ch_env_choose_device and
+                                  ch_env_check_devices themselves. */
 } ch_env_options_t;
 
 /* Discover this process's identity and GPU from the real environment:
@@ -184,7 +202,8 @@ typedef struct {
  * is set; a failing PMI2 is a warning and the Slurm variables are used),
  * ch_env_resolve with ch_env_lookup_process, ch_device_count,
  * ch_env_choose_device, and ch_env_check_devices over MPI_COMM_WORLD (MPI
- * world > 1). Tells the logger the rank (ch_log_set_rank) and logs env->note
+ * world > 1) — the GPU steps are skipped with opt->identity_only. Tells the
+ * logger the rank (ch_log_set_rank) and logs env->note
  * as one info line ("distributed mode off ..." for a single process).
  * Requires MPI to be initialised (CH_ERR_INVALID otherwise). Errors: those of
  * the functions above. */

@@ -120,6 +120,9 @@ static void test_file_values(void **state)
     assert_string_equal(opt, "sgd");
     assert_non_null(strstr(ch_config_source(cfg, "train.lr"), "good.cfg:3"));
     assert_non_null(strstr(ch_config_source(cfg, "model.resnet.depth"), "good.cfg:7"));
+    const char *root;
+    assert_ch_ok(ch_config_get_string(cfg, "data.root", &root));
+    assert_string_equal(root, "/d/5000000000");
     ch_config_destroy(cfg);
 }
 
@@ -262,6 +265,31 @@ static void test_wrong_type_in_file(void **state)
                "int_overflow.cfg:1: train.epochs: 5000000000 does not fit in int", NULL);
 }
 
+static void test_int_literal_too_big_for_libconfig(void **state)
+{
+    /* libconfig 1.5 would silently wrap these to 32 bits */
+    file_error("int_too_big.cfg", CH_ERR_CONFIG,
+               "int_too_big.cfg:2: integer 5000000000 does not fit in a 32-bit libconfig int; "
+               "write 5000000000L",
+               NULL);
+    file_error("int_too_big_neg.cfg", CH_ERR_CONFIG,
+               "int_too_big_neg.cfg:2: integer -2147483649 does not fit", NULL);
+}
+
+static void test_include_relative_to_file(void **state)
+{
+    ch_config_t *cfg = NULL;
+    double lr;
+    int seed;
+    assert_ch_ok(LOAD(&cfg, "--config", data("include.cfg")));
+    assert_ch_ok(ch_config_get_double(cfg, "train.lr", &lr));
+    assert_true(lr == 0.2); /* from second.cfg */
+    assert_non_null(strstr(ch_config_source(cfg, "train.lr"), "second.cfg:2"));
+    assert_ch_ok(ch_config_get_int(cfg, "seed", &seed));
+    assert_int_equal(seed, 8);
+    ch_config_destroy(cfg);
+}
+
 static void test_out_of_range_in_file(void **state)
 {
     file_error("out_of_range.cfg", CH_ERR_CONFIG,
@@ -274,6 +302,8 @@ static void test_malformed_and_missing_file(void **state)
 {
     /* libconfig's own file:line: text */
     file_error("malformed.cfg", CH_ERR_CONFIG, "malformed.cfg:3: syntax error", NULL);
+    file_error("unterminated.cfg", CH_ERR_CONFIG,
+               "unterminated.cfg:2: unterminated string (the quote opens here)", NULL);
     ch_config_t *cfg = NULL;
     assert_ch_error(LOAD(&cfg, "--config", data("does-not-exist.cfg")), CH_ERR_IO,
                     "does-not-exist.cfg: cannot open config file: No such file or directory");
@@ -530,6 +560,8 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_unknown_key_in_file),
         cmocka_unit_test(test_wrong_type_in_file),
         cmocka_unit_test(test_out_of_range_in_file),
+        cmocka_unit_test(test_int_literal_too_big_for_libconfig),
+        cmocka_unit_test(test_include_relative_to_file),
         cmocka_unit_test(test_malformed_and_missing_file),
         cmocka_unit_test(test_command_line_errors),
         cmocka_unit_test(test_required_key),

@@ -406,11 +406,45 @@ static void test_duplicate_gpu_cuda_visible_devices(void **state)
     assert_ch_ok(s2);
     assert_int_equal(e2.device, 0);
     assert_int_equal(c2, CH_ERR_INVALID);
-    if (!strstr(c2msg, "ranks 0 and 1 on node ") || !strstr(c2msg, "both chose GPU 3"))
+    if (!strstr(c2msg, "ranks 0 and 1 on node ") || !strstr(c2msg, "both chose GPU 3") ||
+        !strstr(c2msg, "give every task its own GPU"))
         fail_msg("rank %d: message '%s'", r, c2msg);
     assert_ch_ok(s3);
     assert_int_equal(e3.device, -1);
     assert_int_equal(c3, CH_OK);
+}
+
+static void test_failed_choice_reaches_every_rank(void **state)
+{
+    int r = ch_test_rank(), w = ch_test_world_size();
+    /* w GPUs; the last rank claims local id w, so it cannot choose (more
+     * local ranks than GPUs); all others choose fine. Nobody may be left
+     * waiting, and everybody must fail. */
+    ch_env_t e;
+    ch_status s = fake_slurm_rank(r, w, r == w - 1 ? w : r, NULL, CH_DEVICE_RULE_LOCAL_RANK,
+                                  w > 1 ? w : 0, &e);
+    char m[CH_ERROR_MAX];
+    snprintf(m, sizeof m, "%s", ch_error_message());
+    ch_status c = ch_env_check_devices_status(&e, s, MPI_COMM_WORLD);
+    char cm[CH_ERROR_MAX];
+    snprintf(cm, sizeof cm, "%s", ch_error_message());
+    if (w == 1) {
+        assert_ch_ok(s); /* no GPU: CPU */
+        assert_int_equal(c, CH_OK);
+        return;
+    }
+    if (r == w - 1) {
+        assert_int_equal(s, CH_ERR_RANGE);
+        assert_int_equal(c, CH_ERR_RANGE); /* its own status and message back */
+        assert_string_equal(cm, m);
+        assert_non_null(strstr(cm, "more ranks on this node than GPUs"));
+    } else {
+        assert_ch_ok(s);
+        char want[64];
+        snprintf(want, sizeof want, "rank %d failed to choose its GPU", w - 1);
+        assert_int_equal(c, CH_ERR_REMOTE);
+        if (!strstr(cm, want)) fail_msg("rank %d: message '%s'", r, cm);
+    }
 }
 
 static void test_mpi_query(void **state)
@@ -440,11 +474,15 @@ static int launcher_vars_present(void)
 static void test_discover_real_environment(void **state)
 {
     int w = ch_test_world_size();
-    ch_env_options_t opt = {1, CH_DEVICE_RULE_AUTO};
+    ch_env_options_t opt = {1, CH_DEVICE_RULE_AUTO, 0};
     ch_env_t e;
     ch_status s = ch_env_discover(&opt, &e); /* collective under MPI */
     char msg[CH_ERROR_MAX];
     snprintf(msg, sizeof msg, "%s", ch_error_message());
+    /* identity only: no GPU choice, no collective device check */
+    ch_env_options_t opt2 = {1, CH_DEVICE_RULE_AUTO, 1};
+    ch_env_t e2;
+    ch_status s2 = ch_env_discover(&opt2, &e2);
     if (w == 1 && launcher_vars_present())
         ch_test_skip("launcher variables set around the test; the expected result is unknown");
     if (s) fail_msg("ch_env_discover: %s", msg);
@@ -456,6 +494,12 @@ static void test_discover_real_environment(void **state)
     else assert_true(e.device >= 0 && e.device < e.device_count);
     if (w == 1) assert_non_null(strstr(e.note, "distributed mode off"));
     ch_env_finalize(&e);
+    assert_ch_ok(s2);
+    assert_int_equal(e2.rank, ch_test_rank());
+    assert_int_equal(e2.world_size, w);
+    assert_int_equal(e2.device_count, -1);
+    assert_int_equal(e2.device, -1);
+    ch_env_finalize(&e2);
 }
 
 /* Set / restore process variables around a real-environment test. */
@@ -478,7 +522,7 @@ static void test_discover_mpi_world_beats_slurm_vars(void **state)
     setenv("SLURM_PROCID", "3", 1);
     setenv("SLURM_STEP_NUM_TASKS", "4", 1);
     setenv("SLURM_LOCALID", "1", 1);
-    ch_env_options_t opt = {1, CH_DEVICE_RULE_AUTO};
+    ch_env_options_t opt = {1, CH_DEVICE_RULE_AUTO, 0};
     ch_env_t e;
     ch_status s = ch_env_discover(&opt, &e);
     char msg[CH_ERROR_MAX];
@@ -526,7 +570,7 @@ static void test_pmi2_probe(void **state)
     setenv("SLURM_STEP_ID", "0", 1);
     setenv("SLURM_PROCID", "1", 1);
     setenv("SLURM_STEP_NUM_TASKS", "2", 1);
-    ch_env_options_t opt = {0, CH_DEVICE_RULE_AUTO};
+    ch_env_options_t opt = {0, CH_DEVICE_RULE_AUTO, 0};
     ch_env_t e;
     ch_status s = ch_env_discover(&opt, &e);
     unset_slurm();
@@ -566,6 +610,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_device_rule),
         cmocka_unit_test(test_duplicate_gpu_cyclic),
         cmocka_unit_test(test_duplicate_gpu_cuda_visible_devices),
+        cmocka_unit_test(test_failed_choice_reaches_every_rank),
         cmocka_unit_test(test_mpi_query),
         cmocka_unit_test(test_discover_real_environment),
         cmocka_unit_test(test_discover_mpi_world_beats_slurm_vars),
