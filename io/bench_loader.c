@@ -2,7 +2,7 @@
  *
  *   io/bench_loader --dataset fmnist [--root DIR] | --dataset imagefolder --root DIR
  *                   [--workers N] [--batch B] [--epochs E] [--limit N]
- *                   [--pipeline train|val|none] [--channels C]
+ *                   [--pipeline train|val] [--channels C] [--prefetch P]
  *
  * fmnist, train pipeline: RandomCrop(28, padding=4), RandomHorizontalFlip,
  * ToTensor + Normalize((0.2860,), (0.3530,)). imagefolder: the same on the
@@ -39,14 +39,15 @@ static int cmp_d(const void *a, const void *b)
 static void usage(void)
 {
     fprintf(stderr, "usage: bench_loader --dataset fmnist|imagefolder [--root DIR] [--workers N] "
-                    "[--batch B] [--epochs E] [--limit N] [--pipeline train|val] [--channels C]\n");
+                    "[--batch B] [--epochs E] [--limit N] [--pipeline train|val] [--channels C] "
+                    "[--prefetch P]\n");
     exit(2);
 }
 
 int main(int argc, char **argv)
 {
     const char *dataset = "fmnist", *root = NULL, *pipeline = "train";
-    int workers = 1, epochs = 5, channels = 1;
+    int workers = 1, epochs = 5, channels = 1, prefetch = 0;
     long long batch = 256, limit = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -59,6 +60,7 @@ int main(int argc, char **argv)
         else if (!strcmp(a, "--limit")) limit = atoll(argv[++i]);
         else if (!strcmp(a, "--pipeline")) pipeline = argv[++i];
         else if (!strcmp(a, "--channels")) channels = atoi(argv[++i]);
+        else if (!strcmp(a, "--prefetch")) prefetch = atoi(argv[++i]);
         else usage();
     }
     if (epochs < 1 || epochs > 1000) usage();
@@ -95,6 +97,7 @@ int main(int argc, char **argv)
     ch_loader_config_default(&cfg);
     cfg.batch_size = batch;
     cfg.num_workers = workers;
+    cfg.prefetch = prefetch;
     cfg.transforms = ops;
     cfg.n_transforms = nops;
     ch_loader_t *l;
@@ -118,8 +121,10 @@ int main(int argc, char **argv)
         printf("epoch %d: %lld images in %.3f s = %.0f images/s\n", e, (long long)n, dt, rate[e]);
     }
     qsort(rate, (size_t)epochs, sizeof *rate, cmp_d);
-    printf("cohort %s %s workers=%d batch=%lld n=%lld: median %.0f images/s (checksum %.3f)\n",
-           dataset, pipeline, workers, batch, (long long)use->length, rate[epochs / 2], checksum);
+    printf("cohort %s %s workers=%d prefetch=%d batch=%lld n=%lld: median %.0f images/s "
+           "(checksum %.3f)\n",
+           dataset, pipeline, workers, prefetch, batch, (long long)use->length, rate[epochs / 2],
+           checksum);
     free(rate);
     ch_loader_destroy(l);
     ch_dataset_destroy(sub);
