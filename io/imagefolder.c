@@ -188,7 +188,7 @@ ch_status ch_dataset_imagefolder_open(ch_dataset_t **out, const char *root, int 
             goto fail;
         }
         free(cdir);
-        qsort(dirs.v, dirs.n, sizeof *dirs.v, cmp_str);
+        if (dirs.n > 1) qsort(dirs.v, dirs.n, sizeof *dirs.v, cmp_str);
         size_t before = files.n;
         for (size_t k = 0; k < dirs.n; k++) {
             DIR *dd = opendir(dirs.v[k]);
@@ -203,7 +203,7 @@ ch_status ch_dataset_imagefolder_open(ch_dataset_t **out, const char *root, int 
                 }
             }
             closedir(dd);
-            qsort(names.v, names.n, sizeof *names.v, cmp_str);
+            if (names.n > 1) qsort(names.v, names.n, sizeof *names.v, cmp_str);
             for (size_t j = 0; j < names.n; j++) {
                 if (strvec_push(&files, join(dirs.v[k], names.v[j]))) {
                     st = CH_ERROR(CH_ERR_NOMEM, "ImageFolder %s: out of memory", root);

@@ -307,3 +307,36 @@ void ch_loader_destroy(ch_loader_t *l)
     ch_sampler_destroy(l->sampler);
     free(l);
 }
+
+ch_status ch_loader_fashion_mnist_create(ch_loader_t **loader, ch_dataset_t **dataset,
+                                         const char *dir, int train,
+                                         const ch_loader_config_t *cfg)
+{
+    CH_REQUIRE(loader != NULL && dataset != NULL && cfg != NULL,
+               "ch_loader_fashion_mnist_create: NULL argument");
+    *loader = NULL;
+    *dataset = NULL;
+    CH_TRY(ch_dataset_fashion_mnist_open(dataset, dir, train));
+    static const float mean[1] = {CH_FASHION_MNIST_MEAN}, std[1] = {CH_FASHION_MNIST_STD};
+    ch_transform_t ops[3];
+    int n = 0;
+    if (train) {
+        ops[n++] = ch_tf_random_crop(28, 4);
+        ops[n++] = ch_tf_random_hflip(0.5);
+    }
+    ops[n++] = ch_tf_normalize(1, mean, std);
+    ch_loader_config_t c = *cfg;
+    if (!c.transforms) {
+        c.transforms = ops;
+        c.n_transforms = n;
+    }
+    ch_status st = ch_loader_create(loader, *dataset, &c);
+    if (st != CH_OK) {
+        char msg[CH_ERROR_MAX];
+        snprintf(msg, sizeof msg, "%s", ch_error_message());
+        ch_dataset_destroy(*dataset);
+        *dataset = NULL;
+        return ch_error_adopt(st, msg);
+    }
+    return CH_OK;
+}

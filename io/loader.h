@@ -121,6 +121,24 @@ double ch_loader_wait_seconds(const ch_loader_t *l);
  * no-op. */
 void ch_loader_destroy(ch_loader_t *l);
 
+/* Fashion-MNIST mean and std of the training pixels (after ToTensor). */
+#define CH_FASHION_MNIST_MEAN 0.2860f
+#define CH_FASHION_MNIST_STD 0.3530f
+
+/* One call for the training job: open Fashion-MNIST in dir (train = 1: the
+ * 60000 training images, 0: the 10000 test images; ch_dataset_fashion_mnist_open)
+ * and build a loader over it with cfg (batch_size, drop_last, num_workers,
+ * prefetch, pinned, world_size, rank, shuffle, seed, sampler_drop_last as
+ * given). When cfg->transforms is NULL the standard pipeline is used:
+ * train: RandomCrop(28, padding=4), RandomHorizontalFlip(0.5),
+ * ToTensor + Normalize((0.2860,), (0.3530,)); test: ToTensor + Normalize.
+ * On success the caller owns both: ch_loader_destroy(*loader) then
+ * ch_dataset_destroy(*dataset). Errors as ch_dataset_fashion_mnist_open and
+ * ch_loader_create; nothing is left allocated on error. */
+ch_status ch_loader_fashion_mnist_create(ch_loader_t **loader, ch_dataset_t **dataset,
+                                         const char *dir, int train,
+                                         const ch_loader_config_t *cfg);
+
 #ifdef __cplusplus
 }
 #endif

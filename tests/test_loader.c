@@ -319,6 +319,41 @@ static void test_fashion_mnist_epoch(void **state)
     ch_dataset_destroy(ds);
 }
 
+static void test_fashion_mnist_helper(void **state)
+{
+    ch_loader_config_t cfg;
+    ch_loader_config_default(&cfg);
+    cfg.batch_size = 128;
+    cfg.drop_last = 1;
+    cfg.world_size = 4;
+    cfg.rank = 3;
+    ch_loader_t *l = NULL;
+    ch_dataset_t *ds = NULL;
+    assert_ch_error(ch_loader_fashion_mnist_create(&l, &ds, "/nonexistent/fmnist", 1, &cfg),
+                    CH_ERR_IO, "/nonexistent/fmnist");
+    assert_null(l);
+    assert_null(ds);
+    struct stat sb;
+    if (stat(FMNIST_DIR, &sb) != 0) ch_test_skip("%s not installed", FMNIST_DIR);
+    assert_ch_ok(ch_loader_fashion_mnist_create(&l, &ds, FMNIST_DIR, 1, &cfg));
+    assert_int_equal(ch_loader_num_batches(l), 15000 / 128);
+    int c, h, w;
+    ch_loader_sample_shape(l, &c, &h, &w);
+    assert_int_equal(c * h * w, 784);
+    assert_ch_ok(ch_loader_start_epoch(l, 1));
+    ch_batch_t *b;
+    assert_ch_ok(ch_loader_next(l, &b));
+    assert_int_equal(b->n, 128);
+    /* RandomCrop padding shows up as Normalize(0) in some images */
+    const float pad = (0.0f - CH_FASHION_MNIST_MEAN) / CH_FASHION_MNIST_STD;
+    int64_t pads = 0;
+    for (int64_t i = 0; i < 128 * 784; i++) pads += b->images[i] == pad;
+    assert_true(pads > 0);
+    ch_loader_release(l, b);
+    ch_loader_destroy(l);
+    ch_dataset_destroy(ds);
+}
+
 /* Every rank of the MPI world loads its share; together they cover the
  * dataset exactly once (n divisible by the world size). */
 static void test_ranks_cover_dataset(void **state)
@@ -369,6 +404,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_bad_configs_and_holding),
         cmocka_unit_test(test_worker_error_reaches_consumer),
         cmocka_unit_test(test_fashion_mnist_epoch),
+        cmocka_unit_test(test_fashion_mnist_helper),
         cmocka_unit_test(test_ranks_cover_dataset),
     };
     return ch_test_main_mpi(argc, argv, tests, sizeof tests / sizeof tests[0]);
