@@ -52,6 +52,7 @@ typedef struct {
 } bench_opts;
 
 static int g_rank, g_size;
+static int g_aa; /* --aa: the "cohort" column also runs the raw call (A/A control) */
 
 static void usage(FILE *f)
 {
@@ -72,6 +73,8 @@ static void usage(FILE *f)
         "  -c, --check 0|1         compare cohort's result with the expected sum (default 1)\n"
         "  -d, --backend B         auto, mpi or nccl (default auto: nccl when every rank\n"
         "                          has its own GPU, else mpi)\n"
+        "      --aa                A/A control: the cohort column runs the raw call too,\n"
+        "                          showing the noise floor of the comparison\n"
         "      --raw-comm C        communicator of the raw MPI call: world (MPI_COMM_WORLD,\n"
         "                          default) or group (cohort's own duplicate of it)\n"
         "  -h, --help              this text\n"
@@ -121,6 +124,7 @@ static int parse_args(int argc, char **argv, bench_opts *o)
         {"check", required_argument, NULL, 'c'},
         {"backend", required_argument, NULL, 'd'},
         {"raw-comm", required_argument, NULL, 'R'},
+        {"aa", no_argument, NULL, 'A'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -163,6 +167,7 @@ static int parse_args(int argc, char **argv, bench_opts *o)
             else bad = 1;
             what = "--backend: auto, mpi or nccl";
             break;
+        case 'A': g_aa = 1; break;
         case 'R':
             if (!strcmp(optarg, "world")) o->raw_dup = 0;
             else if (!strcmp(optarg, "group")) o->raw_dup = 1;
@@ -257,14 +262,14 @@ static ch_status one_call(ch_pg_t *pg, int which, const float *send, float *recv
     MPI_Barrier(MPI_COMM_WORLD);
     double t0 = MPI_Wtime();
     if (ch_pg_backend_of(pg) == CH_PG_MPI) {
-        if (which == 0) {
+        if (which == 0 && !g_aa) {
             CH_TRY(ch_pg_allreduce(pg, send, recv, count, CH_DIST_FLOAT32, CH_REDUCE_SUM));
         } else {
             const void *sb = (const void *)send == (void *)recv ? MPI_IN_PLACE : send;
             CH_CHECK_MPI(MPI_Allreduce(sb, recv, count, MPI_FLOAT, MPI_SUM, raw_comm));
         }
     } else {
-        if (which == 0)
+        if (which == 0 && !g_aa)
             CH_TRY(ch_pg_allreduce(pg, send, recv, count, CH_DIST_FLOAT32, CH_REDUCE_SUM));
         else
             CH_TRY(ch_pg_nccl_allreduce_raw(pg, send, recv, count, CH_DIST_FLOAT32,
@@ -398,6 +403,7 @@ static ch_status bench(const bench_opts *o)
     if (s == CH_OK && g_rank == 0) {
         printf("# cohort-bench: all-reduce, float32, sum, %d rank(s), backend %s (%s)\n",
                ch_pg_size(pg), backend == CH_PG_NCCL ? "nccl" : "mpi", devname);
+        if (g_aa) printf("# A/A CONTROL (--aa): the 'cohort' column runs the raw call too\n");
         printf("# raw = %s on the same buffers, interleaved call by call with cohort\n",
                backend == CH_PG_NCCL ? "ncclAllReduce on the comm stream"
                : o->raw_dup ? "MPI_Allreduce on cohort's duplicated communicator"
