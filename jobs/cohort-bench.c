@@ -8,14 +8,17 @@
  * group's comm stream for device buffers), and prints one row per size:
  * bytes, count, iterations, cohort time, algbw, busbw, the max abs error of
  * cohort's result against the closed-form expected sum, raw time, raw busbw
- * and the ratio cohort time / raw time.
+ * and the ratio of cohort's time to raw's (median of paired ratios, below).
  *
  * Timing: before every call all ranks meet in MPI_Barrier; each rank times
  * its own call (MPI_Wtime; for NCCL until the comm stream is idle); the time
  * of an iteration is the slowest rank's; the figure printed is the MEDIAN
  * over the timed iterations (robust on a shared, noisy machine). cohort and
  * raw alternate call by call (which one goes first alternates too), so both
- * see the same machine state.
+ * see the same machine state; the ratio column is the median over
+ * iterations of the paired ratio cohort_i / raw_i of the two calls of one
+ * iteration, which cancels the machine's drift better than a ratio of
+ * medians.
  *   algbw = bytes / time   (GB/s, 1 GB = 1e9 bytes)
  *   busbw = algbw * 2 (W - 1) / W   (nccl-tests' all-reduce bus bandwidth)
  * Iterations shrink for big sizes so that iterations x bytes stays near
@@ -45,9 +48,11 @@ typedef struct {
     int place;   /* 0 out-of-place, 1 in-place, 2 both */
     int check;
     int backend; /* -1 auto, CH_PG_MPI, CH_PG_NCCL */
+    int raw_dup; /* raw MPI on the group's duplicated comm instead of WORLD */
 } bench_opts;
 
 static int g_rank, g_size;
+static int g_aa; /* --aa: the "cohort" column also runs the raw call (A/A control) */
 
 static void usage(FILE *f)
 {
@@ -68,10 +73,16 @@ static void usage(FILE *f)
         "  -c, --check 0|1         compare cohort's result with the expected sum (default 1)\n"
         "  -d, --backend B         auto, mpi or nccl (default auto: nccl when every rank\n"
         "                          has its own GPU, else mpi)\n"
+        "      --aa                A/A control: the cohort column runs the raw call too,\n"
+        "                          showing the noise floor of the comparison\n"
+        "      --raw-comm C        communicator of the raw MPI call: world (MPI_COMM_WORLD,\n"
+        "                          default) or group (cohort's own duplicate of it)\n"
         "  -h, --help              this text\n"
         "Columns: time is the median over iterations of the slowest rank (us);\n"
         "algbw = bytes/time; busbw = algbw*2(W-1)/W (GB/s = 1e9 B/s); maxerr = max\n"
-        "|cohort result - expected|; ratio = cohort time / raw time.\n");
+        "|cohort result - expected|; ratio = median over iterations of the paired\n"
+        "ratio cohort time / raw time of the two back-to-back calls of an iteration;\n"
+        "ratio min = fastest cohort call / fastest raw call.\n");
 }
 
 static int parse_size(const char *s, size_t *out)
@@ -112,6 +123,8 @@ static int parse_args(int argc, char **argv, bench_opts *o)
         {"place", required_argument, NULL, 'p'},
         {"check", required_argument, NULL, 'c'},
         {"backend", required_argument, NULL, 'd'},
+        {"raw-comm", required_argument, NULL, 'R'},
+        {"aa", no_argument, NULL, 'A'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -125,6 +138,7 @@ static int parse_args(int argc, char **argv, bench_opts *o)
     o->place = 0;
     o->check = 1;
     o->backend = -1;
+    o->raw_dup = 0;
     opterr = 0;
     int c;
     while ((c = getopt_long(argc, argv, "b:e:f:w:n:p:c:d:h", longopts, NULL)) != -1) {
@@ -152,6 +166,13 @@ static int parse_args(int argc, char **argv, bench_opts *o)
             else if (!strcmp(optarg, "nccl")) o->backend = CH_PG_NCCL;
             else bad = 1;
             what = "--backend: auto, mpi or nccl";
+            break;
+        case 'A': g_aa = 1; break;
+        case 'R':
+            if (!strcmp(optarg, "world")) o->raw_dup = 0;
+            else if (!strcmp(optarg, "group")) o->raw_dup = 1;
+            else bad = 1;
+            what = "--raw-comm: world or group";
             break;
         case 'h':
             if (g_rank == 0) usage(stdout);
@@ -236,19 +257,19 @@ static double median(double *v, int n)
 /* One call of cohort (which == 0) or raw (which == 1), host-timed to
  * completion. */
 static ch_status one_call(ch_pg_t *pg, int which, const float *send, float *recv, int count,
-                          double *seconds)
+                          MPI_Comm raw_comm, double *seconds)
 {
     MPI_Barrier(MPI_COMM_WORLD);
     double t0 = MPI_Wtime();
     if (ch_pg_backend_of(pg) == CH_PG_MPI) {
-        if (which == 0) {
+        if (which == 0 && !g_aa) {
             CH_TRY(ch_pg_allreduce(pg, send, recv, count, CH_DIST_FLOAT32, CH_REDUCE_SUM));
         } else {
             const void *sb = (const void *)send == (void *)recv ? MPI_IN_PLACE : send;
-            CH_CHECK_MPI(MPI_Allreduce(sb, recv, count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD));
+            CH_CHECK_MPI(MPI_Allreduce(sb, recv, count, MPI_FLOAT, MPI_SUM, raw_comm));
         }
     } else {
-        if (which == 0)
+        if (which == 0 && !g_aa)
             CH_TRY(ch_pg_allreduce(pg, send, recv, count, CH_DIST_FLOAT32, CH_REDUCE_SUM));
         else
             CH_TRY(ch_pg_nccl_allreduce_raw(pg, send, recv, count, CH_DIST_FLOAT32,
@@ -276,25 +297,33 @@ static ch_status run_size(ch_pg_t *pg, const bench_opts *o, size_t bytes, int in
     int warmup = (size_t)o->warmup < cap / 4 ? o->warmup : (int)(cap / 4);
     if (warmup < 1 && o->warmup > 0) warmup = 1;
     const float *sb = inplace ? recv : send;
+    MPI_Comm rc = o->raw_dup ? ch_pg_mpi_comm(pg) : MPI_COMM_WORLD;
 
     /* in place: the buffer is summed into itself every call; zeros keep the
      * timed work identical without overflow */
     if (inplace) CH_TRY(fill(pg, recv, (size_t)count, g_rank, 1, stage));
     for (int i = 0; i < warmup; i++) {
         double t;
-        CH_TRY(one_call(pg, 0, sb, recv, count, &t));
-        CH_TRY(one_call(pg, 1, sb, recv, count, &t));
+        CH_TRY(one_call(pg, 0, sb, recv, count, rc, &t));
+        CH_TRY(one_call(pg, 1, sb, recv, count, rc, &t));
     }
     double *tc = times, *tr = times + iters;
     for (int i = 0; i < iters; i++) {
         int first = i & 1; /* alternate which goes first */
-        CH_TRY(one_call(pg, first, sb, recv, count, first ? &tr[i] : &tc[i]));
-        CH_TRY(one_call(pg, !first, sb, recv, count, first ? &tc[i] : &tr[i]));
+        CH_TRY(one_call(pg, first, sb, recv, count, rc, first ? &tr[i] : &tc[i]));
+        CH_TRY(one_call(pg, !first, sb, recv, count, rc, first ? &tc[i] : &tr[i]));
     }
     /* the slowest rank's time per iteration */
     CH_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, times, 2 * iters, MPI_DOUBLE, MPI_MAX,
                                MPI_COMM_WORLD));
+    /* ratio: median over iterations of the paired ratio cohort_i / raw_i (the
+     * two calls of a pair run back to back, so slow drifts of a shared machine
+     * cancel); computed before the sorts below reorder the arrays */
+    double *pr = times + 2 * iters;
+    for (int i = 0; i < iters; i++) pr[i] = tc[i] / tr[i];
+    double ratio = median(pr, iters);
     double t_c = median(tc, iters), t_r = median(tr, iters);
+    double ratio_min = tc[0] / tr[0]; /* median() sorted: [0] is the fastest */
 
     double err = -1;
     if (o->check) {
@@ -306,7 +335,6 @@ static ch_status run_size(ch_pg_t *pg, const bench_opts *o, size_t bytes, int in
     }
     double bus = w > 1 ? 2.0 * (w - 1) / w : 0.0;
     double algbw_c = (double)bytes / t_c / 1e9, algbw_r = (double)bytes / t_r / 1e9;
-    double ratio = t_c / t_r;
     if (bytes >= 64 * 1024) {
         sum->n_big++;
         if (ratio <= 1.05) sum->n_big_ok++;
@@ -319,9 +347,9 @@ static ch_status run_size(ch_pg_t *pg, const bench_opts *o, size_t bytes, int in
         char errs[32];
         if (err < 0) snprintf(errs, sizeof errs, "%10s", "-");
         else snprintf(errs, sizeof errs, "%10.2e", err);
-        printf("%12zu %11d %5s %5d %11.2f %9.3f %9.3f %s %11.2f %9.3f %7.3f\n", bytes, count,
-               inplace ? "in" : "out", iters, t_c * 1e6, algbw_c, algbw_c * bus, errs,
-               t_r * 1e6, algbw_r * bus, ratio);
+        printf("%12zu %11d %5s %5d %11.2f %9.3f %9.3f %s %11.2f %9.3f %7.3f %7.3f\n", bytes,
+               count, inplace ? "in" : "out", iters, t_c * 1e6, algbw_c, algbw_c * bus, errs,
+               t_r * 1e6, algbw_r * bus, ratio, ratio_min);
         fflush(stdout);
     }
     return CH_OK;
@@ -362,7 +390,7 @@ static ch_status bench(const bench_opts *o)
     int max_iters = o->iters > o->min_iters ? o->iters : o->min_iters;
     float *send = NULL, *recv = NULL;
     float *stage = malloc(CHUNK * sizeof(float));
-    double *times = malloc(2 * (size_t)max_iters * sizeof(double));
+    double *times = malloc(3 * (size_t)max_iters * sizeof(double));
     ch_status s = stage && times ? CH_OK : CH_ERROR(CH_ERR_NOMEM, "no memory for staging");
     if (s == CH_OK) s = ch_pg_buffer_alloc(pg, max_count * sizeof(float), (void **)&send);
     if (s == CH_OK) s = ch_pg_buffer_alloc(pg, max_count * sizeof(float), (void **)&recv);
@@ -375,16 +403,19 @@ static ch_status bench(const bench_opts *o)
     if (s == CH_OK && g_rank == 0) {
         printf("# cohort-bench: all-reduce, float32, sum, %d rank(s), backend %s (%s)\n",
                ch_pg_size(pg), backend == CH_PG_NCCL ? "nccl" : "mpi", devname);
+        if (g_aa) printf("# A/A CONTROL (--aa): the 'cohort' column runs the raw call too\n");
         printf("# raw = %s on the same buffers, interleaved call by call with cohort\n",
                backend == CH_PG_NCCL ? "ncclAllReduce on the comm stream"
-                                     : "MPI_Allreduce on MPI_COMM_WORLD");
+               : o->raw_dup ? "MPI_Allreduce on cohort's duplicated communicator"
+                            : "MPI_Allreduce on MPI_COMM_WORLD");
         printf("# time: median over iterations of the slowest rank (barrier before each call); "
-               "busbw = algbw*2(W-1)/W; ratio = cohort/raw time\n");
-        printf("# %10s %11s %5s %5s %11s %9s %9s %10s %11s %9s %7s\n", "bytes", "count",
+               "busbw = algbw*2(W-1)/W;\n# ratio paired = median over iterations of cohort_i/raw_i (back-to-back calls); "
+               "ratio min = fastest cohort / fastest raw\n");
+        printf("# %10s %11s %5s %5s %11s %9s %9s %10s %11s %9s %7s %7s\n", "bytes", "count",
                "place", "iters", "time(us)", "algbw", "busbw", "maxerr", "raw(us)",
-               "raw_busbw", "ratio");
-        printf("# %10s %11s %5s %5s %11s %9s %9s %10s %11s %9s %7s\n", "", "(float)", "",
-               "", "cohort", "(GB/s)", "(GB/s)", "cohort", "", "(GB/s)", "");
+               "raw_busbw", "ratio", "ratio");
+        printf("# %10s %11s %5s %5s %11s %9s %9s %10s %11s %9s %7s %7s\n", "", "(float)", "",
+               "", "cohort", "(GB/s)", "(GB/s)", "cohort", "", "(GB/s)", "paired", "min");
         fflush(stdout);
     }
     for (size_t bytes = o->min_bytes; s == CH_OK && bytes <= o->max_bytes;) {
