@@ -61,6 +61,7 @@ void ch_cpu_prim_free(cpu_prim *p)
     if (p->wuser_mem) dnnl_memory_destroy(p->wuser_mem);
     if (p->wprim_mem) dnnl_memory_destroy(p->wprim_mem);
     free(p->wbuf);
+    free(p->cbuf);
     free(p);
 }
 

@@ -94,23 +94,30 @@ static conv_crop crop_of(const int64_t *in_hw, const int64_t *out_hw, const int6
 static ch_status setup_weights(ch_cpu_t *c, cpu_prim *e, const dnnl_memory_desc_t *prim_md,
                                const int64_t *wshape, const conv_crop *cr, int to_user)
 {
-    dnnl_memory_desc_t full, user;
-    dnnl_dims_t wd = {wshape[0], wshape[1], wshape[2], wshape[3]};
-    CH_CHECK_DNNL(dnnl_memory_desc_init_by_tag(&full, 4, wd, dnnl_f32, dnnl_oihw));
-    user = full;
-    if (cr->cropped) {
-        dnnl_dims_t sd = {wshape[0], wshape[1], cr->kk[0], cr->kk[1]};
-        dnnl_dims_t so = {0, 0, cr->k0[0], cr->k0[1]};
-        CH_CHECK_DNNL(dnnl_memory_desc_init_submemory(&user, &full, sd, so));
-    }
+    /* user side: the full plain OIHW weights, or (cropped) a compact plain
+     * buffer of the kept taps that conv.c gathers / scatters itself (oneDNN's
+     * reorders from a strided sub-memory are slow) */
+    dnnl_memory_desc_t user;
+    dnnl_dims_t wd = {wshape[0], wshape[1], cr->kk[0], cr->kk[1]};
+    CH_CHECK_DNNL(dnnl_memory_desc_init_by_tag(&user, 4, wd, dnnl_f32, dnnl_oihw));
     if (!cr->cropped && dnnl_memory_desc_equal(prim_md, &user))
         return mem_create(c, prim_md, MEM_NONE, &e->wprim_mem);
-    e->cropped = cr->cropped;
+    if (cr->cropped) {
+        e->cropped = 1;
+        for (int i = 0; i < 4; i++) e->wfull[i] = wshape[i];
+        for (int d = 0; d < 2; d++) {
+            e->k0[d] = cr->k0[d];
+            e->kk[d] = cr->kk[d];
+        }
+        size_t n = (size_t)(wshape[0] * wshape[1] * cr->kk[0] * cr->kk[1]);
+        e->cbuf = aligned_alloc(64, (n * sizeof(float) + 63) / 64 * 64);
+        if (!e->cbuf) return CH_ERROR(CH_ERR_NOMEM, "conv: cropped weights of %zu floats", n);
+    }
     e->wbytes = dnnl_memory_desc_get_size(prim_md);
     e->wbuf = aligned_alloc(64, (e->wbytes + 63) / 64 * 64);
     if (!e->wbuf) return CH_ERROR(CH_ERR_NOMEM, "conv: weights buffer of %zu bytes", e->wbytes);
     CH_TRY(mem_create(c, prim_md, e->wbuf, &e->wprim_mem));
-    CH_TRY(mem_create(c, &user, MEM_NONE, &e->wuser_mem));
+    CH_TRY(mem_create(c, &user, e->cbuf ? (void *)e->cbuf : MEM_NONE, &e->wuser_mem));
     dnnl_primitive_desc_t rpd;
     if (to_user)
         CH_CHECK_DNNL(dnnl_reorder_primitive_desc_create(&rpd, prim_md, c->engine, &user,
@@ -124,15 +131,39 @@ static ch_status setup_weights(ch_cpu_t *c, cpu_prim *e, const dnnl_memory_desc_
     return CH_OK;
 }
 
-/* Run the weights reorder between user pointer w and the primitive buffer. */
+/* Copy the kept taps between full OIHW weights and the compact buffer. */
+static void crop_copy(const cpu_prim *e, float *full, int to_full)
+{
+    int64_t OC = e->wfull[0] * e->wfull[1], KH = e->wfull[2], KW = e->wfull[3];
+    int64_t kh = e->kk[0], kw = e->kk[1], h0 = e->k0[0], w0 = e->k0[1];
+    float *cb = e->cbuf;
+    for (int64_t oc = 0; oc < OC; oc++)
+        for (int64_t h = 0; h < kh; h++)
+            for (int64_t w = 0; w < kw; w++) {
+                float *f = full + (oc * KH + h + h0) * KW + w + w0;
+                float *q = cb + (oc * kh + h) * kw + w;
+                if (to_full) *f = *q;
+                else *q = *f;
+            }
+}
+
+/* Run the weights reorder between user pointer w (full plain OIHW) and the
+ * primitive buffer; cropped primitives go through the compact buffer. */
 static ch_status run_wreorder(ch_cpu_t *c, cpu_prim *e, void *user_ptr, int to_user)
 {
-    CH_TRY(set_handle(e->wuser_mem, user_ptr));
+    if (e->cropped && !to_user) crop_copy(e, user_ptr, 0);
+    if (!e->cropped) CH_TRY(set_handle(e->wuser_mem, user_ptr));
     dnnl_exec_arg_t a[2] = {
         {DNNL_ARG_FROM, to_user ? e->wprim_mem : e->wuser_mem},
         {DNNL_ARG_TO, to_user ? e->wuser_mem : e->wprim_mem},
     };
-    return exec(c, e->wreorder, 2, a);
+    CH_TRY(exec(c, e->wreorder, 2, a));
+    if (e->cropped && to_user) {
+        int64_t n = e->wfull[0] * e->wfull[1] * e->wfull[2] * e->wfull[3];
+        memset(user_ptr, 0, (size_t)n * sizeof(float)); /* taps never touching the input */
+        crop_copy(e, user_ptr, 1);
+    }
+    return CH_OK;
 }
 
 /* ------------------------------------------------------------- reorder */
@@ -401,7 +432,6 @@ ch_status ch_cpu_conv2d_backward_weights(void *st, const ch_tensor_t *x, const c
     }
     CH_TRY(add_scratch(c, e, a, &n));
     CH_TRY(exec(c, e->prim, n, a));
-    if (e->cropped) memset(dw->data, 0, dw->nbytes); /* taps never touching the input */
     if (e->wreorder) CH_TRY(run_wreorder(c, e, dw->data, 1));
     return CH_OK;
 }

@@ -38,6 +38,9 @@ typedef struct cpu_prim {
     void *wbuf;
     size_t wbytes;
     int cropped;                 /* primitive uses only some kernel taps (conv.c) */
+    int64_t wfull[4];            /* full OIHW weight shape (cropped case) */
+    int64_t k0[2], kk[2];        /* first tap and extent kept, (h, w) */
+    float *cbuf;                 /* compact plain copy of the kept taps */
 } cpu_prim;
 
 typedef struct ch_cpu {
