@@ -23,14 +23,14 @@ train 2 "$tmp/cohort" --model.arch=resnet18 --model.weights="$ref/init.safetenso
   --train.eval=false --schedule.epochs=1 --train.log_every=1 || show "$tmp/cohort.log"
 sed -n 's/^epoch 0 step [0-9]*\/[0-9]* .* loss \([0-9.e+-]*\) (mean.*/\1/p' "$tmp/cohort.log" \
   > "$tmp/cohort_losses.txt"
-echo "# PyTorch losses: $(tr '\n' ' ' < "$ref/losses.txt")" >&2
-echo "# cohort losses:  $(tr '\n' ' ' < "$tmp/cohort_losses.txt")" >&2
+echo "# PyTorch losses: $(tr '\n' ' ' < "$ref/losses.txt")"
+echo "# cohort losses:  $(tr '\n' ' ' < "$tmp/cohort_losses.txt")"
 check "$steps per-step losses equal PyTorch DDP's (relative 1e-4)" \
   awk -v n=$steps 'NR == FNR { a[FNR] = $1; next }
     { d = $1 - a[FNR]; if (d < 0) d = -d; if (d > 1e-4 * (a[FNR] < 0 ? -a[FNR] : a[FNR])) bad = 1; m++ }
     END { exit (bad || m != n) }' "$ref/losses.txt" "$tmp/cohort_losses.txt"
 check "final parameters and buffers equal PyTorch DDP's (relative L2 1e-3)" \
-  "$STCMP" --norm --rtol 1e-3 "$tmp/cohort/model-0.safetensors" "$ref/final.safetensors" >&2
+  "$STCMP" --norm --rtol 1e-3 "$tmp/cohort/model-0.safetensors" "$ref/final.safetensors"
 check "cohort's model file loads into torchvision with strict=True" \
   "${PYTHON3:-/usr/bin/python3}" -c "
 import sys; sys.path.insert(0, '$src/tests/golden')

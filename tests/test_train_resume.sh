@@ -18,7 +18,7 @@ check "stop_after=1 stops after epoch 0 and leaves a resume file" \
 train 2 "$tmp/split" $args --resume || show "$tmp/split.log"
 grep -q "resumed from .* at epoch 1, step 0" "$tmp/split.log" || show "$tmp/split.log"
 check "2 epochs straight == 1 epoch + --resume + 1 epoch (bitwise)" \
-  "$STCMP" --bitwise "$tmp/split/model-1.safetensors" "$tmp/straight/model-1.safetensors" >&2
+  "$STCMP" --bitwise "$tmp/split/model-1.safetensors" "$tmp/straight/model-1.safetensors"
 
 # preemption mid-epoch: SIGUSR2 to every rank of the run
 out="$tmp/pre"
@@ -39,7 +39,7 @@ rc=$?
 check "the resumed run finishes (exit $rc) and names its resume point" \
   grep -q "resumed from .* at epoch 0, step [1-9]" "$out.log"
 check "preempted + resumed == uninterrupted (bitwise)" \
-  "$STCMP" --bitwise "$out/model-1.safetensors" "$tmp/straight/model-1.safetensors" >&2
+  "$STCMP" --bitwise "$out/model-1.safetensors" "$tmp/straight/model-1.safetensors"
 
 # a rank dies (SIGKILL) in the middle of epoch 1: the job ends non-zero
 # within 60 s, and the checkpoint of epoch 0 still loads.
@@ -57,7 +57,7 @@ dt=$(($(date +%s) - t1))
 check "a killed rank ends the job non-zero (exit $rc) within 60 s (took ${dt} s)" \
   test -n "$victim" -a "$rc" != 0 -a "$dt" -le 60
 check "the last good checkpoint still loads" \
-  "$STCMP" --bitwise "$out/model-0.safetensors" "$out/model-0.safetensors" >&2
+  "$STCMP" --bitwise "$out/model-0.safetensors" "$out/model-0.safetensors"
 
 # TensorBoard itself reads the run's event files (scalars by epoch as in
 # metrics.csv); SKIP when the tensorboard package is not installed.
@@ -68,10 +68,11 @@ import csv, json, sys
 rows = list(csv.DictReader(open(sys.argv[1] + "/metrics.csv")))
 cols = [c for c in rows[0] if c not in ("epoch", "step", "wall_time")]
 scalars = {c: [[int(r["epoch"]), float(r[c])] for r in rows] for c in cols}
-print(json.dumps({"events_total": 1 + len(rows) * len(cols), "scalars": scalars}))
+# file_version, session start, then one scalar per column per epoch
+print(json.dumps({"events_total": 2 + len(rows) * len(cols), "scalars": scalars}))
 PY
   check "TensorBoard reads loss, accuracy, learning_rate, images_per_sec by epoch" \
-    "$py" "$src/tests/golden/tensorboard_check.py" "$tmp/straight" "$tmp/expected.json" >&2
+    "$py" "$src/tests/golden/tensorboard_check.py" "$tmp/straight" "$tmp/expected.json"
   check "the CSV twin has one row per epoch with those columns" \
     grep -q "^epoch,step,wall_time,loss,accuracy,accuracy_exact,learning_rate,images_per_sec,seconds" \
     "$tmp/straight/metrics.csv"

@@ -13,7 +13,7 @@ ok() { tap_n=$((tap_n + 1)); echo "ok $tap_n - $*"; }
 not_ok() { tap_n=$((tap_n + 1)); echo "not ok $tap_n - $*"; }
 skip() { tap_n=$((tap_n + 1)); echo "ok $tap_n - $1 # SKIP $2"; }
 # check NAME CMD...: a test point that passes when CMD succeeds
-check() { local name=$1; shift; if "$@"; then ok "$name"; else not_ok "$name"; fi; }
+check() { local name=$1; shift; if "$@" >&2; then ok "$name"; else not_ok "$name"; fi; }
 need_data() {
   if [ ! -r "$DATA/train-images-idx3-ubyte.gz" ]; then
     echo "1..0 # SKIP Fashion-MNIST not installed in $DATA (apt-get install dataset-fashion-mnist)"
