@@ -112,6 +112,10 @@ def worker(rank, args):
     for step, (x, y) in enumerate(loader):
         if step >= args.steps:
             break
+        if args.perturb_ulp:
+            # every input element moved one float32 ulp up: PyTorch's own
+            # sensitivity to rounding, the noise floor of the comparison
+            x = torch.nextafter(x, torch.full_like(x, float("inf")))
         loss = crit(ddp(x), y)
         opt.zero_grad()
         loss.backward()
@@ -151,10 +155,14 @@ def main():
     ap.add_argument("--in-channels", type=int, default=1)
     ap.add_argument("--sync-bn", action="store_true")
     ap.add_argument("--init-only", action="store_true")
+    ap.add_argument("--perturb-ulp", action="store_true",
+                    help="move every input element 1 ulp up (noise-floor reference run)")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
     torch.manual_seed(0)
-    save_safetensors(os.path.join(args.out, "init.safetensors"), make_model(args).state_dict())
+    init = os.path.join(args.out, "init.safetensors")
+    if not os.path.exists(init):
+        save_safetensors(init, make_model(args).state_dict())
     if args.init_only:
         return
     args.port = free_port()
