@@ -84,7 +84,7 @@ static ch_status get_count(const lookup_t *l, const char *name, int *out)
     char *end = NULL;
     errno = 0;
     long x = strtol(v, &end, 10);
-    if (!*v || *end || errno == ERANGE || x < 0 || x > INT_MAX || v[0] == '+' || v[0] == ' ')
+    if (!(v[0] >= '0' && v[0] <= '9') || *end || errno == ERANGE || x > INT_MAX)
         return CH_ERROR(CH_ERR_INVALID, "environment variable %s='%s' is not a non-negative integer",
                         name, v);
     *out = (int)x;

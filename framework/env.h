@@ -29,6 +29,9 @@
  * another PMI, torchrun without mpiexec) — otherwise every process would
  * believe it is "rank 0 of 1".
  *
+ * Nodes are told apart (for the PMI2 device check and in messages) by
+ * SLURMD_NODENAME when set, else the host name.
+ *
  * GPU rule (ch_device_rule): AUTO = SLURM_PROCID % device_count for a Slurm
  * launch (the classic rule; in a Slurm launch rank == SLURM_PROCID), local rank
  * for torchrun and MPI launches; or either rule explicitly. device_count 1

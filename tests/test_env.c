@@ -207,6 +207,9 @@ static void test_inconsistent_variables(void **state)
     bad(V("RANK=-1", "WORLD_SIZE=8"), "RANK='-1' is not a non-negative integer");
     bad(V("RANK=1x", "WORLD_SIZE=8"), "RANK='1x'");
     bad(V("RANK=", "WORLD_SIZE=8"), "RANK=''");
+    bad(V("RANK=\t1", "WORLD_SIZE=8"), "RANK='\t1'");
+    bad(V("RANK=+1", "WORLD_SIZE=8"), "RANK='+1'");
+    bad(V("RANK=1 ", "WORLD_SIZE=8"), "RANK='1 '");
     bad(V("RANK=0", "WORLD_SIZE=0"), "WORLD_SIZE=0");
     bad(V("RANK=0", "WORLD_SIZE=99999999999"), "WORLD_SIZE='99999999999'");
     bad(V("RANK=1"), "RANK is set but WORLD_SIZE is not");
