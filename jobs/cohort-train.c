@@ -852,8 +852,9 @@ static int setup(job_t *j)
         int ndev = 0;
         s = ch_device_count(&ndev);
         if (s == CH_OK) s = ch_env_choose_device(&j->env, rule, ndev);
-        if (s == CH_OK) s = ch_env_check_devices(&j->env, MPI_COMM_WORLD);
     }
+    /* every rank takes part, also one whose own choice failed */
+    s = ch_env_check_devices_status(&j->env, s, MPI_COMM_WORLD);
     if (agree(j, s, "device selection")) return EXIT_BAD_INPUT;
 
     ch_compute_opts_t co;
@@ -976,7 +977,10 @@ int main(int argc, char **argv)
     MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
 
     /* identity first, so that every message carries the right rank */
-    ch_env_options_t eo = {.needs_mpi_collectives = 1, .device_rule = CH_DEVICE_RULE_AUTO};
+    /* rank and world only: the GPU is chosen after the config is read
+     * (dist.device_rule) */
+    ch_env_options_t eo = {.needs_mpi_collectives = 1, .device_rule = CH_DEVICE_RULE_AUTO,
+                           .identity_only = 1};
     ch_status s = ch_env_discover(&eo, &j->env);
     if (s) {
         fprintf(stderr, "cohort-train: %s\n", ch_error_message());
@@ -994,7 +998,7 @@ int main(int argc, char **argv)
     s = ch_config_load(keys, N_KEYS, nargc, nargv, &j->cfg);
     free(nargv);
     if (s == CH_OK && ch_config_help_requested(j->cfg)) {
-        if (j->rank == 0) ch_config_print_help(keys, N_KEYS, "cohort-train", stdout);
+        /* ch_config_load printed the table (on rank 0) */
         cleanup(j);
         MPI_Finalize();
         return EXIT_OK;
