@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "io/sampler.h"
 
@@ -44,6 +45,11 @@ ch_status ch_dataset_read_file(const char *path, uint8_t **buf, size_t *len)
     *len = 0;
     FILE *f = fopen(path, "rb");
     if (!f) return CH_ERROR(CH_ERR_IO, "cannot open '%s': %s", path, strerror(errno));
+    struct stat sb;
+    if (fstat(fileno(f), &sb) == 0 && S_ISDIR(sb.st_mode)) {
+        fclose(f);
+        return CH_ERROR(CH_ERR_IO, "'%s' is a directory, not a file", path);
+    }
     long size = -1;
     if (fseek(f, 0, SEEK_END) == 0) size = ftell(f);
     if (size < 0 || fseek(f, 0, SEEK_SET) != 0) {

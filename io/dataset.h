@@ -25,7 +25,10 @@
  *     extensions are: ..."; a root with no sub-directory fails with
  *     "Couldn't find any class folder in ROOT.". Only JPEG and PNG contents
  *     decode (image.h); other listed formats fail at get with
- *     CH_ERR_UNSUPPORTED naming the file.
+ *     CH_ERR_UNSUPPORTED naming the file. One deliberate difference: a
+ *     symlink back to a directory already on the walk's path is not
+ *     followed (torchvision lists the loop's files again at every level
+ *     until the path no longer resolves).
  *   - Subset: a view of another dataset through an index list
  *     (torch.utils.data.Subset); ch_dataset_random_split is
  *     torch.utils.data.random_split.

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include <jpeglib.h>
 #include <jerror.h>
@@ -56,6 +57,11 @@ ch_status ch_image_read_file(ch_image_t *img, const char *path)
     FILE *f = fopen(path, "rb");
     if (!f) return CH_ERROR(CH_ERR_IO, "cannot open '%s': %s", path, strerror(errno));
     ch_status st = CH_OK;
+    struct stat sb;
+    if (fstat(fileno(f), &sb) == 0 && S_ISDIR(sb.st_mode)) {
+        st = CH_ERROR(CH_ERR_IO, "'%s' is a directory, not a file", path);
+        goto done;
+    }
     long size = -1;
     if (fseek(f, 0, SEEK_END) == 0) size = ftell(f);
     if (size < 0 || fseek(f, 0, SEEK_SET) != 0) {

@@ -90,12 +90,26 @@ static int entry_is_dir(const char *dir, const struct dirent *e)
 }
 
 /* Directories of the walk below `dir` (itself included), like
- * os.walk(dir, followlinks=True); `depth` bounds symlink loops. */
-static int walk_dirs(const char *dir, int depth, struct strvec *dirs)
+ * os.walk(dir, followlinks=True). A symlink back to a directory on the
+ * current path (a loop) is not followed: os.walk would recurse until the
+ * path is too long; cohort lists each directory of the loop once. */
+#define WALK_MAX_DEPTH 256
+struct walk_anc {
+    dev_t dev;
+    ino_t ino;
+};
+
+static int walk_dirs_rec(const char *dir, int depth, struct walk_anc *anc, struct strvec *dirs)
 {
+    struct stat sb;
+    if (stat(dir, &sb) != 0) return 0;
+    for (int k = 0; k < depth; k++)
+        if (anc[k].dev == sb.st_dev && anc[k].ino == sb.st_ino) return 0; /* loop */
+    if (depth >= WALK_MAX_DEPTH) return 0;
+    anc[depth].dev = sb.st_dev;
+    anc[depth].ino = sb.st_ino;
     char *copy = strdup(dir);
     if (strvec_push(dirs, copy)) return -1;
-    if (depth > 64) return 0; /* a symlink loop: os.walk would also give up */
     DIR *d = opendir(dir);
     if (!d) return 0; /* os.walk ignores unreadable directories */
     struct dirent *e;
@@ -108,11 +122,20 @@ static int walk_dirs(const char *dir, int depth, struct strvec *dirs)
             rc = -1;
             break;
         }
-        rc = walk_dirs(sub, depth + 1, dirs);
+        rc = walk_dirs_rec(sub, depth + 1, anc, dirs);
         free(sub);
         if (rc) break;
     }
     closedir(d);
+    return rc;
+}
+
+static int walk_dirs(const char *dir, struct strvec *dirs)
+{
+    struct walk_anc *anc = malloc(WALK_MAX_DEPTH * sizeof *anc);
+    if (!anc) return -1;
+    int rc = walk_dirs_rec(dir, 0, anc, dirs);
+    free(anc);
     return rc;
 }
 
@@ -182,7 +205,7 @@ ch_status ch_dataset_imagefolder_open(ch_dataset_t **out, const char *root, int 
     qsort(classes.v, classes.n, sizeof *classes.v, cmp_str);
     for (size_t c = 0; c < classes.n; c++) {
         char *cdir = join(root, classes.v[c]);
-        if (!cdir || walk_dirs(cdir, 0, &dirs)) {
+        if (!cdir || walk_dirs(cdir, &dirs)) {
             free(cdir);
             st = CH_ERROR(CH_ERR_NOMEM, "ImageFolder %s: out of memory", root);
             goto fail;

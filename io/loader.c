@@ -207,16 +207,24 @@ fail:
 
 ch_status ch_loader_start_epoch(ch_loader_t *l, int64_t epoch)
 {
+    return ch_loader_start_epoch_at(l, epoch, 0);
+}
+
+ch_status ch_loader_start_epoch_at(ch_loader_t *l, int64_t epoch, int64_t first_batch)
+{
     CH_REQUIRE(l != NULL, "ch_loader_start_epoch: loader is NULL");
+    if (first_batch < 0 || first_batch > l->nb)
+        return CH_ERROR(CH_ERR_RANGE, "data loader: first batch %lld outside [0, %lld]",
+                        (long long)first_batch, (long long)l->nb);
     drain(l);
     CH_TRY(ch_sampler_set_epoch(l->sampler, epoch));
     l->epoch = epoch;
-    l->next_out = 0;
+    l->next_out = first_batch;
     l->failed = CH_OK;
     l->fail_msg[0] = 0;
     l->started = 1;
-    for (int64_t b = 0; b < l->nb && b < l->depth; b++) {
-        ch_status st = submit(l, &l->slots[b], b);
+    for (int64_t b = first_batch; b < l->nb && b < first_batch + l->depth; b++) {
+        ch_status st = submit(l, &l->slots[b % l->depth], b);
         if (st) {
             l->started = 0;
             drain(l);

@@ -97,6 +97,13 @@ ch_status ch_loader_create(ch_loader_t **out, ch_dataset_t *ds, const ch_loader_
  * batches. Batches of the previous epoch must not be used afterwards. */
 ch_status ch_loader_start_epoch(ch_loader_t *l, int64_t epoch);
 
+/* As ch_loader_start_epoch, but the first batch handed out is first_batch
+ * (0 <= first_batch <= num_batches): resuming a preempted epoch at a step
+ * boundary gives exactly the batches an uninterrupted epoch would have
+ * given from there, without loading the skipped ones. CH_ERR_RANGE for
+ * first_batch out of range. */
+ch_status ch_loader_start_epoch_at(ch_loader_t *l, int64_t epoch, int64_t first_batch);
+
 /* Next batch of the epoch in sampler order, waiting for the workers when
  * needed; *batch = NULL (CH_OK) at the end of the epoch. At most `prefetch`
  * batches may be held (not released) at once: CH_ERR_INVALID beyond.

@@ -2,6 +2,7 @@
 #include "io/transforms.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -483,5 +484,211 @@ ch_status ch_transforms_apply(const ch_transforms_t *tf, const ch_image_t *in, i
             for (int x = xb; x < out_w; x++) o[x] = pad;
         }
     }
+    return CH_OK;
+}
+
+/* ------------------------------------------------------------ parsing */
+
+typedef struct {
+    const char *s, *p;
+} parser_t;
+
+static void skip_ws(parser_t *ps)
+{
+    while (*ps->p == ' ' || *ps->p == '\t' || *ps->p == '\n' || *ps->p == '\r') ps->p++;
+}
+
+#define PARSE_MAX_VALUES 8
+
+/* value: number or [n, n, ...] / (n, ...); returns the count (>= 1) or -1 */
+static int parse_value(parser_t *ps, double *v)
+{
+    skip_ws(ps);
+    char open = *ps->p;
+    if (open == '[' || open == '(') {
+        char close = open == '[' ? ']' : ')';
+        ps->p++;
+        int k = 0;
+        for (;;) {
+            skip_ws(ps);
+            char *end;
+            double x = strtod(ps->p, &end);
+            if (end == ps->p || k >= PARSE_MAX_VALUES) return -1;
+            v[k++] = x;
+            ps->p = end;
+            skip_ws(ps);
+            if (*ps->p == ',') {
+                ps->p++;
+                continue;
+            }
+            if (*ps->p != close) return -1;
+            ps->p++;
+            return k;
+        }
+    }
+    char *end;
+    v[0] = strtod(ps->p, &end);
+    if (end == ps->p) return -1;
+    ps->p = end;
+    return 1;
+}
+
+struct parsed_arg {
+    char key[32]; /* "" when positional */
+    double v[PARSE_MAX_VALUES];
+    int n;
+};
+
+#define PERR(ps, ...)                                                                      \
+    CH_ERROR(CH_ERR_CONFIG, "transforms \"%s\" at character %d: %s", (ps)->s,              \
+             (int)((ps)->p - (ps)->s) + 1, (snprintf(msgbuf, sizeof msgbuf, __VA_ARGS__), msgbuf))
+
+static int arg_int(const struct parsed_arg *a, int k) { return (int)a->v[k]; }
+
+ch_status ch_transforms_parse(const char *spec, int channels, ch_transform_t *ops, int max_ops,
+                              int *n)
+{
+    char msgbuf[1024];
+    CH_REQUIRE(spec != NULL && ops != NULL && n != NULL && max_ops >= 1,
+               "ch_transforms_parse: bad arguments");
+    CH_REQUIRE(channels == 1 || channels == 3, "transforms: channels %d (expected 1 or 3)", channels);
+    parser_t ps = {spec, spec};
+    int count = 0, saw_to_tensor = 0;
+    *n = 0;
+    for (;;) {
+        skip_ws(&ps);
+        if (!*ps.p) break;
+        char name[32];
+        int ln = 0;
+        while ((*ps.p >= 'a' && *ps.p <= 'z') || *ps.p == '_' || (*ps.p >= 'A' && *ps.p <= 'Z')) {
+            if (ln < 31) name[ln++] = (char)(*ps.p >= 'A' && *ps.p <= 'Z' ? *ps.p - 'A' + 'a' : *ps.p);
+            ps.p++;
+        }
+        name[ln] = 0;
+        if (!ln) return PERR(&ps, "expected a transform name");
+        skip_ws(&ps);
+        struct parsed_arg args[6];
+        int nargs = 0;
+        if (*ps.p == '(') {
+            ps.p++;
+            skip_ws(&ps);
+            while (*ps.p && *ps.p != ')') {
+                if (nargs == 6) return PERR(&ps, "%s: too many arguments", name);
+                struct parsed_arg *a = &args[nargs];
+                a->key[0] = 0;
+                const char *save = ps.p;
+                int lk = 0;
+                while ((*ps.p >= 'a' && *ps.p <= 'z') || *ps.p == '_') {
+                    if (lk < 31) a->key[lk++] = *ps.p;
+                    ps.p++;
+                }
+                a->key[lk] = 0;
+                skip_ws(&ps);
+                if (lk && *ps.p == '=') {
+                    ps.p++;
+                } else {
+                    ps.p = save;
+                    a->key[0] = 0;
+                }
+                a->n = parse_value(&ps, a->v);
+                if (a->n < 0) return PERR(&ps, "%s: expected a number or a list of numbers", name);
+                nargs++;
+                skip_ws(&ps);
+                if (*ps.p == ',') {
+                    ps.p++;
+                    skip_ws(&ps);
+                }
+            }
+            if (*ps.p != ')') return PERR(&ps, "%s: missing ')'", name);
+            ps.p++;
+        }
+        skip_ws(&ps);
+        if (*ps.p == ';') ps.p++;
+        else if (*ps.p) return PERR(&ps, "expected ';' after %s(...)", name);
+        if (saw_to_tensor && strcmp(name, "normalize") != 0)
+            return PERR(&ps, "%s after to_tensor(): only normalize may follow it", name);
+        /* look up named / positional arguments */
+        const char *keys[4] = {0};
+        int nkeys = 0;
+        ch_transform_t t;
+        memset(&t, 0, sizeof t);
+        if (!strcmp(name, "random_crop")) {
+            t.kind = CH_TF_RANDOM_CROP;
+            keys[0] = "size", keys[1] = "padding", nkeys = 2;
+        } else if (!strcmp(name, "random_horizontal_flip") || !strcmp(name, "hflip")) {
+            t.kind = CH_TF_RANDOM_HFLIP;
+            t.p = 0.5;
+            keys[0] = "p", nkeys = 1;
+        } else if (!strcmp(name, "resize")) {
+            t.kind = CH_TF_RESIZE;
+            keys[0] = "size", nkeys = 1;
+        } else if (!strcmp(name, "center_crop")) {
+            t.kind = CH_TF_CENTER_CROP;
+            keys[0] = "size", nkeys = 1;
+        } else if (!strcmp(name, "random_resized_crop")) {
+            t = ch_tf_random_resized_crop(1);
+            keys[0] = "size", keys[1] = "scale", keys[2] = "ratio", nkeys = 3;
+        } else if (!strcmp(name, "to_tensor")) {
+            if (nargs) return PERR(&ps, "to_tensor() takes no arguments");
+            saw_to_tensor = 1;
+            continue;
+        } else if (!strcmp(name, "normalize")) {
+            t = ch_tf_normalize(channels, NULL, NULL);
+            keys[0] = "mean", keys[1] = "std", nkeys = 2;
+        } else {
+            return PERR(&ps, "unknown transform '%s' (random_crop, random_horizontal_flip, resize, "
+                             "center_crop, random_resized_crop, to_tensor, normalize)",
+                        name);
+        }
+        int have_size = 0;
+        for (int k = 0; k < nargs; k++) {
+            int slot = -1;
+            if (args[k].key[0]) {
+                for (int j = 0; j < nkeys; j++)
+                    if (!strcmp(args[k].key, keys[j])) slot = j;
+                if (slot < 0) return PERR(&ps, "%s: unknown argument '%s'", name, args[k].key);
+            } else {
+                slot = k;
+                if (slot >= nkeys) return PERR(&ps, "%s: too many arguments", name);
+            }
+            const struct parsed_arg *a = &args[k];
+            const char *key = keys[slot];
+            if (!strcmp(key, "size")) {
+                if (a->n > 2) return PERR(&ps, "%s: size takes 1 or 2 values", name);
+                t.size[0] = arg_int(a, 0);
+                t.size[1] = a->n == 2 ? arg_int(a, 1) : (t.kind == CH_TF_RESIZE ? 0 : arg_int(a, 0));
+                have_size = 1;
+            } else if (!strcmp(key, "padding")) {
+                if (a->n != 1) return PERR(&ps, "%s: padding takes 1 value", name);
+                t.padding = arg_int(a, 0);
+            } else if (!strcmp(key, "p")) {
+                if (a->n != 1) return PERR(&ps, "%s: p takes 1 value", name);
+                t.p = a->v[0];
+            } else if (!strcmp(key, "scale") || !strcmp(key, "ratio")) {
+                if (a->n != 2) return PERR(&ps, "%s: %s takes 2 values", name, key);
+                double *dst = !strcmp(key, "scale") ? t.scale : t.ratio;
+                dst[0] = a->v[0];
+                dst[1] = a->v[1];
+            } else { /* mean, std */
+                if (a->n != 1 && a->n != channels)
+                    return PERR(&ps, "%s: %s takes 1 or %d values, got %d", name, key, channels, a->n);
+                float *dst = !strcmp(key, "mean") ? t.mean : t.std;
+                for (int c = 0; c < 3; c++) dst[c] = (float)a->v[a->n == 1 ? 0 : (c < a->n ? c : 0)];
+            }
+        }
+        if ((t.kind == CH_TF_RANDOM_CROP || t.kind == CH_TF_RESIZE || t.kind == CH_TF_CENTER_CROP ||
+             t.kind == CH_TF_RANDOM_RESIZED_CROP) &&
+            !have_size)
+            return PERR(&ps, "%s: size is required", name);
+        if (count == max_ops) return PERR(&ps, "more than %d transforms", max_ops);
+        ops[count++] = t;
+    }
+    if (count == 0 || ops[count - 1].kind != CH_TF_NORMALIZE) {
+        if (!saw_to_tensor && count > 0 && ops[count - 1].kind != CH_TF_NORMALIZE)
+            return PERR(&ps, "the list must end with to_tensor() or normalize(...)");
+        if (count == max_ops) return PERR(&ps, "more than %d transforms", max_ops);
+        ops[count++] = ch_tf_normalize(channels, NULL, NULL);
+    }
+    *n = count;
     return CH_OK;
 }

@@ -75,6 +75,23 @@ ch_transform_t ch_tf_center_crop(int size);
 ch_transform_t ch_tf_random_resized_crop(int size);
 ch_transform_t ch_tf_normalize(int channels, const float *mean, const float *std);
 
+/* Parse a transform list written torchvision-style, for config files:
+ *   "random_crop(28, padding=4); random_horizontal_flip(0.5); to_tensor();
+ *    normalize(mean=[0.2860], std=[0.3530])"
+ * Ops (separated by ';', arguments positional or key=value, a size is N or
+ * [H, W], lists in [] or ()):
+ *   random_crop(size, padding=0)          random_horizontal_flip(p=0.5) (alias hflip)
+ *   resize(size)                          center_crop(size)
+ *   random_resized_crop(size, scale=[0.08, 1.0], ratio=[0.75, 1.3333333])
+ *   to_tensor()                           normalize(mean=[...], std=[...])
+ * to_tensor() must be followed by nothing or by normalize (to_tensor alone
+ * is Normalize(mean 0, std 1)); mean/std take 1 value (used for every
+ * channel) or `channels` values. Writes at most max_ops ops to ops and
+ * their number to *n. Errors: CH_ERR_CONFIG naming the op / argument and
+ * the character position in spec. */
+ch_status ch_transforms_parse(const char *spec, int channels, ch_transform_t *ops, int max_ops,
+                              int *n);
+
 typedef struct ch_transforms ch_transforms_t;
 
 /* Build a pipeline of n ops (1 <= n <= CH_TRANSFORMS_MAX) for images of

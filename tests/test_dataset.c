@@ -103,25 +103,35 @@ static void write_jpeg(const char *path, int w, int h, int c, const uint8_t *px)
 
 /* color_type PNG_COLOR_TYPE_{GRAY,RGB,RGBA,PALETTE}; px holds w*h*channels bytes
  * (palette: indices into a 4-entry palette) */
-static void write_png(const char *path, int w, int h, int color_type, const uint8_t *px)
+static void write_png_il(const char *path, int w, int h, int color_type, const uint8_t *px,
+                         int interlace)
 {
     FILE *f = fopen(path, "wb");
     assert_non_null(f);
     png_structp png = png_create_write_struct(PNG_LIBPNG_VER_STRING, NULL, NULL, NULL);
     png_infop info = png_create_info_struct(png);
     png_init_io(png, f);
-    png_set_IHDR(png, info, (png_uint_32)w, (png_uint_32)h, 8, color_type, PNG_INTERLACE_NONE,
-                 PNG_COMPRESSION_TYPE_DEFAULT, PNG_FILTER_TYPE_DEFAULT);
+    png_set_IHDR(png, info, (png_uint_32)w, (png_uint_32)h, 8, color_type,
+                 interlace ? PNG_INTERLACE_ADAM7 : PNG_INTERLACE_NONE, PNG_COMPRESSION_TYPE_DEFAULT,
+                 PNG_FILTER_TYPE_DEFAULT);
     int ch = color_type == PNG_COLOR_TYPE_RGB ? 3 : color_type == PNG_COLOR_TYPE_RGBA ? 4 : 1;
     if (color_type == PNG_COLOR_TYPE_PALETTE) {
         png_color pal[4] = {{10, 20, 30}, {200, 100, 50}, {0, 255, 0}, {255, 255, 255}};
         png_set_PLTE(png, info, pal, 4);
     }
     png_write_info(png, info);
-    for (int y = 0; y < h; y++) png_write_row(png, (png_const_bytep)(px + (size_t)y * (size_t)(w * ch)));
+    int passes = png_set_interlace_handling(png);
+    for (int p = 0; p < passes; p++)
+        for (int y = 0; y < h; y++)
+            png_write_row(png, (png_const_bytep)(px + (size_t)y * (size_t)(w * ch)));
     png_write_end(png, NULL);
     png_destroy_write_struct(&png, &info);
     fclose(f);
+}
+
+static void write_png(const char *path, int w, int h, int color_type, const uint8_t *px)
+{
+    write_png_il(path, w, h, color_type, px, 0);
 }
 
 static void pattern(uint8_t *px, size_t n, int seed, int mod)
@@ -281,6 +291,9 @@ static void test_idx_bad_inputs(void **state)
     write_bytes(tmp_path("idx/im_long"), tmp, iml + 3);
     assert_ch_error(ch_dataset_idx_open(&ds, tmp_path("idx/im_long"), tmp_path("idx/lb.gz"), 10),
                     CH_ERR_FORMAT, "3 unexpected bytes");
+    /* a directory where a file should be */
+    assert_ch_error(ch_dataset_idx_open(&ds, tmp_path("idx"), tmp_path("idx/lb.gz"), 10), CH_ERR_IO,
+                    "is a directory");
     /* empty file */
     write_bytes(tmp_path("idx/empty"), im, 0);
     assert_ch_error(ch_dataset_idx_open(&ds, tmp_path("idx/empty"), tmp_path("idx/lb.gz"), 10),
@@ -354,6 +367,8 @@ static const char *make_folder(void)
     write_png(tmp_path("folder/dog/e.png"), 12, 10, PNG_COLOR_TYPE_PALETTE, px);
     pattern(px, sizeof px, 6, 256);
     write_png(tmp_path("folder/dog/f.png"), 16, 16, PNG_COLOR_TYPE_RGBA, px);
+    pattern(px, sizeof px, 8, 256);
+    write_png_il(tmp_path("folder/dog/h_interlaced.png"), 23, 19, PNG_COLOR_TYPE_RGB, px, 1);
     pattern(px, sizeof px, 7, 256);
     write_jpeg(tmp_path("folder/.hidden/g.jpg"), 64, 48, 3, px);
     write_png(tmp_path("folder/Zebra/.h.png"), 8, 8, PNG_COLOR_TYPE_GRAY, px);
@@ -374,6 +389,9 @@ static uint64_t fnv1a64(const uint8_t *p, size_t n)
 static void test_imagefolder_layout(void **state)
 {
     const char *root = make_folder();
+    /* a symlink loop inside a class folder: its directories are listed once
+     * (torchvision would list cat/sub/loop/sub/loop/... until ELOOP) */
+    assert_int_equal(symlink("..", tmp_path("folder/cat/sub/loop")), 0);
     ch_dataset_t *ds;
     assert_ch_ok(ch_dataset_imagefolder_open(&ds, root, 3));
     assert_int_equal(ds->num_classes, 4);
@@ -381,7 +399,7 @@ static void test_imagefolder_layout(void **state)
     assert_string_equal(ds->class_names[1], "Zebra");
     assert_string_equal(ds->class_names[2], "cat");
     assert_string_equal(ds->class_names[3], "dog");
-    assert_int_equal(ds->length, 8);
+    assert_int_equal(ds->length, 9);
     /* cat: B.JPEG < a.jpg (byte order), then sub/c.png; notes.txt ignored */
     assert_non_null(strstr(ch_dataset_sample_path(ds, 2), "cat/B.JPEG"));
     assert_non_null(strstr(ch_dataset_sample_path(ds, 3), "cat/a.jpg"));

@@ -112,6 +112,20 @@ static void test_order_and_content_independent_of_workers(void **state)
     run_epoch(l, 2, img[2], lab[2], idx[2]);
     assert_memory_equal(img[2], img[0], (size_t)count * 784 * sizeof(float));
     assert_memory_not_equal(idx[1], idx[0], (size_t)count * sizeof(int64_t));
+    /* resuming epoch 2 at batch 5 gives the same batches from there */
+    assert_ch_error(ch_loader_start_epoch_at(l, 2, 23), CH_ERR_RANGE, "first batch 23");
+    assert_ch_ok(ch_loader_start_epoch_at(l, 2, 5));
+    int64_t k = 5 * 16, nb = 5;
+    ch_batch_t *b;
+    while (ch_loader_next(l, &b) == CH_OK && b) {
+        assert_int_equal(b->index, nb);
+        assert_memory_equal(b->images, img[0] + (size_t)k * 784, (size_t)b->n * 784 * sizeof(float));
+        assert_memory_equal(b->indices, idx[0] + k, (size_t)b->n * sizeof(int64_t));
+        k += b->n;
+        nb++;
+        ch_loader_release(l, b);
+    }
+    assert_int_equal(k, count);
     ch_loader_destroy(l);
     ch_dataset_destroy(ds);
 }

@@ -216,6 +216,59 @@ static void test_bad_pipelines(void **state)
     ch_image_free(&rgb);
 }
 
+static void test_parse(void **state)
+{
+    ch_transform_t ops[CH_TRANSFORMS_MAX];
+    int n = 0;
+    assert_ch_ok(ch_transforms_parse("random_crop(28, padding=4); random_horizontal_flip(); "
+                                     "to_tensor(); normalize(mean=[0.2860], std=(0.3530))",
+                                     1, ops, CH_TRANSFORMS_MAX, &n));
+    assert_int_equal(n, 3);
+    assert_int_equal(ops[0].kind, CH_TF_RANDOM_CROP);
+    assert_int_equal(ops[0].size[0], 28);
+    assert_int_equal(ops[0].size[1], 28);
+    assert_int_equal(ops[0].padding, 4);
+    assert_int_equal(ops[1].kind, CH_TF_RANDOM_HFLIP);
+    assert_true(ops[1].p == 0.5);
+    assert_int_equal(ops[2].kind, CH_TF_NORMALIZE);
+    assert_true(ops[2].mean[0] == 0.2860f && ops[2].std[0] == 0.3530f);
+    ch_transforms_t *tf;
+    assert_ch_ok(ch_transforms_create(&tf, ops, n, 1, 0));
+    ch_transforms_destroy(tf);
+
+    assert_ch_ok(ch_transforms_parse("Resize(256);center_crop([224,200]);to_tensor()", 3, ops,
+                                     CH_TRANSFORMS_MAX, &n));
+    assert_int_equal(n, 3);
+    assert_int_equal(ops[0].kind, CH_TF_RESIZE);
+    assert_int_equal(ops[0].size[0], 256);
+    assert_int_equal(ops[0].size[1], 0); /* shorter side */
+    assert_int_equal(ops[1].size[0], 224);
+    assert_int_equal(ops[1].size[1], 200);
+    assert_true(ops[2].mean[2] == 0.0f && ops[2].std[2] == 1.0f);
+    assert_ch_ok(ch_transforms_parse("random_resized_crop(224, scale=[0.5, 1]); hflip(p=0.25); "
+                                     "normalize(mean=[0.485, 0.456, 0.406], std=[0.229,0.224,0.225])",
+                                     3, ops, CH_TRANSFORMS_MAX, &n));
+    assert_int_equal(n, 3);
+    assert_true(ops[0].scale[0] == 0.5 && ops[0].ratio[0] == 0.75);
+    assert_true(ops[1].p == 0.25);
+    assert_true(ops[2].std[1] == 0.224f);
+
+    assert_ch_error(ch_transforms_parse("random_crop(28); blur(3); to_tensor()", 1, ops, 8, &n),
+                    CH_ERR_CONFIG, "unknown transform 'blur'");
+    assert_ch_error(ch_transforms_parse("random_crop(padding=4); to_tensor()", 1, ops, 8, &n),
+                    CH_ERR_CONFIG, "random_crop: size is required");
+    assert_ch_error(ch_transforms_parse("random_crop(28, pad=4); to_tensor()", 1, ops, 8, &n),
+                    CH_ERR_CONFIG, "unknown argument 'pad'");
+    assert_ch_error(ch_transforms_parse("random_crop(28)", 1, ops, 8, &n), CH_ERR_CONFIG,
+                    "must end with to_tensor() or normalize");
+    assert_ch_error(ch_transforms_parse("to_tensor(); hflip()", 1, ops, 8, &n), CH_ERR_CONFIG,
+                    "hflip after to_tensor()");
+    assert_ch_error(ch_transforms_parse("normalize(mean=[1,2], std=[1])", 3, ops, 8, &n),
+                    CH_ERR_CONFIG, "mean takes 1 or 3 values, got 2");
+    assert_ch_error(ch_transforms_parse("resize(28 to_tensor()", 1, ops, 8, &n), CH_ERR_CONFIG,
+                    "at character");
+}
+
 int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
@@ -223,6 +276,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_random_crop_flip_properties),
         cmocka_unit_test(test_streams_are_per_epoch_and_index),
         cmocka_unit_test(test_bad_pipelines),
+        cmocka_unit_test(test_parse),
     };
     return ch_test_main(argc, argv, tests, sizeof tests / sizeof tests[0]);
 }
