@@ -707,20 +707,18 @@ static void train_epoch(job_t *j, int epoch, int64_t first_step, epoch_result_t 
     r->loss_sum = first_step ? j->resumed_loss_sum : 0;
     r->loss_steps = first_step ? j->resumed_loss_steps : 0;
     ch_model_train(j->model, 1);
-    ch_check_fatal(ch_loader_start_epoch(j->train_loader, epoch), "loader");
+    /* resuming mid-epoch: the same batches from first_step on, the skipped
+     * ones not even loaded */
+    ch_check_fatal(ch_loader_start_epoch_at(j->train_loader, epoch, first_step), "loader");
     double t0 = ch_time_now();
     int64_t images = 0;
-    for (int64_t step = 0; step < steps; step++) {
+    for (int64_t step = first_step; step < steps; step++) {
         ch_batch_t *b = NULL;
         ch_prof_begin(j->prof, PH_DATA);
         ch_status s = ch_loader_next(j->train_loader, &b);
         ch_prof_end(j->prof, PH_DATA);
         if (s) ch_fatal("reading training data", EXIT_ERROR);
         if (!b) break;
-        if (step < first_step) { /* resuming mid-epoch: same order, skip */
-            ch_loader_release(j->train_loader, b);
-            continue;
-        }
         int64_t xs[4] = {b->n, b->c, b->h, b->w}, ys[1] = {b->n};
         ch_tensor_t x, y;
         ch_check_fatal(ch_tensor_wrap(&x, b->images, CH_F32, 4, xs, CH_LAYOUT_PLAIN, CH_DEV_CPU, 0),
@@ -777,6 +775,7 @@ static void train_epoch(job_t *j, int epoch, int64_t first_step, epoch_result_t 
     r->seconds = ch_time_now() - t0;
     r->loss = r->loss_steps ? r->loss_sum / (double)r->loss_steps : 0;
     r->images_per_s = r->seconds > 0 ? (double)(images * j->world) / r->seconds : 0;
+    if (r->steps_done == 0) r->steps_done = first_step;
     if (!r->preempted)
         progress(j, epoch, r->steps_done, steps, r->loss, r->loss, r->seconds, images * j->world, 1);
 }
