@@ -15,7 +15,7 @@ here (torchrun crashes under Debian's Python 3.11), 1 thread each.
 safetensors files are written by hand (json header + raw little-endian
 data), since Debian has no python3-safetensors.
 """
-import argparse, gzip, json, os, socket, struct, sys
+import argparse, gzip, json, os, socket, struct, sys, time
 
 import numpy as np
 import torch
@@ -75,7 +75,7 @@ def load_safetensors(path):
 
 
 def make_model(args):
-    m = torchvision.models.resnet18(num_classes=args.num_classes)
+    m = getattr(torchvision.models, getattr(args, "arch", "resnet18"))(num_classes=args.num_classes)
     m.conv1 = torch.nn.Conv2d(args.in_channels, 64, kernel_size=7, stride=2, padding=3, bias=False)
     torch.nn.init.kaiming_normal_(m.conv1.weight, mode="fan_out", nonlinearity="relu")
     return m
@@ -109,7 +109,11 @@ def worker(rank, args):
     crit = torch.nn.CrossEntropyLoss()
     losses = []
     ddp.train()
+    t_first = None
     for step, (x, y) in enumerate(loader):
+        if step == args.warmup:
+            dist.barrier()
+            t_first = time.perf_counter()
         if step >= args.steps:
             break
         if args.perturb_ulp:
@@ -123,6 +127,13 @@ def worker(rank, args):
         l = loss.detach().clone()
         dist.all_reduce(l)
         losses.append(l.item() / world)
+    dist.barrier()
+    if rank == 0 and t_first is not None:
+        timed = len(losses) - args.warmup
+        dt = time.perf_counter() - t_first
+        print("pytorch-ddp: %d ranks, %d timed steps of %d images: %.1f images/s (%.3f s/step)"
+              % (world, timed, args.batch * world, timed * args.batch * world / dt, dt / timed),
+              flush=True)
     if rank == 0:
         with open(os.path.join(args.out, "losses.txt"), "w") as f:
             for l in losses:
@@ -155,6 +166,9 @@ def main():
     ap.add_argument("--in-channels", type=int, default=1)
     ap.add_argument("--sync-bn", action="store_true")
     ap.add_argument("--init-only", action="store_true")
+    ap.add_argument("--warmup", type=int, default=1,
+                    help="steps before the timed ones (images/s is printed)")
+    ap.add_argument("--arch", default="resnet18", choices=["resnet18", "resnet34", "resnet50"])
     ap.add_argument("--perturb-ulp", action="store_true",
                     help="move every input element 1 ulp up (noise-floor reference run)")
     args = ap.parse_args()
