@@ -127,6 +127,8 @@ def worker(rank, args):
         l = loss.detach().clone()
         dist.all_reduce(l)
         losses.append(l.item() / world)
+    if args.epochs > 0:
+        full_recipe(rank, world, args, ddp, model, opt, crit, ds)
     dist.barrier()
     if rank == 0 and t_first is not None:
         timed = len(losses) - args.warmup
@@ -141,6 +143,64 @@ def worker(rank, args):
         save_safetensors(os.path.join(args.out, "final.safetensors"), model.state_dict())
     dist.barrier()
     dist.destroy_process_group()
+
+
+def full_recipe(rank, world, args, ddp, model, opt, crit, train_ds):
+    """--epochs E: the whole seed recipe after the --steps steps above (use
+    --steps 0): per epoch set_epoch, train, LambdaLR cosine step, evaluation
+    with all-reduced correct counts (over total_size, padding included, and
+    exactly over the real samples). Rank 0 prints one line per epoch."""
+    import math
+    images = read_idx(os.path.join(args.data, "t10k-images-idx3-ubyte.gz"))
+    labels = read_idx(os.path.join(args.data, "t10k-labels-idx1-ubyte.gz"))
+    xt = torch.from_numpy(images.copy()).unsqueeze(1).float().div(255).sub(0.2860).div(0.3530)
+    yt = torch.from_numpy(labels.astype(np.int64))
+    test_ds = torch.utils.data.TensorDataset(xt, yt)
+    test_sampler = torch.utils.data.distributed.DistributedSampler(test_ds, num_replicas=world,
+                                                                   rank=rank, shuffle=False)
+    test_loader = torch.utils.data.DataLoader(test_ds, batch_size=args.batch, sampler=test_sampler)
+    sampler = torch.utils.data.distributed.DistributedSampler(train_ds, num_replicas=world,
+                                                              rank=rank, shuffle=True, seed=0)
+    batches = torch.utils.data.BatchSampler(sampler, args.batch, drop_last=True)
+    loader = torch.utils.data.DataLoader(train_ds, batch_sampler=batches, num_workers=0)
+    lf = lambda e: ((1 + math.cos(e * math.pi / args.epochs)) / 2) * (1 - args.lrf) + args.lrf
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda=lf)
+    for epoch in range(args.epochs):
+        sampler.set_epoch(epoch)
+        ddp.train()
+        t0 = time.perf_counter()
+        total, n = 0.0, 0
+        lr = opt.param_groups[0]["lr"]
+        for x, y in loader:
+            loss = crit(ddp(x), y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            l = loss.detach().clone()
+            dist.all_reduce(l)
+            total += l.item() / world
+            n += 1
+        dt = time.perf_counter() - t0
+        sched.step()
+        model.eval()
+        correct = torch.zeros(2)
+        offset = 0
+        with torch.no_grad():
+            for x, y in test_loader:
+                pred = model(x).argmax(1)
+                ok = (pred == y)
+                # positions of this rank's samples in the padded list: the
+                # ones at position >= n are padding (shuffle=False)
+                pos = torch.arange(offset, offset + len(y)) * world + rank
+                correct[0] += ok.sum()
+                correct[1] += ok[pos < len(test_ds)].sum()
+                offset += len(y)
+        dist.all_reduce(correct)
+        if rank == 0:
+            print("pytorch-ddp epoch %d: loss %.4f accuracy %.4f (exact %.4f) lr %.6g "
+                  "%.0f images/s %.1f s" % (epoch, total / max(n, 1),
+                  correct[0].item() / test_sampler.total_size, correct[1].item() / len(test_ds),
+                  lr, n * args.batch * world / dt, dt), flush=True)
 
 
 def free_port():
@@ -166,6 +226,9 @@ def main():
     ap.add_argument("--in-channels", type=int, default=1)
     ap.add_argument("--sync-bn", action="store_true")
     ap.add_argument("--init-only", action="store_true")
+    ap.add_argument("--epochs", type=int, default=0,
+                    help="after --steps, run the full recipe for this many epochs with eval")
+    ap.add_argument("--lrf", type=float, default=0.1)
     ap.add_argument("--warmup", type=int, default=1,
                     help="steps before the timed ones (images/s is printed)")
     ap.add_argument("--arch", default="resnet18", choices=["resnet18", "resnet34", "resnet50"])
