@@ -755,9 +755,9 @@ static void train_epoch(job_t *j, int epoch, int64_t first_step, epoch_result_t 
         double lmean = lsum / j->world;
         if (!isfinite(lmean)) {
             if (j->rank == 0)
-                ch_log_error("non-finite loss %g at epoch %d step %lld (global step %lld): "
-                             "stopping every rank", lmean, epoch, (long long)step,
-                             (long long)j->global_step);
+                ch_log_error("non-finite loss %g at epoch %d, step %lld of %lld (global step "
+                             "%lld): stopping every rank", lmean, epoch, (long long)step + 1,
+                             (long long)steps, (long long)j->global_step);
             ch_prof_destroy(j->prof);
             MPI_Finalize();
             exit(EXIT_ERROR);

@@ -6,7 +6,7 @@
 # without a single training step.
 . "${COHORT_SRCDIR:-.}/tests/train_lib.sh"
 need_data
-echo "1..9"
+echo "1..10"
 small="--model.arch=smallcnn --data.train_subset=256 --train.eval=false --schedule.epochs=1"
 
 # expect_error NAME NEEDLE NP ARGS...: non-zero exit, NEEDLE in the output, no step run
@@ -56,4 +56,15 @@ if [ "$rc" != 0 ] && grep -q "4" "$tmp/mm.log" && grep -qi "mpi" "$tmp/mm.log"; 
   ok "launcher says 4 tasks, MPI says 1: stops at once naming both (exit $rc)"
 else
   show "$tmp/mm.log"; not_ok "launch mismatch (exit $rc)"
+fi
+# a diverging run: every rank stops at the same step with the step named
+out="$tmp/nan"
+"$MPIEXEC" -n 2 "$TRAIN" --output.dir="$out" --model.arch=smallcnn --data.train_subset=512 \
+  --train.batch_size=16 --optimizer.lr=1000 --train.eval=false --schedule.epochs=1 \
+  --data.workers=1 > "$out.log" 2>&1
+rc=$?
+if [ "$rc" = 1 ] && grep -q "non-finite loss .* at epoch 0, step [0-9]* of 16" "$out.log"; then
+  ok "a non-finite loss stops every rank, naming epoch and step (exit $rc)"
+else
+  show "$out.log"; not_ok "non-finite loss (exit $rc)"
 fi
