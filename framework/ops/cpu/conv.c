@@ -34,6 +34,7 @@ static ch_status set_handle(dnnl_memory_t m, void *h)
 
 static ch_status exec(ch_cpu_t *c, dnnl_primitive_t p, int n, const dnnl_exec_arg_t *args)
 {
+    ch_cpu_threads(c);
     CH_CHECK_DNNL(dnnl_primitive_execute(p, c->stream, n, args));
     return CH_OK;
 }
@@ -441,7 +442,7 @@ ch_status ch_cpu_conv2d_backward_weights(void *st, const ch_tensor_t *x, const c
 ch_status ch_cpu_linear_forward(void *st, const ch_tensor_t *x, const ch_tensor_t *w,
                                 const ch_tensor_t *b, ch_tensor_t *y)
 {
-    (void)st;
+    ch_cpu_threads(st);
     int64_t N = x->shape[0], K = x->shape[1], M = w->shape[0];
     float *Y = y->data;
     if (N == 0 || M == 0) return CH_OK;
@@ -461,7 +462,7 @@ ch_status ch_cpu_linear_forward(void *st, const ch_tensor_t *x, const ch_tensor_
 ch_status ch_cpu_linear_backward_data(void *st, const ch_tensor_t *dy, const ch_tensor_t *w,
                                       ch_tensor_t *dx)
 {
-    (void)st;
+    ch_cpu_threads(st);
     int64_t N = dy->shape[0], M = w->shape[0], K = w->shape[1];
     if (N == 0 || K == 0) return CH_OK;
     if (M == 0) {
@@ -475,7 +476,7 @@ ch_status ch_cpu_linear_backward_data(void *st, const ch_tensor_t *dy, const ch_
 ch_status ch_cpu_linear_backward_weights(void *st, const ch_tensor_t *x, const ch_tensor_t *dy,
                                          ch_tensor_t *dw, ch_tensor_t *db)
 {
-    (void)st;
+    ch_cpu_threads(st);
     int64_t N = x->shape[0], K = x->shape[1], M = dy->shape[1];
     if (N == 0 || M == 0 || K == 0) {
         if (dw->nbytes) memset(dw->data, 0, dw->nbytes);
