@@ -41,6 +41,8 @@ typedef struct cpu_prim {
     int64_t wfull[4];            /* full OIHW weight shape (cropped case) */
     int64_t k0[2], kk[2];        /* first tap and extent kept, (h, w) */
     float *cbuf;                 /* compact plain copy of the kept taps */
+    int wfmt;                    /* weights reorder done in C (conv.c), 0 = oneDNN's */
+    int64_t wdims[4];            /* weights dims the primitive sees (cropped) */
 } cpu_prim;
 
 typedef struct ch_cpu {
