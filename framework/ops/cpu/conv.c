@@ -427,12 +427,117 @@ static ch_status add_scratch(ch_cpu_t *c, cpu_prim *e, dnnl_exec_arg_t *args, in
     return CH_OK;
 }
 
+/* ----------------------------------------------- 1x1 maps: plain GEMM */
+
+/* A convolution whose input and output maps are 1x1 (resnet18's layer4 on
+ * 28x28 images) uses one kernel tap, (pad_h, pad_w): with C divisible by the
+ * layout's block, x (N,C,1,1) and y (N,O,1,1) are byte-identical to plain
+ * (N,C) and (N,O) in every layout, so the convolution is the matrix product
+ * y = x Wc^T with Wc (O,C) the centre taps. oneDNN's convolution kernels
+ * reach a fraction of sgemm's rate on such shapes (docs/perf-ops.md). */
+static int conv_is_gemm(const ch_tensor_t *x, const ch_tensor_t *y, const int64_t *ws,
+                        const ch_conv2d_params_t *p)
+{
+    return x->shape[2] == 1 && x->shape[3] == 1 && y->shape[2] == 1 && y->shape[3] == 1 &&
+           p->pad_h < ws[2] && p->pad_w < ws[3];
+}
+
+/* Cached compact (O,C) buffer for the centre taps of weights of shape ws. */
+static ch_status gemm_wbuf(ch_cpu_t *c, const int64_t *ws, const ch_conv2d_params_t *p,
+                           float **buf)
+{
+    int64_t key[CPU_KEY_LEN] = {0};
+    key[0] = CPU_OP_CONV_GEMM;
+    for (int i = 0; i < 4; i++) key[1 + i] = ws[i];
+    key[5] = p->pad_h;
+    key[6] = p->pad_w;
+    cpu_prim *e = ch_cpu_cache_find(c, key);
+    if (!e) {
+        e = calloc(1, sizeof *e);
+        if (!e) return CH_ERROR(CH_ERR_NOMEM, "conv: out of memory");
+        memcpy(e->key, key, sizeof key);
+        size_t n = (size_t)(ws[0] * ws[1]);
+        e->cbuf = aligned_alloc(64, (n * sizeof(float) + 63) / 64 * 64);
+        if (!e->cbuf) {
+            ch_cpu_prim_free(e);
+            return CH_ERROR(CH_ERR_NOMEM, "conv: %zu centre-tap weights", n);
+        }
+        CH_TRY(ch_cpu_cache_add(c, e));
+    }
+    *buf = e->cbuf;
+    return CH_OK;
+}
+
+/* wc (O,C) <-> w (O,C,kh,kw) at tap (th, tw). */
+static void centre_taps(float *w, float *wc, const int64_t *ws, int64_t th, int64_t tw,
+                        int to_full)
+{
+    int64_t OC = ws[0] * ws[1], KK = ws[2] * ws[3], off = th * ws[3] + tw;
+    if (to_full) {
+        memset(w, 0, (size_t)(OC * KK) * sizeof(float));
+        for (int64_t i = 0; i < OC; i++) w[i * KK + off] = wc[i];
+    } else {
+        for (int64_t i = 0; i < OC; i++) wc[i] = w[i * KK + off];
+    }
+}
+
+static ch_status gemm_forward(ch_cpu_t *c, const ch_tensor_t *x, const ch_tensor_t *w,
+                              const ch_tensor_t *b, const ch_conv2d_params_t *p, ch_tensor_t *y)
+{
+    int64_t N = x->shape[0], C = x->shape[1], O = w->shape[0];
+    float *wc;
+    CH_TRY(gemm_wbuf(c, w->shape, p, &wc));
+    centre_taps(w->data, wc, w->shape, p->pad_h, p->pad_w, 0);
+    ch_cpu_threads(c);
+    CH_CHECK_DNNL(dnnl_sgemm('N', 'T', N, O, C, 1.0f, x->data, C, wc, C, 0.0f, y->data, O));
+    if (b) {
+        float *Y = y->data;
+        const float *B = b->data;
+        for (int64_t n = 0; n < N; n++)
+            for (int64_t o = 0; o < O; o++) Y[n * O + o] += B[o];
+    }
+    return CH_OK;
+}
+
+static ch_status gemm_backward_data(ch_cpu_t *c, const ch_tensor_t *dy, const ch_tensor_t *w,
+                                    const ch_conv2d_params_t *p, ch_tensor_t *dx)
+{
+    int64_t N = dy->shape[0], C = w->shape[1], O = w->shape[0];
+    float *wc;
+    CH_TRY(gemm_wbuf(c, w->shape, p, &wc));
+    centre_taps(w->data, wc, w->shape, p->pad_h, p->pad_w, 0);
+    ch_cpu_threads(c);
+    CH_CHECK_DNNL(dnnl_sgemm('N', 'N', N, C, O, 1.0f, dy->data, O, wc, C, 0.0f, dx->data, C));
+    return CH_OK;
+}
+
+static ch_status gemm_backward_weights(ch_cpu_t *c, const ch_tensor_t *x, const ch_tensor_t *dy,
+                                       const ch_conv2d_params_t *p, ch_tensor_t *dw,
+                                       ch_tensor_t *db)
+{
+    int64_t N = x->shape[0], C = x->shape[1], O = dw->shape[0];
+    float *wc;
+    CH_TRY(gemm_wbuf(c, dw->shape, p, &wc));
+    ch_cpu_threads(c);
+    CH_CHECK_DNNL(dnnl_sgemm('T', 'N', O, C, N, 1.0f, dy->data, O, x->data, C, 0.0f, wc, C));
+    centre_taps(dw->data, wc, dw->shape, p->pad_h, p->pad_w, 1);
+    if (db) {
+        float *B = db->data;
+        const float *D = dy->data;
+        for (int64_t o = 0; o < O; o++) B[o] = 0.0f;
+        for (int64_t n = 0; n < N; n++)
+            for (int64_t o = 0; o < O; o++) B[o] += D[n * O + o];
+    }
+    return CH_OK;
+}
+
 ch_status ch_cpu_conv2d_forward(void *st, const ch_tensor_t *x, const ch_tensor_t *w,
                                 const ch_tensor_t *b, const ch_conv2d_params_t *p,
                                 ch_tensor_t *y)
 {
     ch_cpu_t *c = st;
     cpu_prim *e;
+    if (conv_is_gemm(x, y, w->shape, p)) return gemm_forward(c, x, w, b, p, y);
     CH_TRY(conv_prim(c, CPU_OP_CONV_FWD, x, w->shape, b != NULL, y, p, &e));
     if (e->wreorder) CH_TRY(run_wreorder(c, e, handle(w), 0));
     else CH_TRY(set_handle(e->wprim_mem, handle(w)));
@@ -456,6 +561,7 @@ ch_status ch_cpu_conv2d_backward_data(void *st, const ch_tensor_t *dy, const ch_
 {
     ch_cpu_t *c = st;
     cpu_prim *e;
+    if (conv_is_gemm(dx, dy, w->shape, p)) return gemm_backward_data(c, dy, w, p, dx);
     CH_TRY(conv_prim(c, CPU_OP_CONV_BWD_DATA, dx, w->shape, 0, dy, p, &e));
     if (e->wreorder) CH_TRY(run_wreorder(c, e, handle(w), 0));
     else CH_TRY(set_handle(e->wprim_mem, handle(w)));
@@ -476,6 +582,7 @@ ch_status ch_cpu_conv2d_backward_weights(void *st, const ch_tensor_t *x, const c
 {
     ch_cpu_t *c = st;
     cpu_prim *e;
+    if (conv_is_gemm(x, dy, dw->shape, p)) return gemm_backward_weights(c, x, dy, p, dw, db);
     CH_TRY(conv_prim(c, CPU_OP_CONV_BWD_WEIGHTS, x, dw->shape, db != NULL, dy, p, &e));
     if (!e->wreorder) CH_TRY(set_handle(e->wprim_mem, dw->data));
     CH_TRY(set_handle(e->mem[0], handle(x)));

@@ -22,7 +22,8 @@ typedef enum {
     CPU_OP_REORDER = 1,
     CPU_OP_CONV_FWD,
     CPU_OP_CONV_BWD_DATA,
-    CPU_OP_CONV_BWD_WEIGHTS
+    CPU_OP_CONV_BWD_WEIGHTS,
+    CPU_OP_CONV_GEMM
 } cpu_op_kind;
 
 /* One cached primitive with its memory objects (handles set per call). */
