@@ -52,6 +52,8 @@ CONV = [
     ("k5_p2_s2", 2, 3, 3, 6, 4, 5, 2, 2, False),
     ("spatial1_bias", 3, 16, 1, 1, 32, 3, 1, 1, True),
     ("k1_s2_on1", 2, 16, 1, 1, 16, 1, 2, 0, True),
+    ("win2_odd", 2, 5, 2, 2, 7, 3, 2, 1, True),
+    ("win3_valid", 2, 8, 3, 3, 16, 3, 1, 0, False),
 ]
 for i, (nm, N, C, H, W, O, k, s, p, bias) in enumerate(CONV):
     torch.manual_seed(1234 + i)

@@ -427,40 +427,47 @@ static ch_status add_scratch(ch_cpu_t *c, cpu_prim *e, dnnl_exec_arg_t *args, in
     return CH_OK;
 }
 
-/* ----------------------------------------------- 1x1 maps: plain GEMM */
+/* ------------------------------------- 1x1 output maps: plain GEMM */
 
-/* A convolution whose input and output maps are 1x1 (resnet18's layer4 on
- * 28x28 images) uses one kernel tap, (pad_h, pad_w): with C divisible by the
- * layout's block, x (N,C,1,1) and y (N,O,1,1) are byte-identical to plain
- * (N,C) and (N,O) in every layout, so the convolution is the matrix product
- * y = x Wc^T with Wc (O,C) the centre taps. oneDNN's convolution kernels
- * reach a fraction of sgemm's rate on such shapes (docs/perf-ops.md). */
+/* A convolution with a 1x1 output map whose window covers the whole input
+ * (resnet18's layer4 on 28x28 images: 3x3/pad 1 on 1x1 maps, and 3x3/2/pad 1
+ * from 2x2) is one matrix product: each sample's input block is a row of
+ * K = C*H*W values (contiguous in every layout), y (N,O,1,1) is byte-
+ * identical to plain (N,O) in every layout, and
+ *   y = X We^T,  We[o, pos(c,h,w)] = W[o, c, h + pad_h, w + pad_w]
+ * with pos() the element's offset inside the sample's block for x's layout.
+ * Taps outside the input only see padding and are skipped (their weight
+ * gradient is zero). oneDNN's convolution kernels reach a fraction of
+ * sgemm's rate on such shapes (docs/perf-ops.md). */
 static int conv_is_gemm(const ch_tensor_t *x, const ch_tensor_t *y, const int64_t *ws,
                         const ch_conv2d_params_t *p)
 {
-    return x->shape[2] == 1 && x->shape[3] == 1 && y->shape[2] == 1 && y->shape[3] == 1 &&
-           p->pad_h < ws[2] && p->pad_w < ws[3];
+    return y->shape[2] == 1 && y->shape[3] == 1 && x->shape[2] - 1 + p->pad_h <= ws[2] - 1 &&
+           x->shape[3] - 1 + p->pad_w <= ws[3] - 1;
 }
 
-/* Cached compact (O,C) buffer for the centre taps of weights of shape ws. */
-static ch_status gemm_wbuf(ch_cpu_t *c, const int64_t *ws, const ch_conv2d_params_t *p,
-                           float **buf)
+/* Cached (O, C*H*W) buffer for the effective weights. */
+static ch_status gemm_wbuf(ch_cpu_t *c, const ch_tensor_t *x, const int64_t *ws,
+                           const ch_conv2d_params_t *p, float **buf)
 {
     int64_t key[CPU_KEY_LEN] = {0};
     key[0] = CPU_OP_CONV_GEMM;
     for (int i = 0; i < 4; i++) key[1 + i] = ws[i];
     key[5] = p->pad_h;
     key[6] = p->pad_w;
+    key[7] = x->shape[2];
+    key[8] = x->shape[3];
+    key[9] = x->layout;
     cpu_prim *e = ch_cpu_cache_find(c, key);
     if (!e) {
         e = calloc(1, sizeof *e);
         if (!e) return CH_ERROR(CH_ERR_NOMEM, "conv: out of memory");
         memcpy(e->key, key, sizeof key);
-        size_t n = (size_t)(ws[0] * ws[1]);
+        size_t n = (size_t)(ws[0] * ws[1] * x->shape[2] * x->shape[3]);
         e->cbuf = aligned_alloc(64, (n * sizeof(float) + 63) / 64 * 64);
         if (!e->cbuf) {
             ch_cpu_prim_free(e);
-            return CH_ERROR(CH_ERR_NOMEM, "conv: %zu centre-tap weights", n);
+            return CH_ERROR(CH_ERR_NOMEM, "conv: %zu effective weights", n);
         }
         CH_TRY(ch_cpu_cache_add(c, e));
     }
@@ -468,28 +475,41 @@ static ch_status gemm_wbuf(ch_cpu_t *c, const int64_t *ws, const ch_conv2d_param
     return CH_OK;
 }
 
-/* wc (O,C) <-> w (O,C,kh,kw) at tap (th, tw). */
-static void centre_taps(float *w, float *wc, const int64_t *ws, int64_t th, int64_t tw,
-                        int to_full)
+/* we (O, C*H*W) <-> w (O,C,kh,kw); to_full zeroes the taps outside. */
+static void eff_weights(float *w, float *we, const ch_tensor_t *x, const int64_t *ws,
+                        const ch_conv2d_params_t *p, int to_full)
 {
-    int64_t OC = ws[0] * ws[1], KK = ws[2] * ws[3], off = th * ws[3] + tw;
-    if (to_full) {
-        memset(w, 0, (size_t)(OC * KK) * sizeof(float));
-        for (int64_t i = 0; i < OC; i++) w[i * KK + off] = wc[i];
-    } else {
-        for (int64_t i = 0; i < OC; i++) wc[i] = w[i * KK + off];
+    cpu_cview v = ch_cpu_cview(x);
+    int64_t O = ws[0], C = ws[1], KK = ws[2] * ws[3], KW = ws[3], H = x->shape[2],
+            W = x->shape[3];
+    int64_t HW = H * W, K = C * HW, B = v.B;
+    if (to_full) memset(w, 0, (size_t)(O * C * KK) * sizeof(float));
+    for (int64_t o = 0; o < O; o++) {
+        float *wo = w + o * C * KK, *eo = we + o * K;
+        for (int64_t h = 0; h < H; h++)
+            for (int64_t ww = 0; ww < W; ww++) {
+                int64_t tap = (h + p->pad_h) * KW + ww + p->pad_w, sp = h * W + ww;
+                for (int64_t cb = 0; cb < C / B; cb++) {
+                    float *e = eo + cb * B * HW + sp * B;
+                    float *f = wo + cb * B * KK + tap;
+                    if (to_full)
+                        for (int64_t l = 0; l < B; l++) f[l * KK] = e[l];
+                    else
+                        for (int64_t l = 0; l < B; l++) e[l] = f[l * KK];
+                }
+            }
     }
 }
 
 static ch_status gemm_forward(ch_cpu_t *c, const ch_tensor_t *x, const ch_tensor_t *w,
                               const ch_tensor_t *b, const ch_conv2d_params_t *p, ch_tensor_t *y)
 {
-    int64_t N = x->shape[0], C = x->shape[1], O = w->shape[0];
+    int64_t N = x->shape[0], K = x->shape[1] * x->shape[2] * x->shape[3], O = w->shape[0];
     float *wc;
-    CH_TRY(gemm_wbuf(c, w->shape, p, &wc));
-    centre_taps(w->data, wc, w->shape, p->pad_h, p->pad_w, 0);
+    CH_TRY(gemm_wbuf(c, x, w->shape, p, &wc));
+    eff_weights(w->data, wc, x, w->shape, p, 0);
     ch_cpu_threads(c);
-    CH_CHECK_DNNL(dnnl_sgemm('N', 'T', N, O, C, 1.0f, x->data, C, wc, C, 0.0f, y->data, O));
+    CH_CHECK_DNNL(dnnl_sgemm('N', 'T', N, O, K, 1.0f, x->data, K, wc, K, 0.0f, y->data, O));
     if (b) {
         float *Y = y->data;
         const float *B = b->data;
@@ -502,12 +522,12 @@ static ch_status gemm_forward(ch_cpu_t *c, const ch_tensor_t *x, const ch_tensor
 static ch_status gemm_backward_data(ch_cpu_t *c, const ch_tensor_t *dy, const ch_tensor_t *w,
                                     const ch_conv2d_params_t *p, ch_tensor_t *dx)
 {
-    int64_t N = dy->shape[0], C = w->shape[1], O = w->shape[0];
+    int64_t N = dy->shape[0], K = dx->shape[1] * dx->shape[2] * dx->shape[3], O = w->shape[0];
     float *wc;
-    CH_TRY(gemm_wbuf(c, w->shape, p, &wc));
-    centre_taps(w->data, wc, w->shape, p->pad_h, p->pad_w, 0);
+    CH_TRY(gemm_wbuf(c, dx, w->shape, p, &wc));
+    eff_weights(w->data, wc, dx, w->shape, p, 0);
     ch_cpu_threads(c);
-    CH_CHECK_DNNL(dnnl_sgemm('N', 'N', N, C, O, 1.0f, dy->data, O, wc, C, 0.0f, dx->data, C));
+    CH_CHECK_DNNL(dnnl_sgemm('N', 'N', N, K, O, 1.0f, dy->data, O, wc, K, 0.0f, dx->data, K));
     return CH_OK;
 }
 
@@ -515,12 +535,12 @@ static ch_status gemm_backward_weights(ch_cpu_t *c, const ch_tensor_t *x, const 
                                        const ch_conv2d_params_t *p, ch_tensor_t *dw,
                                        ch_tensor_t *db)
 {
-    int64_t N = x->shape[0], C = x->shape[1], O = dw->shape[0];
+    int64_t N = x->shape[0], K = x->shape[1] * x->shape[2] * x->shape[3], O = dw->shape[0];
     float *wc;
-    CH_TRY(gemm_wbuf(c, dw->shape, p, &wc));
+    CH_TRY(gemm_wbuf(c, x, dw->shape, p, &wc));
     ch_cpu_threads(c);
-    CH_CHECK_DNNL(dnnl_sgemm('T', 'N', O, C, N, 1.0f, dy->data, O, x->data, C, 0.0f, wc, C));
-    centre_taps(dw->data, wc, dw->shape, p->pad_h, p->pad_w, 1);
+    CH_CHECK_DNNL(dnnl_sgemm('T', 'N', O, K, N, 1.0f, dy->data, O, x->data, K, 0.0f, wc, K));
+    eff_weights(dw->data, wc, x, dw->shape, p, 1);
     if (db) {
         float *B = db->data;
         const float *D = dy->data;
