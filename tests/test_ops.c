@@ -638,7 +638,8 @@ static void test_bn_gather_stats(void **state)
 
 static const char *CONV_CASES[] = {"odd_bias", "s2_nobias", "down1x1", "stem",  "c16_bias",
                                    "c32_s2",   "spatial1",  "s2_to1",  "row1", "k5_p2_s2",
-                                   "spatial1_bias", "k1_s2_on1", "win2_odd", "win3_valid"};
+                                   "spatial1_bias", "k1_s2_on1", "win2_odd", "win3_valid",
+                                   "map2_bias", "map2x3_odd", "map3_k5"};
 
 static void test_golden_conv(void **state)
 {

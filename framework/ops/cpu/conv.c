@@ -427,47 +427,57 @@ static ch_status add_scratch(ch_cpu_t *c, cpu_prim *e, dnnl_exec_arg_t *args, in
     return CH_OK;
 }
 
-/* ------------------------------------- 1x1 output maps: plain GEMM */
+/* ------------------------------ small maps: the convolution as a GEMM */
 
-/* A convolution with a 1x1 output map whose window covers the whole input
- * (resnet18's layer4 on 28x28 images: 3x3/pad 1 on 1x1 maps, and 3x3/2/pad 1
- * from 2x2) is one matrix product: each sample's input block is a row of
- * K = C*H*W values (contiguous in every layout), y (N,O,1,1) is byte-
- * identical to plain (N,O) in every layout, and
- *   y = X We^T,  We[o, pos(c,h,w)] = W[o, c, h + pad_h, w + pad_w]
- * with pos() the element's offset inside the sample's block for x's layout.
- * Taps outside the input only see padding and are skipped (their weight
- * gradient is zero). oneDNN's convolution kernels reach a fraction of
- * sgemm's rate on such shapes (docs/perf-ops.md). */
+/* When every output position's window covers the whole input map — along
+ * each axis (Ho-1)*stride <= pad and H + pad <= kernel — the convolution is
+ * one dense matrix product (resnet18 on 28x28 images: layer4's 3x3 on 1x1
+ * maps and 3x3/2 from 2x2, layer3's 3x3 on 2x2 maps):
+ *   Y = X Wd^T,  X (N, K = C*H*W), Y (N, M = O*Ho*Wo),
+ *   Wd[py(o,oh,ow), px(c,h,w)] = W[o, c, h - oh*s + pad_h, w - ow*s + pad_w]
+ * where px/py are the element offsets inside one sample's block in x's / y's
+ * layout (each sample's block is contiguous in every layout). Every (output,
+ * input) pair has a valid tap, so Wd has no structural zeros and the product
+ * does exactly the non-padding work; taps that never touch the input are
+ * skipped (their weight gradient is zero). Backward: dX = dY Wd;
+ * dWd = dY^T X folded back onto the taps. oneDNN's direct kernels reach a
+ * fraction of sgemm's rate on such shapes (docs/perf-ops.md). */
 static int conv_is_gemm(const ch_tensor_t *x, const ch_tensor_t *y, const int64_t *ws,
                         const ch_conv2d_params_t *p)
 {
-    return y->shape[2] == 1 && y->shape[3] == 1 && x->shape[2] - 1 + p->pad_h <= ws[2] - 1 &&
-           x->shape[3] - 1 + p->pad_w <= ws[3] - 1;
+    return (y->shape[2] - 1) * p->stride_h <= p->pad_h &&
+           (y->shape[3] - 1) * p->stride_w <= p->pad_w && x->shape[2] + p->pad_h <= ws[2] &&
+           x->shape[3] + p->pad_w <= ws[3];
 }
 
-/* Cached (O, C*H*W) buffer for the effective weights. */
-static ch_status gemm_wbuf(ch_cpu_t *c, const ch_tensor_t *x, const int64_t *ws,
-                           const ch_conv2d_params_t *p, float **buf)
+/* Cached (M, K) buffer for the dense weights of this shape. */
+static ch_status gemm_wbuf(ch_cpu_t *c, const ch_tensor_t *x, const ch_tensor_t *y,
+                           const int64_t *ws, const ch_conv2d_params_t *p, float **buf)
 {
     int64_t key[CPU_KEY_LEN] = {0};
     key[0] = CPU_OP_CONV_GEMM;
     for (int i = 0; i < 4; i++) key[1 + i] = ws[i];
     key[5] = p->pad_h;
     key[6] = p->pad_w;
-    key[7] = x->shape[2];
-    key[8] = x->shape[3];
-    key[9] = x->layout;
+    key[7] = p->stride_h;
+    key[8] = p->stride_w;
+    key[9] = x->shape[2];
+    key[10] = x->shape[3];
+    key[11] = x->layout;
+    key[12] = y->shape[2];
+    key[13] = y->shape[3];
+    key[14] = y->layout;
     cpu_prim *e = ch_cpu_cache_find(c, key);
     if (!e) {
         e = calloc(1, sizeof *e);
         if (!e) return CH_ERROR(CH_ERR_NOMEM, "conv: out of memory");
         memcpy(e->key, key, sizeof key);
-        size_t n = (size_t)(ws[0] * ws[1] * x->shape[2] * x->shape[3]);
+        size_t n = (size_t)(ws[0] * y->shape[2] * y->shape[3]) *
+                   (size_t)(ws[1] * x->shape[2] * x->shape[3]);
         e->cbuf = aligned_alloc(64, (n * sizeof(float) + 63) / 64 * 64);
         if (!e->cbuf) {
             ch_cpu_prim_free(e);
-            return CH_ERROR(CH_ERR_NOMEM, "conv: %zu effective weights", n);
+            return CH_ERROR(CH_ERR_NOMEM, "conv: %zu dense weights", n);
         }
         CH_TRY(ch_cpu_cache_add(c, e));
     }
@@ -475,46 +485,61 @@ static ch_status gemm_wbuf(ch_cpu_t *c, const ch_tensor_t *x, const int64_t *ws,
     return CH_OK;
 }
 
-/* we (O, C*H*W) <-> w (O,C,kh,kw); to_full zeroes the taps outside. */
-static void eff_weights(float *w, float *we, const ch_tensor_t *x, const int64_t *ws,
-                        const ch_conv2d_params_t *p, int to_full)
+/* wd (M, K) from w (O,C,kh,kw), or (to_full) w = wd folded onto the taps
+ * (summing the entries that share a tap; taps never used stay zero). */
+static void dense_weights(float *w, float *wd, const ch_tensor_t *x, const ch_tensor_t *y,
+                          const int64_t *ws, const ch_conv2d_params_t *p, int to_full)
 {
-    cpu_cview v = ch_cpu_cview(x);
-    int64_t O = ws[0], C = ws[1], KK = ws[2] * ws[3], KW = ws[3], H = x->shape[2],
-            W = x->shape[3];
-    int64_t HW = H * W, K = C * HW, B = v.B;
+    cpu_cview vx = ch_cpu_cview(x), vy = ch_cpu_cview(y);
+    int64_t O = ws[0], C = ws[1], KK = ws[2] * ws[3], KW = ws[3];
+    int64_t H = x->shape[2], W = x->shape[3], Ho = y->shape[2], Wo = y->shape[3];
+    int64_t HW = H * W, HWo = Ho * Wo, K = C * HW, Bx = vx.B, By = vy.B;
     if (to_full) memset(w, 0, (size_t)(O * C * KK) * sizeof(float));
     for (int64_t o = 0; o < O; o++) {
-        float *wo = w + o * C * KK, *eo = we + o * K;
-        for (int64_t h = 0; h < H; h++)
-            for (int64_t ww = 0; ww < W; ww++) {
-                int64_t tap = (h + p->pad_h) * KW + ww + p->pad_w, sp = h * W + ww;
-                for (int64_t cb = 0; cb < C / B; cb++) {
-                    float *e = eo + cb * B * HW + sp * B;
-                    float *f = wo + cb * B * KK + tap;
-                    if (to_full)
-                        for (int64_t l = 0; l < B; l++) f[l * KK] = e[l];
-                    else
-                        for (int64_t l = 0; l < B; l++) e[l] = f[l * KK];
-                }
+        float *wo = w + o * C * KK;
+        for (int64_t oh = 0; oh < Ho; oh++)
+            for (int64_t ow = 0; ow < Wo; ow++) {
+                int64_t py = (o / By) * By * HWo + (oh * Wo + ow) * By + o % By;
+                float *row = wd + py * K;
+                for (int64_t h = 0; h < H; h++)
+                    for (int64_t ww = 0; ww < W; ww++) {
+                        int64_t tap = (h - oh * p->stride_h + p->pad_h) * KW + ww -
+                                      ow * p->stride_w + p->pad_w;
+                        int64_t sp = h * W + ww;
+                        for (int64_t cb = 0; cb < C / Bx; cb++) {
+                            float *e = row + cb * Bx * HW + sp * Bx;
+                            float *f = wo + cb * Bx * KK + tap;
+                            if (to_full)
+                                for (int64_t l = 0; l < Bx; l++) f[l * KK] += e[l];
+                            else
+                                for (int64_t l = 0; l < Bx; l++) e[l] = f[l * KK];
+                        }
+                    }
             }
     }
 }
 
+static int64_t gemm_K(const ch_tensor_t *x) { return x->shape[1] * x->shape[2] * x->shape[3]; }
+
 static ch_status gemm_forward(ch_cpu_t *c, const ch_tensor_t *x, const ch_tensor_t *w,
                               const ch_tensor_t *b, const ch_conv2d_params_t *p, ch_tensor_t *y)
 {
-    int64_t N = x->shape[0], K = x->shape[1] * x->shape[2] * x->shape[3], O = w->shape[0];
-    float *wc;
-    CH_TRY(gemm_wbuf(c, x, w->shape, p, &wc));
-    eff_weights(w->data, wc, x, w->shape, p, 0);
+    int64_t N = x->shape[0], K = gemm_K(x), M = gemm_K(y);
+    float *wd;
+    CH_TRY(gemm_wbuf(c, x, y, w->shape, p, &wd));
+    dense_weights(w->data, wd, x, y, w->shape, p, 0);
     ch_cpu_threads(c);
-    CH_CHECK_DNNL(dnnl_sgemm('N', 'T', N, O, K, 1.0f, x->data, K, wc, K, 0.0f, y->data, O));
+    CH_CHECK_DNNL(dnnl_sgemm('N', 'T', N, M, K, 1.0f, x->data, K, wd, K, 0.0f, y->data, M));
     if (b) {
+        cpu_cview v = ch_cpu_cview(y);
         float *Y = y->data;
         const float *B = b->data;
         for (int64_t n = 0; n < N; n++)
-            for (int64_t o = 0; o < O; o++) Y[n * O + o] += B[o];
+            for (int64_t cb = 0; cb < v.nb; cb++)
+                for (int64_t j = 0; j < v.HW; j++) {
+                    float *q = Y + ((n * v.nb + cb) * v.HW + j) * v.B;
+                    for (int64_t l = 0; l < v.B; l++) q[l] += B[cb * v.B + l];
+                }
     }
     return CH_OK;
 }
@@ -522,12 +547,12 @@ static ch_status gemm_forward(ch_cpu_t *c, const ch_tensor_t *x, const ch_tensor
 static ch_status gemm_backward_data(ch_cpu_t *c, const ch_tensor_t *dy, const ch_tensor_t *w,
                                     const ch_conv2d_params_t *p, ch_tensor_t *dx)
 {
-    int64_t N = dy->shape[0], K = dx->shape[1] * dx->shape[2] * dx->shape[3], O = w->shape[0];
-    float *wc;
-    CH_TRY(gemm_wbuf(c, dx, w->shape, p, &wc));
-    eff_weights(w->data, wc, dx, w->shape, p, 0);
+    int64_t N = dy->shape[0], K = gemm_K(dx), M = gemm_K(dy);
+    float *wd;
+    CH_TRY(gemm_wbuf(c, dx, dy, w->shape, p, &wd));
+    dense_weights(w->data, wd, dx, dy, w->shape, p, 0);
     ch_cpu_threads(c);
-    CH_CHECK_DNNL(dnnl_sgemm('N', 'N', N, K, O, 1.0f, dy->data, O, wc, K, 0.0f, dx->data, K));
+    CH_CHECK_DNNL(dnnl_sgemm('N', 'N', N, K, M, 1.0f, dy->data, M, wd, K, 0.0f, dx->data, K));
     return CH_OK;
 }
 
@@ -535,18 +560,26 @@ static ch_status gemm_backward_weights(ch_cpu_t *c, const ch_tensor_t *x, const 
                                        const ch_conv2d_params_t *p, ch_tensor_t *dw,
                                        ch_tensor_t *db)
 {
-    int64_t N = x->shape[0], K = x->shape[1] * x->shape[2] * x->shape[3], O = dw->shape[0];
-    float *wc;
-    CH_TRY(gemm_wbuf(c, x, dw->shape, p, &wc));
+    int64_t N = x->shape[0], K = gemm_K(x), M = gemm_K(dy);
+    float *wd;
+    CH_TRY(gemm_wbuf(c, x, dy, dw->shape, p, &wd));
     ch_cpu_threads(c);
-    CH_CHECK_DNNL(dnnl_sgemm('T', 'N', O, K, N, 1.0f, dy->data, O, x->data, K, 0.0f, wc, K));
-    eff_weights(dw->data, wc, x, dw->shape, p, 1);
+    CH_CHECK_DNNL(dnnl_sgemm('T', 'N', M, K, N, 1.0f, dy->data, M, x->data, K, 0.0f, wd, K));
+    dense_weights(dw->data, wd, x, dy, dw->shape, p, 1);
     if (db) {
+        cpu_cview v = ch_cpu_cview(dy);
         float *B = db->data;
         const float *D = dy->data;
-        for (int64_t o = 0; o < O; o++) B[o] = 0.0f;
+        double *acc;
+        CH_TRY(ch_cpu_dtmp(c, (size_t)v.C, &acc));
+        memset(acc, 0, (size_t)v.C * sizeof *acc);
         for (int64_t n = 0; n < N; n++)
-            for (int64_t o = 0; o < O; o++) B[o] += D[n * O + o];
+            for (int64_t cb = 0; cb < v.nb; cb++)
+                for (int64_t j = 0; j < v.HW; j++) {
+                    const float *q = D + ((n * v.nb + cb) * v.HW + j) * v.B;
+                    for (int64_t l = 0; l < v.B; l++) acc[cb * v.B + l] += q[l];
+                }
+        for (int64_t o = 0; o < v.C; o++) B[o] = (float)acc[o];
     }
     return CH_OK;
 }
