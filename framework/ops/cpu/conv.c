@@ -445,9 +445,14 @@ static ch_status add_scratch(ch_cpu_t *c, cpu_prim *e, dnnl_exec_arg_t *args, in
 static int conv_is_gemm(const ch_tensor_t *x, const ch_tensor_t *y, const int64_t *ws,
                         const ch_conv2d_params_t *p)
 {
-    return (y->shape[2] - 1) * p->stride_h <= p->pad_h &&
-           (y->shape[3] - 1) * p->stride_w <= p->pad_w && x->shape[2] + p->pad_h <= ws[2] &&
-           x->shape[3] + p->pad_w <= ws[3];
+    if (!((y->shape[2] - 1) * p->stride_h <= p->pad_h &&
+          (y->shape[3] - 1) * p->stride_w <= p->pad_w && x->shape[2] + p->pad_h <= ws[2] &&
+          x->shape[3] + p->pad_w <= ws[3]))
+        return 0;
+    /* Wd has (Ho*Wo*H*W) entries per (o, c) against kh*kw weights: use it
+     * only while it stays within twice the weights (large kernels on maps
+     * of several pixels would repeat each weight many times) */
+    return y->shape[2] * y->shape[3] * x->shape[2] * x->shape[3] <= 2 * ws[2] * ws[3];
 }
 
 /* Cached (M, K) buffer for the dense weights of this shape. */
