@@ -140,7 +140,11 @@ int64_t ch_conv_out_size(int64_t in, int64_t kernel, int64_t stride, int64_t pad
 /* y = conv2d(x, w) + b  (torch.nn.functional.conv2d).
  * x (N,C,H,W) any layout; w (O,C,kh,kw) PLAIN; b (O) PLAIN or NULL;
  * y (N,O,Ho,Wo) any layout, Ho = ch_conv_out_size(H,kh,stride_h,pad_h), same W.
- * N may be 0 (no-op). */
+ * N may be 0 (no-op).
+ * CPU: oneDNN direct convolution with the kernel cropped to the taps that
+ * can touch the input; when every output window covers the whole input map
+ * (small maps, e.g. resnet18's last stages on 28x28 images) one sgemm.
+ * Both compute exactly the non-padding products (docs/perf-ops.md). */
 ch_status ch_op_conv2d_forward(ch_compute_t *cx, const ch_tensor_t *x,
                                const ch_tensor_t *w, const ch_tensor_t *b,
                                const ch_conv2d_params_t *p, ch_tensor_t *y);

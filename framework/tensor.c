@@ -115,6 +115,8 @@ ch_status ch_tensor_init(ch_tensor_t *t, ch_dtype_t dtype, int ndim,
     CH_REQUIRE(t, "ch_tensor_init: tensor is NULL");
     size_t bytes = 0;
     CH_TRY(validate(dtype, ndim, shape, layout, dev, &bytes));
+    if (dev == CH_DEV_CUDA && dev_index < 0)
+        return CH_ERROR(CH_ERR_INVALID, "tensor: GPU index %d < 0", dev_index);
     memset(t, 0, sizeof *t);
     t->dtype = dtype;
     t->ndim = ndim;

@@ -92,9 +92,10 @@ const char *ch_layout_name(ch_layout_t layout);
 int ch_layout_block(ch_layout_t layout);
 
 /* Describe a tensor without storage (data = NULL, owns = 0).
- * ndim 1..4, every shape[i] >= 0. Layouts other than PLAIN need ndim == 4;
- * blocked layouts need shape[1] % block == 0. Errors: CH_ERR_INVALID naming
- * the offending dimension / layout. t is fully overwritten. */
+ * ndim 1..4, every shape[i] >= 0. Layouts other than PLAIN need ndim == 4
+ * and float32; blocked layouts need shape[1] % block == 0; dev_index >= 0
+ * for CH_DEV_CUDA (ignored for the CPU). Errors: CH_ERR_INVALID naming the
+ * offending dimension / layout. t is fully overwritten on success. */
 ch_status ch_tensor_init(ch_tensor_t *t, ch_dtype_t dtype, int ndim,
                          const int64_t *shape, ch_layout_t layout,
                          ch_devkind_t dev, int dev_index);

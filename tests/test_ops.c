@@ -20,6 +20,7 @@
 #include "framework/tensor.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -497,6 +498,115 @@ static void test_cache_and_elementwise(void **state)
     ch_compute_destroy(cx);
 }
 
+/* The thread count of the context holds for ops called from another thread
+ * (OpenMP's setting is per thread). */
+typedef struct {
+    ch_compute_t *cx;
+    int threads_after;
+    ch_status st;
+} thr_arg;
+
+static void *thr_fn(void *p)
+{
+    thr_arg *a = p;
+    ch_tensor_t x, w, y;
+    int64_t sx[4] = {1, 16, 4, 4}, sw[4] = {16, 16, 3, 3};
+    a->st = ch_tensor_alloc_f32(&x, 4, sx);
+    if (a->st == CH_OK) a->st = ch_tensor_alloc_f32(&w, 4, sw);
+    if (a->st == CH_OK) a->st = ch_tensor_alloc_f32(&y, 4, sx);
+    ch_conv2d_params_t p1 = {1, 1, 1, 1};
+    if (a->st == CH_OK) a->st = ch_op_conv2d_forward(a->cx, &x, &w, NULL, &p1, &y);
+    a->threads_after = ch_compute_num_threads(a->cx);
+    ch_tensor_free(&x);
+    ch_tensor_free(&w);
+    ch_tensor_free(&y);
+    return NULL;
+}
+
+static void test_threads_other_thread(void **state)
+{
+    (void)state;
+    ch_compute_t *cx = new_cx(); /* num_threads = 1 */
+    thr_arg a = {cx, -1, CH_OK};
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, thr_fn, &a), 0);
+    pthread_join(t, NULL);
+    assert_ch_ok(a.st);
+    assert_int_equal(a.threads_after, 1);
+    assert_ch_error(ch_compute_set_num_threads(cx, 0), CH_ERR_INVALID, "expected > 0");
+    ch_compute_destroy(cx);
+}
+
+/* A rank with no samples (SyncBN, uneven last batch) runs every op on N = 0
+ * tensors without storage: all succeed, weight gradients are zero. */
+static void test_empty_batch(void **state)
+{
+    (void)state;
+    ch_compute_t *cx = new_cx();
+    ch_layout_t L = ch_compute_preferred_layout(cx, CH_DEV_CPU, 16);
+    int64_t sx[4] = {0, 16, 5, 5}, sy[4] = {0, 16, 3, 3}, sw[4] = {16, 16, 3, 3}, s1[1] = {16},
+            s2[2] = {0, 16}, sl[2] = {0, 4}, sf[2] = {4, 16}, sn[1] = {0};
+    ch_tensor_t x, dx, y, dy, w, dw, b, v1, v2, v3, p2, l2, fw, fdw, lab;
+    assert_ch_ok(ch_tensor_init(&x, CH_F32, 4, sx, L, CH_DEV_CPU, 0));
+    assert_ch_ok(ch_tensor_init(&dx, CH_F32, 4, sx, L, CH_DEV_CPU, 0));
+    assert_ch_ok(ch_tensor_init(&y, CH_F32, 4, sy, L, CH_DEV_CPU, 0));
+    assert_ch_ok(ch_tensor_init(&dy, CH_F32, 4, sy, L, CH_DEV_CPU, 0));
+    assert_ch_ok(ch_tensor_init(&p2, CH_F32, 2, s2, CH_LAYOUT_PLAIN, CH_DEV_CPU, 0));
+    assert_ch_ok(ch_tensor_init(&l2, CH_F32, 2, sl, CH_LAYOUT_PLAIN, CH_DEV_CPU, 0));
+    assert_ch_ok(ch_tensor_init(&lab, CH_I64, 1, sn, CH_LAYOUT_PLAIN, CH_DEV_CPU, 0));
+    assert_ch_ok(ch_tensor_alloc_f32(&w, 4, sw));
+    assert_ch_ok(ch_tensor_alloc_f32(&dw, 4, sw));
+    assert_ch_ok(ch_tensor_alloc_f32(&b, 1, s1));
+    assert_ch_ok(ch_tensor_alloc_f32(&v1, 1, s1));
+    assert_ch_ok(ch_tensor_alloc_f32(&v2, 1, s1));
+    assert_ch_ok(ch_tensor_alloc_f32(&v3, 1, s1));
+    assert_ch_ok(ch_tensor_alloc_f32(&fw, 2, sf));
+    assert_ch_ok(ch_tensor_alloc_f32(&fdw, 2, sf));
+    assert_ch_ok(ch_op_fill(cx, &dw, 7.0f));
+    assert_ch_ok(ch_op_fill(cx, &fdw, 7.0f));
+    assert_ch_ok(ch_op_fill(cx, &b, 7.0f));
+    ch_conv2d_params_t cp = {2, 2, 1, 1};
+    assert_ch_ok(ch_op_conv2d_forward(cx, &x, &w, NULL, &cp, &y));
+    assert_ch_ok(ch_op_conv2d_backward_data(cx, &dy, &w, &cp, &dx));
+    assert_ch_ok(ch_op_conv2d_backward_weights(cx, &x, &dy, &cp, &dw, &b));
+    assert_true(((float *)dw.data)[5] == 0.0f && ((float *)b.data)[3] == 0.0f);
+    assert_ch_ok(ch_op_fill(cx, &v3, 1.0f));
+    assert_ch_ok(ch_op_batchnorm_apply(cx, &x, &v1, &v3, NULL, NULL, 1e-5f, &dx));
+    assert_ch_ok(ch_op_fill(cx, &v1, 7.0f));
+    assert_ch_ok(ch_op_batchnorm_backward_reduce(cx, &x, &dx, &v3, &v1, &v2));
+    assert_true(((float *)v1.data)[0] == 0.0f && ((float *)v2.data)[15] == 0.0f);
+    assert_ch_ok(ch_op_batchnorm_backward_elemt(cx, &x, &dx, &v3, &v3, 1e-5f, NULL, &v1, &v2,
+                                                10, &dx));
+    assert_ch_error(ch_op_batchnorm_stats(cx, &x, &v1, &v2), CH_ERR_INVALID, "N*H*W = 0");
+    assert_ch_ok(ch_op_relu_forward(cx, &x, &x));
+    assert_ch_ok(ch_op_relu_backward(cx, &x, &dx, &dx));
+    ch_pool2d_params_t pp = {3, 3, 2, 2, 1, 1};
+    assert_ch_ok(ch_op_maxpool2d_forward(cx, &x, &pp, &y));
+    assert_ch_ok(ch_op_maxpool2d_backward(cx, &x, &dy, &pp, &dx));
+    assert_ch_ok(ch_op_avgpool_global_forward(cx, &x, &p2));
+    assert_ch_ok(ch_op_avgpool_global_backward(cx, &p2, &dx));
+    assert_ch_ok(ch_op_linear_forward(cx, &p2, &fw, NULL, &l2));
+    assert_ch_ok(ch_op_linear_backward_data(cx, &l2, &fw, &p2));
+    assert_ch_ok(ch_op_linear_backward_weights(cx, &p2, &l2, &fdw, NULL));
+    assert_true(((float *)fdw.data)[9] == 0.0f);
+    int64_t correct = -1;
+    assert_ch_ok(ch_op_count_correct(cx, &l2, &lab, &correct));
+    assert_int_equal(correct, 0);
+    ch_tensor_t loss;
+    assert_ch_ok(ch_tensor_alloc_f32(&loss, 1, (int64_t[1]){1}));
+    assert_ch_error(ch_op_cross_entropy(cx, &l2, &lab, &loss, NULL), CH_ERR_INVALID, "N >= 1");
+    ch_tensor_free(&loss);
+    ch_tensor_free(&w);
+    ch_tensor_free(&dw);
+    ch_tensor_free(&b);
+    ch_tensor_free(&v1);
+    ch_tensor_free(&v2);
+    ch_tensor_free(&v3);
+    ch_tensor_free(&fw);
+    ch_tensor_free(&fdw);
+    ch_compute_destroy(cx);
+}
+
 /* SyncBN statistics combination with an empty rank. */
 static void test_bn_gather_stats(void **state)
 {
@@ -527,7 +637,9 @@ static void test_bn_gather_stats(void **state)
 /* ---------------------------------------------------------------- golden */
 
 static const char *CONV_CASES[] = {"odd_bias", "s2_nobias", "down1x1", "stem",  "c16_bias",
-                                   "c32_s2",   "spatial1",  "s2_to1",  "row1", "k5_p2_s2"};
+                                   "c32_s2",   "spatial1",  "s2_to1",  "row1", "k5_p2_s2",
+                                   "spatial1_bias", "k1_s2_on1", "win2_odd", "win3_valid",
+                                   "map2_bias", "map2x3_odd", "map3_k5"};
 
 static void test_golden_conv(void **state)
 {
@@ -1004,6 +1116,8 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_shape_errors),
         cmocka_unit_test(test_cache_and_elementwise),
         cmocka_unit_test(test_bn_gather_stats),
+        cmocka_unit_test(test_threads_other_thread),
+        cmocka_unit_test(test_empty_batch),
         cmocka_unit_test(test_golden_conv),
         cmocka_unit_test(test_golden_batchnorm),
         cmocka_unit_test(test_golden_syncbn_pieces),

@@ -50,6 +50,13 @@ CONV = [
     ("s2_to1", 2, 16, 2, 2, 32, 3, 2, 1, True),
     ("row1", 1, 8, 1, 5, 8, 3, 1, 1, True),
     ("k5_p2_s2", 2, 3, 3, 6, 4, 5, 2, 2, False),
+    ("spatial1_bias", 3, 16, 1, 1, 32, 3, 1, 1, True),
+    ("k1_s2_on1", 2, 16, 1, 1, 16, 1, 2, 0, True),
+    ("win2_odd", 2, 5, 2, 2, 7, 3, 2, 1, True),
+    ("win3_valid", 2, 8, 3, 3, 16, 3, 1, 0, False),
+    ("map2_bias", 2, 16, 2, 2, 32, 3, 1, 1, True),
+    ("map2x3_odd", 1, 5, 2, 3, 6, 3, 1, 1, True),
+    ("map3_k5", 2, 8, 3, 3, 8, 5, 1, 2, False),
 ]
 for i, (nm, N, C, H, W, O, k, s, p, bias) in enumerate(CONV):
     torch.manual_seed(1234 + i)

@@ -34,6 +34,7 @@ static ch_status set_handle(dnnl_memory_t m, void *h)
 
 static ch_status exec(ch_cpu_t *c, dnnl_primitive_t p, int n, const dnnl_exec_arg_t *args)
 {
+    ch_cpu_threads(c);
     CH_CHECK_DNNL(dnnl_primitive_execute(p, c->stream, n, args));
     return CH_OK;
 }
@@ -87,6 +88,57 @@ static conv_crop crop_of(const int64_t *in_hw, const int64_t *out_hw, const int6
     return c;
 }
 
+/* Weight reorders in C for the blocked formats oneDNN's AVX-512 kernels pick
+ * (about twice as fast as oneDNN 2.6's generic reorder on this machine, see
+ * docs/perf-ops.md). Plain OIHW (O,I,H,W) <-> blocked with 16x16 channel
+ * tiles, dims divisible by 16:
+ *   WF_OI_IO  ABcd16b16a  [O/16][I/16][h][w][16 i][16 o]  (forward, bwd weights)
+ *   WF_OI_OI  ABcd16a16b  [O/16][I/16][h][w][16 o][16 i]  (backward data)
+ *   WF_IO_OI  BAcd16a16b  [I/16][O/16][h][w][16 o][16 i]  (backward data, 1x1) */
+enum { WF_NONE = 0, WF_OI_IO, WF_OI_OI, WF_IO_OI };
+
+static int weight_format(const dnnl_memory_desc_t *md, const int64_t *d)
+{
+    if (d[0] % 16 || d[1] % 16) return WF_NONE;
+    static const struct { dnnl_format_tag_t tag; int wf; } tags[] = {
+        {dnnl_ABcd16b16a, WF_OI_IO}, {dnnl_ABcd16a16b, WF_OI_OI}, {dnnl_BAcd16a16b, WF_IO_OI}};
+    dnnl_dims_t dd = {d[0], d[1], d[2], d[3]};
+    for (size_t i = 0; i < sizeof tags / sizeof tags[0]; i++) {
+        dnnl_memory_desc_t t;
+        if (dnnl_memory_desc_init_by_tag(&t, 4, dd, dnnl_f32, tags[i].tag) != dnnl_success)
+            continue;
+        if (dnnl_memory_desc_equal(&t, md)) return tags[i].wf;
+    }
+    return WF_NONE;
+}
+
+/* plain <-> blocked (to_plain selects the direction). */
+CH_CPU_SIMD static void weights_reorder(float *plain, float *blk, const int64_t *d, int wf,
+                                        int to_plain)
+{
+    int64_t O = d[0], I = d[1], HW = d[2] * d[3], nO = O / 16, nI = I / 16;
+    for (int64_t ob = 0; ob < nO; ob++)
+        for (int64_t ib = 0; ib < nI; ib++) {
+            int64_t tile = wf == WF_IO_OI ? ib * nO + ob : ob * nI + ib;
+            float *bt = blk + tile * HW * 256;
+            for (int64_t k = 0; k < HW; k++)
+                for (int64_t r = 0; r < 16; r++) {
+                    /* row r of the 16x16 tile at tap k: i = r (OI_IO) or o = r */
+                    float *row = bt + k * 256 + r * 16;
+                    float *p0 = wf == WF_OI_IO ? plain + ((ob * 16) * I + ib * 16 + r) * HW + k
+                                               : plain + ((ob * 16 + r) * I + ib * 16) * HW + k;
+                    int64_t st = wf == WF_OI_IO ? I * HW : HW;
+                    if (to_plain) {
+                        for (int l = 0; l < 16; l++) p0[l * st] = row[l];
+                    } else {
+                        float t[16];
+                        for (int l = 0; l < 16; l++) t[l] = p0[l * st];
+                        for (int l = 0; l < 16; l++) row[l] = t[l];
+                    }
+                }
+        }
+}
+
 /* Weights: the primitive wants prim_md; the caller holds plain OIHW (of
  * which the primitive may use only the cropped taps). When they differ,
  * allocate a buffer in the primitive's format and a reorder (user ->
@@ -117,6 +169,8 @@ static ch_status setup_weights(ch_cpu_t *c, cpu_prim *e, const dnnl_memory_desc_
     e->wbuf = aligned_alloc(64, (e->wbytes + 63) / 64 * 64);
     if (!e->wbuf) return CH_ERROR(CH_ERR_NOMEM, "conv: weights buffer of %zu bytes", e->wbytes);
     CH_TRY(mem_create(c, prim_md, e->wbuf, &e->wprim_mem));
+    for (int i = 0; i < 4; i++) e->wdims[i] = i < 2 ? wshape[i] : cr->kk[i - 2];
+    e->wfmt = weight_format(prim_md, e->wdims);
     CH_TRY(mem_create(c, &user, e->cbuf ? (void *)e->cbuf : MEM_NONE, &e->wuser_mem));
     dnnl_primitive_desc_t rpd;
     if (to_user)
@@ -152,12 +206,17 @@ static void crop_copy(const cpu_prim *e, float *full, int to_full)
 static ch_status run_wreorder(ch_cpu_t *c, cpu_prim *e, void *user_ptr, int to_user)
 {
     if (e->cropped && !to_user) crop_copy(e, user_ptr, 0);
-    if (!e->cropped) CH_TRY(set_handle(e->wuser_mem, user_ptr));
-    dnnl_exec_arg_t a[2] = {
-        {DNNL_ARG_FROM, to_user ? e->wprim_mem : e->wuser_mem},
-        {DNNL_ARG_TO, to_user ? e->wuser_mem : e->wprim_mem},
-    };
-    CH_TRY(exec(c, e->wreorder, 2, a));
+    if (e->wfmt) {
+        weights_reorder(e->cropped ? e->cbuf : (float *)user_ptr, e->wbuf, e->wdims, e->wfmt,
+                        to_user);
+    } else {
+        if (!e->cropped) CH_TRY(set_handle(e->wuser_mem, user_ptr));
+        dnnl_exec_arg_t a[2] = {
+            {DNNL_ARG_FROM, to_user ? e->wprim_mem : e->wuser_mem},
+            {DNNL_ARG_TO, to_user ? e->wuser_mem : e->wprim_mem},
+        };
+        CH_TRY(exec(c, e->wreorder, 2, a));
+    }
     if (e->cropped && to_user) {
         int64_t n = e->wfull[0] * e->wfull[1] * e->wfull[2] * e->wfull[3];
         memset(user_ptr, 0, (size_t)n * sizeof(float)); /* taps never touching the input */
@@ -368,12 +427,175 @@ static ch_status add_scratch(ch_cpu_t *c, cpu_prim *e, dnnl_exec_arg_t *args, in
     return CH_OK;
 }
 
+/* ------------------------------ small maps: the convolution as a GEMM */
+
+/* When every output position's window covers the whole input map — along
+ * each axis (Ho-1)*stride <= pad and H + pad <= kernel — the convolution is
+ * one dense matrix product (resnet18 on 28x28 images: layer4's 3x3 on 1x1
+ * maps and 3x3/2 from 2x2, layer3's 3x3 on 2x2 maps):
+ *   Y = X Wd^T,  X (N, K = C*H*W), Y (N, M = O*Ho*Wo),
+ *   Wd[py(o,oh,ow), px(c,h,w)] = W[o, c, h - oh*s + pad_h, w - ow*s + pad_w]
+ * where px/py are the element offsets inside one sample's block in x's / y's
+ * layout (each sample's block is contiguous in every layout). Every (output,
+ * input) pair has a valid tap, so Wd has no structural zeros and the product
+ * does exactly the non-padding work; taps that never touch the input are
+ * skipped (their weight gradient is zero). Backward: dX = dY Wd;
+ * dWd = dY^T X folded back onto the taps. oneDNN's direct kernels reach a
+ * fraction of sgemm's rate on such shapes (docs/perf-ops.md). */
+static int conv_is_gemm(const ch_tensor_t *x, const ch_tensor_t *y, const int64_t *ws,
+                        const ch_conv2d_params_t *p)
+{
+    if (!((y->shape[2] - 1) * p->stride_h <= p->pad_h &&
+          (y->shape[3] - 1) * p->stride_w <= p->pad_w && x->shape[2] + p->pad_h <= ws[2] &&
+          x->shape[3] + p->pad_w <= ws[3]))
+        return 0;
+    /* Wd has (Ho*Wo*H*W) entries per (o, c) against kh*kw weights: use it
+     * only while it stays within twice the weights (large kernels on maps
+     * of several pixels would repeat each weight many times) */
+    return y->shape[2] * y->shape[3] * x->shape[2] * x->shape[3] <= 2 * ws[2] * ws[3];
+}
+
+/* Cached (M, K) buffer for the dense weights of this shape. */
+static ch_status gemm_wbuf(ch_cpu_t *c, const ch_tensor_t *x, const ch_tensor_t *y,
+                           const int64_t *ws, const ch_conv2d_params_t *p, float **buf)
+{
+    int64_t key[CPU_KEY_LEN] = {0};
+    key[0] = CPU_OP_CONV_GEMM;
+    for (int i = 0; i < 4; i++) key[1 + i] = ws[i];
+    key[5] = p->pad_h;
+    key[6] = p->pad_w;
+    key[7] = p->stride_h;
+    key[8] = p->stride_w;
+    key[9] = x->shape[2];
+    key[10] = x->shape[3];
+    key[11] = x->layout;
+    key[12] = y->shape[2];
+    key[13] = y->shape[3];
+    key[14] = y->layout;
+    cpu_prim *e = ch_cpu_cache_find(c, key);
+    if (!e) {
+        e = calloc(1, sizeof *e);
+        if (!e) return CH_ERROR(CH_ERR_NOMEM, "conv: out of memory");
+        memcpy(e->key, key, sizeof key);
+        size_t n = (size_t)(ws[0] * y->shape[2] * y->shape[3]) *
+                   (size_t)(ws[1] * x->shape[2] * x->shape[3]);
+        e->cbuf = aligned_alloc(64, (n * sizeof(float) + 63) / 64 * 64);
+        if (!e->cbuf) {
+            ch_cpu_prim_free(e);
+            return CH_ERROR(CH_ERR_NOMEM, "conv: %zu dense weights", n);
+        }
+        CH_TRY(ch_cpu_cache_add(c, e));
+    }
+    *buf = e->cbuf;
+    return CH_OK;
+}
+
+/* wd (M, K) from w (O,C,kh,kw), or (to_full) w = wd folded onto the taps
+ * (summing the entries that share a tap; taps never used stay zero). */
+static void dense_weights(float *w, float *wd, const ch_tensor_t *x, const ch_tensor_t *y,
+                          const int64_t *ws, const ch_conv2d_params_t *p, int to_full)
+{
+    cpu_cview vx = ch_cpu_cview(x), vy = ch_cpu_cview(y);
+    int64_t O = ws[0], C = ws[1], KK = ws[2] * ws[3], KW = ws[3];
+    int64_t H = x->shape[2], W = x->shape[3], Ho = y->shape[2], Wo = y->shape[3];
+    int64_t HW = H * W, HWo = Ho * Wo, K = C * HW, Bx = vx.B, By = vy.B;
+    if (to_full) memset(w, 0, (size_t)(O * C * KK) * sizeof(float));
+    for (int64_t o = 0; o < O; o++) {
+        float *wo = w + o * C * KK;
+        for (int64_t oh = 0; oh < Ho; oh++)
+            for (int64_t ow = 0; ow < Wo; ow++) {
+                int64_t py = (o / By) * By * HWo + (oh * Wo + ow) * By + o % By;
+                float *row = wd + py * K;
+                for (int64_t h = 0; h < H; h++)
+                    for (int64_t ww = 0; ww < W; ww++) {
+                        int64_t tap = (h - oh * p->stride_h + p->pad_h) * KW + ww -
+                                      ow * p->stride_w + p->pad_w;
+                        int64_t sp = h * W + ww;
+                        for (int64_t cb = 0; cb < C / Bx; cb++) {
+                            float *e = row + cb * Bx * HW + sp * Bx;
+                            float *f = wo + cb * Bx * KK + tap;
+                            if (to_full)
+                                for (int64_t l = 0; l < Bx; l++) f[l * KK] += e[l];
+                            else
+                                for (int64_t l = 0; l < Bx; l++) e[l] = f[l * KK];
+                        }
+                    }
+            }
+    }
+}
+
+static int64_t gemm_K(const ch_tensor_t *x) { return x->shape[1] * x->shape[2] * x->shape[3]; }
+
+static ch_status gemm_forward(ch_cpu_t *c, const ch_tensor_t *x, const ch_tensor_t *w,
+                              const ch_tensor_t *b, const ch_conv2d_params_t *p, ch_tensor_t *y)
+{
+    int64_t N = x->shape[0], K = gemm_K(x), M = gemm_K(y);
+    float *wd;
+    CH_TRY(gemm_wbuf(c, x, y, w->shape, p, &wd));
+    dense_weights(w->data, wd, x, y, w->shape, p, 0);
+    ch_cpu_threads(c);
+    CH_CHECK_DNNL(dnnl_sgemm('N', 'T', N, M, K, 1.0f, x->data, K, wd, K, 0.0f, y->data, M));
+    if (b) {
+        cpu_cview v = ch_cpu_cview(y);
+        float *Y = y->data;
+        const float *B = b->data;
+        for (int64_t n = 0; n < N; n++)
+            for (int64_t cb = 0; cb < v.nb; cb++)
+                for (int64_t j = 0; j < v.HW; j++) {
+                    float *q = Y + ((n * v.nb + cb) * v.HW + j) * v.B;
+                    for (int64_t l = 0; l < v.B; l++) q[l] += B[cb * v.B + l];
+                }
+    }
+    return CH_OK;
+}
+
+static ch_status gemm_backward_data(ch_cpu_t *c, const ch_tensor_t *dy, const ch_tensor_t *w,
+                                    const ch_conv2d_params_t *p, ch_tensor_t *dx)
+{
+    int64_t N = dy->shape[0], K = gemm_K(dx), M = gemm_K(dy);
+    float *wd;
+    CH_TRY(gemm_wbuf(c, dx, dy, w->shape, p, &wd));
+    dense_weights(w->data, wd, dx, dy, w->shape, p, 0);
+    ch_cpu_threads(c);
+    CH_CHECK_DNNL(dnnl_sgemm('N', 'N', N, K, M, 1.0f, dy->data, M, wd, K, 0.0f, dx->data, K));
+    return CH_OK;
+}
+
+static ch_status gemm_backward_weights(ch_cpu_t *c, const ch_tensor_t *x, const ch_tensor_t *dy,
+                                       const ch_conv2d_params_t *p, ch_tensor_t *dw,
+                                       ch_tensor_t *db)
+{
+    int64_t N = x->shape[0], K = gemm_K(x), M = gemm_K(dy);
+    float *wd;
+    CH_TRY(gemm_wbuf(c, x, dy, dw->shape, p, &wd));
+    ch_cpu_threads(c);
+    CH_CHECK_DNNL(dnnl_sgemm('T', 'N', M, K, N, 1.0f, dy->data, M, x->data, K, 0.0f, wd, K));
+    dense_weights(dw->data, wd, x, dy, dw->shape, p, 1);
+    if (db) {
+        cpu_cview v = ch_cpu_cview(dy);
+        float *B = db->data;
+        const float *D = dy->data;
+        double *acc;
+        CH_TRY(ch_cpu_dtmp(c, (size_t)v.C, &acc));
+        memset(acc, 0, (size_t)v.C * sizeof *acc);
+        for (int64_t n = 0; n < N; n++)
+            for (int64_t cb = 0; cb < v.nb; cb++)
+                for (int64_t j = 0; j < v.HW; j++) {
+                    const float *q = D + ((n * v.nb + cb) * v.HW + j) * v.B;
+                    for (int64_t l = 0; l < v.B; l++) acc[cb * v.B + l] += q[l];
+                }
+        for (int64_t o = 0; o < v.C; o++) B[o] = (float)acc[o];
+    }
+    return CH_OK;
+}
+
 ch_status ch_cpu_conv2d_forward(void *st, const ch_tensor_t *x, const ch_tensor_t *w,
                                 const ch_tensor_t *b, const ch_conv2d_params_t *p,
                                 ch_tensor_t *y)
 {
     ch_cpu_t *c = st;
     cpu_prim *e;
+    if (conv_is_gemm(x, y, w->shape, p)) return gemm_forward(c, x, w, b, p, y);
     CH_TRY(conv_prim(c, CPU_OP_CONV_FWD, x, w->shape, b != NULL, y, p, &e));
     if (e->wreorder) CH_TRY(run_wreorder(c, e, handle(w), 0));
     else CH_TRY(set_handle(e->wprim_mem, handle(w)));
@@ -397,6 +619,7 @@ ch_status ch_cpu_conv2d_backward_data(void *st, const ch_tensor_t *dy, const ch_
 {
     ch_cpu_t *c = st;
     cpu_prim *e;
+    if (conv_is_gemm(dx, dy, w->shape, p)) return gemm_backward_data(c, dy, w, p, dx);
     CH_TRY(conv_prim(c, CPU_OP_CONV_BWD_DATA, dx, w->shape, 0, dy, p, &e));
     if (e->wreorder) CH_TRY(run_wreorder(c, e, handle(w), 0));
     else CH_TRY(set_handle(e->wprim_mem, handle(w)));
@@ -417,6 +640,7 @@ ch_status ch_cpu_conv2d_backward_weights(void *st, const ch_tensor_t *x, const c
 {
     ch_cpu_t *c = st;
     cpu_prim *e;
+    if (conv_is_gemm(x, dy, dw->shape, p)) return gemm_backward_weights(c, x, dy, p, dw, db);
     CH_TRY(conv_prim(c, CPU_OP_CONV_BWD_WEIGHTS, x, dw->shape, db != NULL, dy, p, &e));
     if (!e->wreorder) CH_TRY(set_handle(e->wprim_mem, dw->data));
     CH_TRY(set_handle(e->mem[0], handle(x)));
@@ -441,7 +665,7 @@ ch_status ch_cpu_conv2d_backward_weights(void *st, const ch_tensor_t *x, const c
 ch_status ch_cpu_linear_forward(void *st, const ch_tensor_t *x, const ch_tensor_t *w,
                                 const ch_tensor_t *b, ch_tensor_t *y)
 {
-    (void)st;
+    ch_cpu_threads(st);
     int64_t N = x->shape[0], K = x->shape[1], M = w->shape[0];
     float *Y = y->data;
     if (N == 0 || M == 0) return CH_OK;
@@ -461,7 +685,7 @@ ch_status ch_cpu_linear_forward(void *st, const ch_tensor_t *x, const ch_tensor_
 ch_status ch_cpu_linear_backward_data(void *st, const ch_tensor_t *dy, const ch_tensor_t *w,
                                       ch_tensor_t *dx)
 {
-    (void)st;
+    ch_cpu_threads(st);
     int64_t N = dy->shape[0], M = w->shape[0], K = w->shape[1];
     if (N == 0 || K == 0) return CH_OK;
     if (M == 0) {
@@ -475,7 +699,7 @@ ch_status ch_cpu_linear_backward_data(void *st, const ch_tensor_t *dy, const ch_
 ch_status ch_cpu_linear_backward_weights(void *st, const ch_tensor_t *x, const ch_tensor_t *dy,
                                          ch_tensor_t *dw, ch_tensor_t *db)
 {
-    (void)st;
+    ch_cpu_threads(st);
     int64_t N = x->shape[0], K = x->shape[1], M = dy->shape[1];
     if (N == 0 || M == 0 || K == 0) {
         if (dw->nbytes) memset(dw->data, 0, dw->nbytes);
