@@ -20,6 +20,7 @@
 #include "framework/tensor.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -497,6 +498,45 @@ static void test_cache_and_elementwise(void **state)
     ch_compute_destroy(cx);
 }
 
+/* The thread count of the context holds for ops called from another thread
+ * (OpenMP's setting is per thread). */
+typedef struct {
+    ch_compute_t *cx;
+    int threads_after;
+    ch_status st;
+} thr_arg;
+
+static void *thr_fn(void *p)
+{
+    thr_arg *a = p;
+    ch_tensor_t x, w, y;
+    int64_t sx[4] = {1, 16, 4, 4}, sw[4] = {16, 16, 3, 3};
+    a->st = ch_tensor_alloc_f32(&x, 4, sx);
+    if (a->st == CH_OK) a->st = ch_tensor_alloc_f32(&w, 4, sw);
+    if (a->st == CH_OK) a->st = ch_tensor_alloc_f32(&y, 4, sx);
+    ch_conv2d_params_t p1 = {1, 1, 1, 1};
+    if (a->st == CH_OK) a->st = ch_op_conv2d_forward(a->cx, &x, &w, NULL, &p1, &y);
+    a->threads_after = ch_compute_num_threads(a->cx);
+    ch_tensor_free(&x);
+    ch_tensor_free(&w);
+    ch_tensor_free(&y);
+    return NULL;
+}
+
+static void test_threads_other_thread(void **state)
+{
+    (void)state;
+    ch_compute_t *cx = new_cx(); /* num_threads = 1 */
+    thr_arg a = {cx, -1, CH_OK};
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, thr_fn, &a), 0);
+    pthread_join(t, NULL);
+    assert_ch_ok(a.st);
+    assert_int_equal(a.threads_after, 1);
+    assert_ch_error(ch_compute_set_num_threads(cx, 0), CH_ERR_INVALID, "expected > 0");
+    ch_compute_destroy(cx);
+}
+
 /* SyncBN statistics combination with an empty rank. */
 static void test_bn_gather_stats(void **state)
 {
@@ -526,8 +566,8 @@ static void test_bn_gather_stats(void **state)
 
 /* ---------------------------------------------------------------- golden */
 
-static const char *CONV_CASES[] = {"odd_bias", "s2_nobias", "down1x1", "stem",
-                                   "c16_bias", "c32_s2", "spatial1"};
+static const char *CONV_CASES[] = {"odd_bias", "s2_nobias", "down1x1", "stem",  "c16_bias",
+                                   "c32_s2",   "spatial1",  "s2_to1",  "row1", "k5_p2_s2"};
 
 static void test_golden_conv(void **state)
 {
@@ -1004,6 +1044,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_shape_errors),
         cmocka_unit_test(test_cache_and_elementwise),
         cmocka_unit_test(test_bn_gather_stats),
+        cmocka_unit_test(test_threads_other_thread),
         cmocka_unit_test(test_golden_conv),
         cmocka_unit_test(test_golden_batchnorm),
         cmocka_unit_test(test_golden_syncbn_pieces),

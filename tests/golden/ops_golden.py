@@ -47,6 +47,9 @@ CONV = [
     ("c16_bias", 2, 16, 5, 5, 16, 3, 1, 1, True),
     ("c32_s2", 1, 32, 4, 4, 32, 3, 2, 1, False),
     ("spatial1", 2, 32, 1, 1, 16, 3, 1, 1, False),
+    ("s2_to1", 2, 16, 2, 2, 32, 3, 2, 1, True),
+    ("row1", 1, 8, 1, 5, 8, 3, 1, 1, True),
+    ("k5_p2_s2", 2, 3, 3, 6, 4, 5, 2, 2, False),
 ]
 for i, (nm, N, C, H, W, O, k, s, p, bias) in enumerate(CONV):
     torch.manual_seed(1234 + i)

@@ -42,6 +42,7 @@ static ch_status cpu_create(void **state, const ch_compute_opts_t *o)
     TRYD(dnnl_primitive_attr_set_scratchpad_mode(c->attr, dnnl_scratchpad_mode_user));
 #undef TRYD
     c->layout = o->cpu_layout >= 0 ? (ch_layout_t)o->cpu_layout : auto_layout();
+    c->nthreads = o->num_threads;
     if (o->num_threads > 0) omp_set_num_threads(o->num_threads);
     return CH_OK;
 fail:
@@ -61,6 +62,7 @@ void ch_cpu_prim_free(cpu_prim *p)
     if (p->wuser_mem) dnnl_memory_destroy(p->wuser_mem);
     if (p->wprim_mem) dnnl_memory_destroy(p->wprim_mem);
     free(p->wbuf);
+    free(p->cbuf);
     free(p);
 }
 
@@ -79,9 +81,14 @@ static void cpu_destroy(void *state)
     free(c);
 }
 
+void ch_cpu_threads(const ch_cpu_t *c)
+{
+    if (c->nthreads > 0 && omp_get_max_threads() != c->nthreads) omp_set_num_threads(c->nthreads);
+}
+
 static ch_status cpu_set_num_threads(void *state, int n)
 {
-    (void)state;
+    ((ch_cpu_t *)state)->nthreads = n;
     omp_set_num_threads(n);
     return CH_OK;
 }

@@ -34,6 +34,7 @@ static ch_status set_handle(dnnl_memory_t m, void *h)
 
 static ch_status exec(ch_cpu_t *c, dnnl_primitive_t p, int n, const dnnl_exec_arg_t *args)
 {
+    ch_cpu_threads(c);
     CH_CHECK_DNNL(dnnl_primitive_execute(p, c->stream, n, args));
     return CH_OK;
 }
@@ -48,21 +49,76 @@ static ch_status setup_scratch(ch_cpu_t *c, const_dnnl_primitive_desc_t pd, cpu_
     return mem_create(c, smd, MEM_NONE, &e->scratch_mem);
 }
 
-/* Weights: the primitive wants prim_md; the caller holds plain OIHW. When
- * they differ, allocate a buffer in the primitive's format and a reorder
- * (user -> primitive when to_user == 0, primitive -> user otherwise). */
-static ch_status setup_weights(ch_cpu_t *c, cpu_prim *e, const dnnl_memory_desc_t *prim_md,
-                               const int64_t *wshape, int to_user)
+/* Kernel taps that can touch valid input (all others only ever see zero
+ * padding, contribute nothing to y or dx, and get a zero weight gradient).
+ * Along one axis with input extent n, output extent no, kernel k, stride s,
+ * padding p: taps k0..k1 with k0 = max(0, p - (no-1)*s), k1 = min(k-1, n-1+p).
+ * The cropped convolution has kernel k1-k0+1 and padding left p-k0, right
+ * p-(k-1-k1), and the same output size; it is exactly the same computation.
+ * This matters for ResNets on small images: layer4 of resnet18 on 28x28
+ * inputs runs 3x3 convolutions on 1x1 maps, where only the centre tap acts. */
+typedef struct {
+    int64_t k0[2], kk[2];   /* first tap and cropped extent, (h, w) */
+    int64_t pl[2], pr[2];   /* cropped padding */
+    int cropped;
+} conv_crop;
+
+static conv_crop crop_of(const int64_t *in_hw, const int64_t *out_hw, const int64_t *wshape,
+                         const ch_conv2d_params_t *p)
 {
+    conv_crop c;
+    int64_t s[2] = {p->stride_h, p->stride_w}, pad[2] = {p->pad_h, p->pad_w};
+    c.cropped = 0;
+    for (int d = 0; d < 2; d++) {
+        int64_t k = wshape[2 + d], n = in_hw[d], no = out_hw[d];
+        int64_t k0 = pad[d] - (no - 1) * s[d];
+        int64_t k1 = n - 1 + pad[d];
+        if (k0 < 0) k0 = 0;
+        if (k1 > k - 1) k1 = k - 1;
+        if (k1 < k0) { /* cannot happen for a valid shape; keep the full kernel */
+            k0 = 0;
+            k1 = k - 1;
+        }
+        c.k0[d] = k0;
+        c.kk[d] = k1 - k0 + 1;
+        c.pl[d] = pad[d] - k0;
+        c.pr[d] = pad[d] - (k - 1 - k1);
+        if (c.kk[d] != k) c.cropped = 1;
+    }
+    return c;
+}
+
+/* Weights: the primitive wants prim_md; the caller holds plain OIHW (of
+ * which the primitive may use only the cropped taps). When they differ,
+ * allocate a buffer in the primitive's format and a reorder (user ->
+ * primitive when to_user == 0, primitive -> user otherwise). */
+static ch_status setup_weights(ch_cpu_t *c, cpu_prim *e, const dnnl_memory_desc_t *prim_md,
+                               const int64_t *wshape, const conv_crop *cr, int to_user)
+{
+    /* user side: the full plain OIHW weights, or (cropped) a compact plain
+     * buffer of the kept taps that conv.c gathers / scatters itself (oneDNN's
+     * reorders from a strided sub-memory are slow) */
     dnnl_memory_desc_t user;
-    dnnl_dims_t wd = {wshape[0], wshape[1], wshape[2], wshape[3]};
+    dnnl_dims_t wd = {wshape[0], wshape[1], cr->kk[0], cr->kk[1]};
     CH_CHECK_DNNL(dnnl_memory_desc_init_by_tag(&user, 4, wd, dnnl_f32, dnnl_oihw));
-    if (dnnl_memory_desc_equal(prim_md, &user)) return mem_create(c, prim_md, MEM_NONE, &e->wprim_mem);
+    if (!cr->cropped && dnnl_memory_desc_equal(prim_md, &user))
+        return mem_create(c, prim_md, MEM_NONE, &e->wprim_mem);
+    if (cr->cropped) {
+        e->cropped = 1;
+        for (int i = 0; i < 4; i++) e->wfull[i] = wshape[i];
+        for (int d = 0; d < 2; d++) {
+            e->k0[d] = cr->k0[d];
+            e->kk[d] = cr->kk[d];
+        }
+        size_t n = (size_t)(wshape[0] * wshape[1] * cr->kk[0] * cr->kk[1]);
+        e->cbuf = aligned_alloc(64, (n * sizeof(float) + 63) / 64 * 64);
+        if (!e->cbuf) return CH_ERROR(CH_ERR_NOMEM, "conv: cropped weights of %zu floats", n);
+    }
     e->wbytes = dnnl_memory_desc_get_size(prim_md);
     e->wbuf = aligned_alloc(64, (e->wbytes + 63) / 64 * 64);
     if (!e->wbuf) return CH_ERROR(CH_ERR_NOMEM, "conv: weights buffer of %zu bytes", e->wbytes);
     CH_TRY(mem_create(c, prim_md, e->wbuf, &e->wprim_mem));
-    CH_TRY(mem_create(c, &user, MEM_NONE, &e->wuser_mem));
+    CH_TRY(mem_create(c, &user, e->cbuf ? (void *)e->cbuf : MEM_NONE, &e->wuser_mem));
     dnnl_primitive_desc_t rpd;
     if (to_user)
         CH_CHECK_DNNL(dnnl_reorder_primitive_desc_create(&rpd, prim_md, c->engine, &user,
@@ -76,15 +132,39 @@ static ch_status setup_weights(ch_cpu_t *c, cpu_prim *e, const dnnl_memory_desc_
     return CH_OK;
 }
 
-/* Run the weights reorder between user pointer w and the primitive buffer. */
+/* Copy the kept taps between full OIHW weights and the compact buffer. */
+static void crop_copy(const cpu_prim *e, float *full, int to_full)
+{
+    int64_t OC = e->wfull[0] * e->wfull[1], KH = e->wfull[2], KW = e->wfull[3];
+    int64_t kh = e->kk[0], kw = e->kk[1], h0 = e->k0[0], w0 = e->k0[1];
+    float *cb = e->cbuf;
+    for (int64_t oc = 0; oc < OC; oc++)
+        for (int64_t h = 0; h < kh; h++)
+            for (int64_t w = 0; w < kw; w++) {
+                float *f = full + (oc * KH + h + h0) * KW + w + w0;
+                float *q = cb + (oc * kh + h) * kw + w;
+                if (to_full) *f = *q;
+                else *q = *f;
+            }
+}
+
+/* Run the weights reorder between user pointer w (full plain OIHW) and the
+ * primitive buffer; cropped primitives go through the compact buffer. */
 static ch_status run_wreorder(ch_cpu_t *c, cpu_prim *e, void *user_ptr, int to_user)
 {
-    CH_TRY(set_handle(e->wuser_mem, user_ptr));
+    if (e->cropped && !to_user) crop_copy(e, user_ptr, 0);
+    if (!e->cropped) CH_TRY(set_handle(e->wuser_mem, user_ptr));
     dnnl_exec_arg_t a[2] = {
         {DNNL_ARG_FROM, to_user ? e->wprim_mem : e->wuser_mem},
         {DNNL_ARG_TO, to_user ? e->wuser_mem : e->wprim_mem},
     };
-    return exec(c, e->wreorder, 2, a);
+    CH_TRY(exec(c, e->wreorder, 2, a));
+    if (e->cropped && to_user) {
+        int64_t n = e->wfull[0] * e->wfull[1] * e->wfull[2] * e->wfull[3];
+        memset(user_ptr, 0, (size_t)n * sizeof(float)); /* taps never touching the input */
+        crop_copy(e, user_ptr, 1);
+    }
+    return CH_OK;
 }
 
 /* ------------------------------------------------------------- reorder */
@@ -159,14 +239,15 @@ static void conv_key(int64_t *k, int op, const ch_tensor_t *x, const int64_t *ws
 }
 
 /* Convolution descriptors: src = x, dst = y (activations in their layouts),
- * weights "any", bias x. */
-static ch_status conv_mds(const ch_tensor_t *x, const int64_t *wshape, const ch_tensor_t *y,
-                          dnnl_memory_desc_t *src, dnnl_memory_desc_t *wts,
-                          dnnl_memory_desc_t *bia, dnnl_memory_desc_t *dst)
+ * weights "any" with the cropped kernel, bias x. */
+static ch_status conv_mds(const ch_tensor_t *x, const int64_t *wshape, const conv_crop *cr,
+                          const ch_tensor_t *y, dnnl_memory_desc_t *src,
+                          dnnl_memory_desc_t *wts, dnnl_memory_desc_t *bia,
+                          dnnl_memory_desc_t *dst)
 {
     ch_cpu_md_of(src, x);
     ch_cpu_md_of(dst, y);
-    dnnl_dims_t wd = {wshape[0], wshape[1], wshape[2], wshape[3]};
+    dnnl_dims_t wd = {wshape[0], wshape[1], cr->kk[0], cr->kk[1]};
     CH_CHECK_DNNL(dnnl_memory_desc_init_by_tag(wts, 4, wd, dnnl_f32, dnnl_format_tag_any));
     dnnl_dims_t bd = {wshape[0]};
     CH_CHECK_DNNL(dnnl_memory_desc_init_by_tag(bia, 1, bd, dnnl_f32, dnnl_x));
@@ -174,17 +255,19 @@ static ch_status conv_mds(const ch_tensor_t *x, const int64_t *wshape, const ch_
 }
 
 static ch_status conv_fwd_pd(ch_cpu_t *c, const ch_tensor_t *x, const int64_t *wshape,
-                             int has_b, const ch_tensor_t *y, const ch_conv2d_params_t *p,
-                             const_dnnl_primitive_attr_t attr, dnnl_primitive_desc_t *pd)
+                             const conv_crop *cr, int has_b, const ch_tensor_t *y,
+                             const ch_conv2d_params_t *p, const_dnnl_primitive_attr_t attr,
+                             dnnl_primitive_desc_t *pd)
 {
     dnnl_memory_desc_t src, wts, bia, dst;
-    CH_TRY(conv_mds(x, wshape, y, &src, &wts, &bia, &dst));
-    dnnl_dims_t strides = {p->stride_h, p->stride_w}, pad = {p->pad_h, p->pad_w};
+    CH_TRY(conv_mds(x, wshape, cr, y, &src, &wts, &bia, &dst));
+    dnnl_dims_t strides = {p->stride_h, p->stride_w};
+    dnnl_dims_t pl = {cr->pl[0], cr->pl[1]}, pr = {cr->pr[0], cr->pr[1]};
     dnnl_convolution_desc_t cd;
     CH_CHECK_DNNL(dnnl_convolution_forward_desc_init(&cd, dnnl_forward_training,
                                                      dnnl_convolution_direct, &src, &wts,
-                                                     has_b ? &bia : NULL, &dst, strides, pad,
-                                                     pad));
+                                                     has_b ? &bia : NULL, &dst, strides, pl,
+                                                     pr));
     CH_CHECK_DNNL(dnnl_primitive_desc_create(pd, &cd, attr, c->engine, NULL));
     return CH_OK;
 }
@@ -209,23 +292,26 @@ static ch_status conv_prim(ch_cpu_t *c, int op, const ch_tensor_t *a, const int6
     dnnl_primitive_desc_t pd = NULL, hint = NULL;
     ch_status s = CH_OK;
     dnnl_memory_desc_t src, wts, bia, dst;
-    dnnl_dims_t strides = {p->stride_h, p->stride_w}, pad = {p->pad_h, p->pad_w};
+    int64_t in_hw[2] = {a->shape[2], a->shape[3]}, out_hw[2] = {b->shape[2], b->shape[3]};
+    conv_crop cr = crop_of(in_hw, out_hw, wshape, p);
+    dnnl_dims_t strides = {p->stride_h, p->stride_w};
+    dnnl_dims_t pl = {cr.pl[0], cr.pl[1]}, pr = {cr.pr[0], cr.pr[1]};
     dnnl_convolution_desc_t cd;
     dnnl_status_t ds = dnnl_success;
     if (op == CPU_OP_CONV_FWD) {
-        s = conv_fwd_pd(c, a, wshape, has_b, b, p, c->attr, &pd);
+        s = conv_fwd_pd(c, a, wshape, &cr, has_b, b, p, c->attr, &pd);
     } else {
-        s = conv_fwd_pd(c, a, wshape, has_b, b, p, NULL, &hint);
-        if (s == CH_OK) s = conv_mds(a, wshape, b, &src, &wts, &bia, &dst);
+        s = conv_fwd_pd(c, a, wshape, &cr, has_b, b, p, NULL, &hint);
+        if (s == CH_OK) s = conv_mds(a, wshape, &cr, b, &src, &wts, &bia, &dst);
         if (s == CH_OK) {
             if (op == CPU_OP_CONV_BWD_DATA)
                 ds = dnnl_convolution_backward_data_desc_init(&cd, dnnl_convolution_direct,
-                                                              &src, &wts, &dst, strides, pad,
-                                                              pad);
+                                                              &src, &wts, &dst, strides, pl,
+                                                              pr);
             else
                 ds = dnnl_convolution_backward_weights_desc_init(
                     &cd, dnnl_convolution_direct, &src, &wts, has_b ? &bia : NULL, &dst,
-                    strides, pad, pad);
+                    strides, pl, pr);
             if (ds == dnnl_success)
                 ds = dnnl_primitive_desc_create(&pd, &cd, c->attr, c->engine, hint);
             if (ds != dnnl_success)
@@ -237,7 +323,7 @@ static ch_status conv_prim(ch_cpu_t *c, int op, const ch_tensor_t *a, const int6
         dnnl_query_t wq = op == CPU_OP_CONV_BWD_WEIGHTS ? dnnl_query_diff_weights_md
                                                         : dnnl_query_weights_md;
         const dnnl_memory_desc_t *wmd = dnnl_primitive_desc_query_md(pd, wq, 0);
-        s = setup_weights(c, e, wmd, wshape, op == CPU_OP_CONV_BWD_WEIGHTS);
+        s = setup_weights(c, e, wmd, wshape, &cr, op == CPU_OP_CONV_BWD_WEIGHTS);
     }
     if (s == CH_OK) s = setup_scratch(c, pd, e);
     if (s == CH_OK) {
@@ -356,7 +442,7 @@ ch_status ch_cpu_conv2d_backward_weights(void *st, const ch_tensor_t *x, const c
 ch_status ch_cpu_linear_forward(void *st, const ch_tensor_t *x, const ch_tensor_t *w,
                                 const ch_tensor_t *b, ch_tensor_t *y)
 {
-    (void)st;
+    ch_cpu_threads(st);
     int64_t N = x->shape[0], K = x->shape[1], M = w->shape[0];
     float *Y = y->data;
     if (N == 0 || M == 0) return CH_OK;
@@ -376,7 +462,7 @@ ch_status ch_cpu_linear_forward(void *st, const ch_tensor_t *x, const ch_tensor_
 ch_status ch_cpu_linear_backward_data(void *st, const ch_tensor_t *dy, const ch_tensor_t *w,
                                       ch_tensor_t *dx)
 {
-    (void)st;
+    ch_cpu_threads(st);
     int64_t N = dy->shape[0], M = w->shape[0], K = w->shape[1];
     if (N == 0 || K == 0) return CH_OK;
     if (M == 0) {
@@ -390,7 +476,7 @@ ch_status ch_cpu_linear_backward_data(void *st, const ch_tensor_t *dy, const ch_
 ch_status ch_cpu_linear_backward_weights(void *st, const ch_tensor_t *x, const ch_tensor_t *dy,
                                          ch_tensor_t *dw, ch_tensor_t *db)
 {
-    (void)st;
+    ch_cpu_threads(st);
     int64_t N = x->shape[0], K = x->shape[1], M = dy->shape[1];
     if (N == 0 || M == 0 || K == 0) {
         if (dw->nbytes) memset(dw->data, 0, dw->nbytes);

@@ -37,6 +37,10 @@ typedef struct cpu_prim {
     dnnl_memory_t wprim_mem;     /* weights in the primitive's format, over wbuf */
     void *wbuf;
     size_t wbytes;
+    int cropped;                 /* primitive uses only some kernel taps (conv.c) */
+    int64_t wfull[4];            /* full OIHW weight shape (cropped case) */
+    int64_t k0[2], kk[2];        /* first tap and extent kept, (h, w) */
+    float *cbuf;                 /* compact plain copy of the kept taps */
 } cpu_prim;
 
 typedef struct ch_cpu {
@@ -44,6 +48,7 @@ typedef struct ch_cpu {
     dnnl_stream_t stream;
     dnnl_primitive_attr_t attr; /* user-managed scratchpad */
     ch_layout_t layout;         /* preferred activation layout */
+    int nthreads;               /* requested OpenMP threads, 0 = runtime default */
     cpu_prim **cache;
     size_t ncache, capcache;
     void *scratch;              /* shared scratchpad, grown at primitive creation */
@@ -55,6 +60,9 @@ typedef struct ch_cpu {
 } ch_cpu_t;
 
 /* ---- cache and scratch (backend.c) */
+/* Apply the context's thread count to the calling thread (OpenMP's setting
+ * is per thread; ops may be called from another thread than the creator). */
+void ch_cpu_threads(const ch_cpu_t *c);
 cpu_prim *ch_cpu_cache_find(ch_cpu_t *c, const int64_t *key);
 ch_status ch_cpu_cache_add(ch_cpu_t *c, cpu_prim *p); /* takes ownership */
 void ch_cpu_prim_free(cpu_prim *p);

@@ -11,6 +11,7 @@
 #include "framework/ops/cpu/cpu.h"
 
 #include <math.h>
+#include <stdint.h>
 #include <string.h>
 
 #define V 16 /* lanes per chunk: fixed trip counts let -O2 vectorise */
@@ -97,7 +98,10 @@ CH_CPU_SIMD static void k_relu_bwd(float *dx, const float *y, const float *dy, i
     int64_t i = 0;
     for (; i + V <= n; i += V) {
         float t[V];
-        for (int l = 0; l < V; l++) t[l] = y[i + l] <= 0.0f ? 0.0f : dy[i + l];
+        for (int l = 0; l < V; l++) {
+            float d = dy[i + l]; /* unconditional load: lets the compiler use a blend */
+            t[l] = y[i + l] <= 0.0f ? 0.0f : d;
+        }
         for (int l = 0; l < V; l++) dx[i + l] = t[l];
     }
     for (; i < n; i++) dx[i] = y[i] <= 0.0f ? 0.0f : dy[i];
@@ -186,21 +190,30 @@ CH_CPU_SIMD static void k_maxpool_bwd(const float *xb, const float *dyb, float *
             const float *d = dyb + (oh * g->Wo + ow) * B;
             for (int64_t c0 = 0; c0 < B; c0 += V) {
                 float best[V];
-                int64_t idx[V];
+                int32_t idx[V];
                 int64_t L = B - c0 < V ? B - c0 : V;
                 for (int l = 0; l < V; l++) {
                     best[l] = -INFINITY;
-                    idx[l] = h0 * g->W + w0;
+                    idx[l] = (int32_t)(h0 * g->W + w0);
                 }
                 for (int64_t h = h0; h < h1; h++) {
                     for (int64_t w = w0; w < w1; w++) {
-                        int64_t pos = h * g->W + w;
+                        int32_t pos = (int32_t)(h * g->W + w);
                         const float *p = xb + pos * B + c0;
-                        for (int64_t l = 0; l < L; l++) {
-                            float v = p[l];
-                            if (v > best[l] || v != v) {
-                                best[l] = v;
-                                idx[l] = pos;
+                        if (L == V) {
+                            /* branch-free so the lanes vectorise */
+                            for (int l = 0; l < V; l++) {
+                                float v = p[l];
+                                int up = (v > best[l]) | (v != v);
+                                best[l] = up ? v : best[l];
+                                idx[l] = up ? pos : idx[l];
+                            }
+                        } else {
+                            for (int64_t l = 0; l < L; l++) {
+                                float v = p[l];
+                                int up = (v > best[l]) | (v != v);
+                                best[l] = up ? v : best[l];
+                                idx[l] = up ? pos : idx[l];
                             }
                         }
                     }
