@@ -363,6 +363,12 @@ static void test_modes_and_memory(void **state)
         }
     }
     assert_int_equal(*nbt, 3);
+    assert_ptr_equal(ch_model_activation(m, "fc"), logits);
+    const ch_tensor_t *l1 = ch_model_activation(m, "layer1");
+    assert_non_null(l1);
+    assert_int_equal(l1->shape[1], 64);
+    assert_int_equal(l1->shape[2], 7);
+    assert_null(ch_model_activation(m, "layer9"));
     /* eval: buffers untouched, deterministic logits, no backward */
     ch_model_train(m, 0);
     float *rm = ch_model_find(m, "bn1.running_mean")->data;
