@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -24,6 +25,8 @@
 struct ch_safetensors {
     char *source;              /* path or label */
     unsigned char *owned;      /* buffer we own (file contents or copy), or NULL */
+    void *map;                 /* read-only mapping of the file, or NULL */
+    size_t map_size;
     const unsigned char *buf;  /* the whole file */
     size_t size;
     json_t *root;              /* parsed header; names and metadata point into it */
@@ -381,6 +384,7 @@ ch_status ch_safetensors_open(ch_safetensors_t **out, const char *path)
     {
         unsigned char h[8] = {0};
         uint64_t hlen;
+        errno = 0;
         if (st->size >= 8 && pread(fd, h, 8, 0) != 8) {
             s = CH_ERROR(CH_ERR_IO, "reading '%s' failed: %s", path, strerror(errno ? errno : EIO));
             close(fd);
@@ -394,6 +398,20 @@ ch_status ch_safetensors_open(ch_safetensors_t **out, const char *path)
             return s;
         }
     }
+    /* Map the file (zero copy; pages are read when the data is used). */
+    {
+        const char *no = getenv("COHORT_SAFETENSORS_NO_MMAP");
+        st->map = no && no[0] && strcmp(no, "0") != 0
+                      ? MAP_FAILED
+                      : mmap(NULL, st->size, PROT_READ, MAP_PRIVATE, fd, 0);
+    }
+    if (st->map != MAP_FAILED) {
+        close(fd);
+        st->map_size = st->size;
+        st->buf = st->map;
+        return finish_open(st, out);
+    }
+    st->map = NULL; /* e.g. a file system without mmap: read it instead */
     if (posix_memalign((void **)&st->owned, 64, st->size ? st->size : 1) != 0) {
         close(fd);
         s = CH_ERROR(CH_ERR_NOMEM, "%s: out of memory reading %zu bytes", path, st->size);
@@ -454,6 +472,7 @@ void ch_safetensors_close(ch_safetensors_t *st)
     free(st->by_name);
     free(st->meta);
     free(st->owned);
+    if (st->map) munmap(st->map, st->map_size);
     free(st->source);
     free(st);
 }

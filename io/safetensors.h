@@ -96,9 +96,18 @@ const char *ch_st_dtype_name(ch_st_dtype_t dtype);
 /* Number of elements of a view (product of its shape; 1 for ndim 0). */
 int64_t ch_st_view_numel(const ch_st_view_t *v);
 
-/* Read and validate the safetensors file at path. The whole file is read
- * into one 64-byte-aligned host buffer (no mmap, so a file truncated by
- * another process later cannot crash the reader).
+/* Open and validate the safetensors file at path. The file is mapped
+ * read-only (mmap, MAP_PRIVATE): opening costs the header parse only, and
+ * tensor pages are read from the page cache when used (a copy out of them,
+ * e.g. ch_safetensors_read_into, is the only copy). Where mmap fails the
+ * file is read into a 64-byte-aligned buffer instead; setting the
+ * environment variable COHORT_SAFETENSORS_NO_MMAP=1 always reads (for file
+ * systems where mapping is slow or unsafe). As with any mmap
+ * reader (safetensors' own library maps files too), a file truncated by
+ * another program WHILE it is open makes later accesses fault; cohort's
+ * writers never change a file in place (they rename a new one over it), so
+ * an open file stays valid while cohort rewrites the same path. A file that
+ * is malformed or truncated when opened is an error, never a crash.
  * Errors: CH_ERR_IO (cannot open/read; message names the path and errno
  * text), CH_ERR_FORMAT (malformed: message names the path, the tensor if any
  * and what is wrong), CH_ERR_UNSUPPORTED (dtype other than F32/I64, or more

@@ -18,7 +18,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+#include "tests/fuzz/fuzz.h"
 
 /* A file in memory from a header text (padded by the caller or not) and data. */
 static unsigned char *make_file(const char *header, const void *data, size_t dlen, size_t *size)
@@ -163,6 +163,13 @@ static void test_roundtrip_memory_and_file(void **state)
     free(buf);
 
     assert_ch_ok(ch_safetensors_write(path, sd, 5, meta2, 2));
+    /* the read() path (used where mmap fails) */
+    setenv("COHORT_SAFETENSORS_NO_MMAP", "1", 1);
+    assert_ch_ok(ch_safetensors_open(&st, path));
+    unsetenv("COHORT_SAFETENSORS_NO_MMAP");
+    check_state(st);
+    ch_safetensors_close(st);
+    /* the mmap path (default) */
     assert_ch_ok(ch_safetensors_open(&st, path));
     assert_string_equal(ch_safetensors_source(st), path);
     check_state(st);
@@ -367,6 +374,9 @@ static void test_reader_rejects(void **state)
         fclose(f);
         assert_ch_error(ch_safetensors_open(&st, p), CH_ERR_FORMAT, "truncated file?");
         assert_non_null(strstr(ch_error_message(), p));
+        setenv("COHORT_SAFETENSORS_NO_MMAP", "1", 1);
+        assert_ch_error(ch_safetensors_open(&st, p), CH_ERR_FORMAT, "truncated file?");
+        unsetenv("COHORT_SAFETENSORS_NO_MMAP");
         f = fopen(p, "wb");
         fwrite(buf, 1, 20, f);
         fclose(f);

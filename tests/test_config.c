@@ -1,0 +1,575 @@
+/* Tests for framework/configuration: files, overrides, precedence, --help,
+ * every error, dump round trip. Single process. */
+#define _GNU_SOURCE /* open_memstream */
+#include "config.h"
+
+#include "tests/harness.h"
+
+#include "framework/configuration.h"
+#include "framework/status.h"
+
+#include <fcntl.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static const ch_config_key_t keys[] = {
+    {"train.lr", CH_CFG_FLOAT, "0.01", 0, 10, "Base learning rate before scaling by world size."},
+    {"train.epochs", CH_CFG_INT, "90", 1, 100000, "Number of epochs."},
+    {"train.nesterov", CH_CFG_BOOL, "false", CH_CFG_NO_RANGE, "Use Nesterov momentum."},
+    {"train.optimizer", CH_CFG_STRING, "sgd", CH_CFG_NO_RANGE, "Optimizer: sgd or adam."},
+    {"data.root", CH_CFG_STRING, "/data", CH_CFG_NO_RANGE, "Dataset directory."},
+    {"data.files", CH_CFG_STRLIST, "a.idx,b.idx", CH_CFG_NO_RANGE, "Files to read, in order."},
+    {"data.max_bytes", CH_CFG_INT64, "1099511627776", 0, INFINITY, "Cache size in bytes."},
+    {"model.resnet.depth", CH_CFG_INT, "18", 18, 152, "ResNet depth."},
+    {"seed", CH_CFG_INT, "0", CH_CFG_NO_RANGE, "Random seed."},
+};
+#define NKEYS ((int)(sizeof keys / sizeof keys[0]))
+
+static char path_buf[8][1024];
+static int path_next;
+/* Path of a test config file in the source tree (a few live at once). */
+static const char *data(const char *name)
+{
+    char *p = path_buf[path_next++ % 8];
+    snprintf(p, 1024, "%s/tests/data/config/%s", ch_test_srcdir(), name);
+    return p;
+}
+
+/* load with a NULL-terminated argument list (argv[0] added). */
+static ch_status load_args(ch_config_t **cfg, const ch_config_key_t *k, int n, ...)
+{
+    char *argv[32];
+    int argc = 0;
+    argv[argc++] = (char *)"cohort-test";
+    va_list ap;
+    va_start(ap, n);
+    const char *a;
+    while ((a = va_arg(ap, const char *)) != NULL && argc < 31) argv[argc++] = (char *)a;
+    va_end(ap);
+    argv[argc] = NULL;
+    return ch_config_load(k, n, argc, argv, cfg);
+}
+
+#define LOAD(cfg, ...) load_args(cfg, keys, NKEYS, __VA_ARGS__, (const char *)NULL)
+
+static void assert_one_line(void)
+{
+    assert_null(strchr(ch_error_message(), '\n'));
+}
+
+static void test_defaults(void **state)
+{
+    ch_config_t *cfg = NULL;
+    assert_ch_ok(ch_config_load(keys, NKEYS, 0, NULL, &cfg));
+    double lr;
+    int epochs, nest, depth;
+    long long mb;
+    const char *root;
+    const char *const *files;
+    int nf;
+    assert_ch_ok(ch_config_get_double(cfg, "train.lr", &lr));
+    assert_true(lr == 0.01);
+    assert_ch_ok(ch_config_get_int(cfg, "train.epochs", &epochs));
+    assert_int_equal(epochs, 90);
+    assert_ch_ok(ch_config_get_bool(cfg, "train.nesterov", &nest));
+    assert_int_equal(nest, 0);
+    assert_ch_ok(ch_config_get_string(cfg, "data.root", &root));
+    assert_string_equal(root, "/data");
+    assert_ch_ok(ch_config_get_strlist(cfg, "data.files", &files, &nf));
+    assert_int_equal(nf, 2);
+    assert_string_equal(files[0], "a.idx");
+    assert_string_equal(files[1], "b.idx");
+    assert_ch_ok(ch_config_get_int64(cfg, "data.max_bytes", &mb));
+    assert_true(mb == 1099511627776LL);
+    assert_ch_ok(ch_config_get_int(cfg, "model.resnet.depth", &depth));
+    assert_int_equal(depth, 18);
+    assert_string_equal(ch_config_source(cfg, "train.lr"), "default");
+    assert_int_equal(ch_config_help_requested(cfg), 0);
+    ch_config_destroy(cfg);
+}
+
+static void test_file_values(void **state)
+{
+    ch_config_t *cfg = NULL;
+    assert_ch_ok(LOAD(&cfg, "--config", data("good.cfg")));
+    double lr;
+    int epochs, nest, depth, seed, nf;
+    long long mb;
+    const char *const *files;
+    assert_ch_ok(ch_config_get_double(cfg, "train.lr", &lr));
+    assert_true(lr == 0.1);
+    assert_ch_ok(ch_config_get_int(cfg, "train.epochs", &epochs));
+    assert_int_equal(epochs, 5);
+    assert_ch_ok(ch_config_get_bool(cfg, "train.nesterov", &nest));
+    assert_int_equal(nest, 1);
+    assert_ch_ok(ch_config_get_int(cfg, "model.resnet.depth", &depth));
+    assert_int_equal(depth, 50);
+    assert_ch_ok(ch_config_get_int(cfg, "seed", &seed));
+    assert_int_equal(seed, 3);
+    assert_ch_ok(ch_config_get_int64(cfg, "data.max_bytes", &mb));
+    assert_true(mb == 5000000000LL);
+    assert_ch_ok(ch_config_get_strlist(cfg, "data.files", &files, &nf));
+    assert_int_equal(nf, 2);
+    assert_string_equal(files[1], "y.idx");
+    /* a key the file does not set keeps its default */
+    const char *opt;
+    assert_ch_ok(ch_config_get_string(cfg, "train.optimizer", &opt));
+    assert_string_equal(opt, "sgd");
+    assert_non_null(strstr(ch_config_source(cfg, "train.lr"), "good.cfg:3"));
+    assert_non_null(strstr(ch_config_source(cfg, "model.resnet.depth"), "good.cfg:7"));
+    const char *root;
+    assert_ch_ok(ch_config_get_string(cfg, "data.root", &root));
+    assert_string_equal(root, "/d/5000000000");
+    ch_config_destroy(cfg);
+}
+
+static void test_int_literal_for_float(void **state)
+{
+    ch_config_t *cfg = NULL;
+    double lr;
+    assert_ch_ok(LOAD(&cfg, "--config", data("int_for_float.cfg")));
+    assert_ch_ok(ch_config_get_double(cfg, "train.lr", &lr));
+    assert_true(lr == 1.0);
+    ch_config_destroy(cfg);
+}
+
+static void test_precedence_order(void **state)
+{
+    ch_config_t *cfg = NULL;
+    double lr;
+    int epochs, nest, depth, seed;
+    const char *root, *opt;
+    char second[1100];
+    snprintf(second, sizeof second, "--config=%s", data("second.cfg"));
+    assert_ch_ok(LOAD(&cfg, "--set", "train.epochs=7", "--config", data("good.cfg"), second,
+                      "--data.root=/scratch", "--train.optimizer", "adam", "--train.nesterov",
+                      "false", "--model.resnet.depth", "34", "--set=seed=11", "--seed", "12"));
+    assert_ch_ok(ch_config_get_double(cfg, "train.lr", &lr)); /* second.cfg over good.cfg */
+    assert_true(lr == 0.2);
+    assert_non_null(strstr(ch_config_source(cfg, "train.lr"), "second.cfg:2"));
+    assert_ch_ok(ch_config_get_int(cfg, "train.epochs", &epochs)); /* --set over file */
+    assert_int_equal(epochs, 7);
+    assert_string_equal(ch_config_source(cfg, "train.epochs"), "command line (--set train.epochs=7)");
+    assert_ch_ok(ch_config_get_string(cfg, "data.root", &root));
+    assert_string_equal(root, "/scratch");
+    assert_ch_ok(ch_config_get_string(cfg, "train.optimizer", &opt));
+    assert_string_equal(opt, "adam");
+    assert_ch_ok(ch_config_get_bool(cfg, "train.nesterov", &nest)); /* file true, cmdline false */
+    assert_int_equal(nest, 0);
+    assert_ch_ok(ch_config_get_int(cfg, "model.resnet.depth", &depth));
+    assert_int_equal(depth, 34);
+    assert_ch_ok(ch_config_get_int(cfg, "seed", &seed)); /* last override wins */
+    assert_int_equal(seed, 12);
+    assert_string_equal(ch_config_source(cfg, "seed"), "command line (--seed 12)");
+    ch_config_destroy(cfg);
+
+    /* a bool flag alone means true; a following option is not its value */
+    assert_ch_ok(LOAD(&cfg, "--train.nesterov", "--seed=4"));
+    assert_ch_ok(ch_config_get_bool(cfg, "train.nesterov", &nest));
+    assert_int_equal(nest, 1);
+    assert_ch_ok(ch_config_get_int(cfg, "seed", &seed));
+    assert_int_equal(seed, 4);
+    ch_config_destroy(cfg);
+    assert_ch_ok(LOAD(&cfg, "--train.nesterov=yes", "--set", "data.files=", "--train.lr", "-0"));
+    assert_ch_ok(ch_config_get_bool(cfg, "train.nesterov", &nest));
+    assert_int_equal(nest, 1);
+    const char *const *files;
+    int nf = -1;
+    assert_ch_ok(ch_config_get_strlist(cfg, "data.files", &files, &nf));
+    assert_int_equal(nf, 0);
+    ch_config_destroy(cfg);
+}
+
+static void test_help(void **state)
+{
+    /* The generated text lists every key with type, default, range and help. */
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    assert_non_null(f);
+    ch_config_print_help(keys, NKEYS, "cohort-train", f);
+    fclose(f);
+    assert_non_null(strstr(buf, "Usage: cohort-train"));
+    for (int i = 0; i < NKEYS; i++) {
+        assert_non_null(strstr(buf, keys[i].name));
+        assert_non_null(strstr(buf, keys[i].help));
+    }
+    assert_non_null(strstr(buf, "--train.lr  (float, default 0.01, range [0, 10])"));
+    assert_non_null(strstr(buf, "--data.max_bytes  (int64, default 1099511627776, range [0, inf])"));
+    assert_non_null(strstr(buf, "--data.root  (string, default \"/data\")"));
+    /* grouped: data.* before model.* before seed before train.* */
+    assert_true(strstr(buf, "--data.files") < strstr(buf, "--model.resnet.depth"));
+    assert_true(strstr(buf, "--model.resnet.depth") < strstr(buf, "--seed"));
+    assert_true(strstr(buf, "--seed") < strstr(buf, "--train.epochs"));
+    free(buf);
+
+    /* --help through load: flag set, no file read (even a missing one), the
+     * text goes to stdout (silenced here so it does not mix with TAP). */
+    fflush(stdout);
+    int saved = dup(1);
+    int devnull = open("/dev/null", O_WRONLY);
+    dup2(devnull, 1);
+    ch_config_t *cfg = NULL;
+    ch_status s = LOAD(&cfg, "--config", "/nonexistent.cfg", "--help");
+    fflush(stdout);
+    dup2(saved, 1);
+    close(saved);
+    close(devnull);
+    assert_ch_ok(s);
+    assert_int_equal(ch_config_help_requested(cfg), 1);
+    ch_config_destroy(cfg);
+}
+
+/* ---- errors from files: one line, file:line and key */
+
+static void file_error(const char *file, ch_status code, const char *n1, const char *n2)
+{
+    ch_config_t *cfg = (ch_config_t *)&cfg;
+    assert_ch_error(LOAD(&cfg, "--config", data(file)), code, n1);
+    if (n2 && !strstr(ch_error_message(), n2))
+        fail_msg("%s: message '%s' does not mention '%s'", file, ch_error_message(), n2);
+    assert_null(cfg);
+    assert_one_line();
+}
+
+static void test_unknown_key_in_file(void **state)
+{
+    file_error("unknown_key.cfg", CH_ERR_CONFIG, "unknown_key.cfg:3: unknown key 'train.lrr'",
+               "did you mean 'train.lr'?");
+    file_error("unknown_group.cfg", CH_ERR_CONFIG, "unknown_group.cfg:2: unknown key 'trian.lr'",
+               "did you mean 'train.lr'?");
+    file_error("unknown_toplevel.cfg", CH_ERR_CONFIG, "unknown_toplevel.cfg:2: unknown key 'lr'",
+               "did you mean 'train.lr'?");
+    file_error("unknown_empty_group.cfg", CH_ERR_CONFIG,
+               "unknown_empty_group.cfg:2: unknown key 'optim'", NULL);
+}
+
+static void test_wrong_type_in_file(void **state)
+{
+    file_error("wrong_type.cfg", CH_ERR_CONFIG,
+               "wrong_type.cfg:3: train.lr: expected float, got string \"abc\"", NULL);
+    file_error("wrong_type_bool.cfg", CH_ERR_CONFIG,
+               "wrong_type_bool.cfg:1: train.nesterov: expected bool, got int 1", NULL);
+    file_error("wrong_type_int.cfg", CH_ERR_CONFIG,
+               "wrong_type_int.cfg:2: train.epochs: expected int, got float 2.5", NULL);
+    file_error("group_for_scalar.cfg", CH_ERR_CONFIG,
+               "group_for_scalar.cfg:2: train.lr: expected float, got a group", NULL);
+    file_error("scalar_for_group.cfg", CH_ERR_CONFIG,
+               "scalar_for_group.cfg:1: 'train' is a group of keys", NULL);
+    file_error("list_bad_elem.cfg", CH_ERR_CONFIG,
+               "list_bad_elem.cfg:2: data.files: element 1: expected string, got int 3", NULL);
+    file_error("int_overflow.cfg", CH_ERR_CONFIG,
+               "int_overflow.cfg:1: train.epochs: 5000000000 does not fit in int", NULL);
+}
+
+static void test_int_literal_too_big_for_libconfig(void **state)
+{
+    /* libconfig 1.5 would silently wrap these to 32 bits */
+    file_error("int_too_big.cfg", CH_ERR_CONFIG,
+               "int_too_big.cfg:2: integer 5000000000 does not fit in a 32-bit libconfig int; "
+               "write 5000000000L",
+               NULL);
+    file_error("int_too_big_neg.cfg", CH_ERR_CONFIG,
+               "int_too_big_neg.cfg:2: integer -2147483649 does not fit", NULL);
+}
+
+static void test_include_relative_to_file(void **state)
+{
+    ch_config_t *cfg = NULL;
+    double lr;
+    int seed;
+    assert_ch_ok(LOAD(&cfg, "--config", data("include.cfg")));
+    assert_ch_ok(ch_config_get_double(cfg, "train.lr", &lr));
+    assert_true(lr == 0.2); /* from second.cfg */
+    assert_non_null(strstr(ch_config_source(cfg, "train.lr"), "second.cfg:2"));
+    assert_ch_ok(ch_config_get_int(cfg, "seed", &seed));
+    assert_int_equal(seed, 8);
+    ch_config_destroy(cfg);
+}
+
+static void test_out_of_range_in_file(void **state)
+{
+    file_error("out_of_range.cfg", CH_ERR_CONFIG,
+               "out_of_range.cfg:3: train.epochs = 0 is out of range [1, 100000]", NULL);
+    file_error("out_of_range_float.cfg", CH_ERR_CONFIG,
+               "out_of_range_float.cfg:1: train.lr = 11.5 is out of range [0, 10]", NULL);
+}
+
+static void test_malformed_and_missing_file(void **state)
+{
+    /* libconfig's own file:line: text */
+    file_error("malformed.cfg", CH_ERR_CONFIG, "malformed.cfg:3: syntax error", NULL);
+    file_error("unterminated.cfg", CH_ERR_CONFIG,
+               "unterminated.cfg:2: unterminated string (the quote opens here)", NULL);
+    ch_config_t *cfg = NULL;
+    assert_ch_error(LOAD(&cfg, "--config", data("does-not-exist.cfg")), CH_ERR_IO,
+                    "does-not-exist.cfg: cannot open config file: No such file or directory");
+    assert_one_line();
+    assert_ch_error(LOAD(&cfg, "--config"), CH_ERR_CONFIG, "--config needs a file name");
+    assert_ch_error(LOAD(&cfg, "--config="), CH_ERR_CONFIG, "--config needs a file name");
+}
+
+/* ---- errors from the command line */
+
+static void test_command_line_errors(void **state)
+{
+    ch_config_t *cfg = (ch_config_t *)&cfg;
+    assert_ch_error(LOAD(&cfg, "--set", "train.lr=abc"), CH_ERR_CONFIG,
+                    "--set train.lr=abc: train.lr: expected float, got 'abc'");
+    assert_null(cfg);
+    assert_ch_error(LOAD(&cfg, "--set", "train.lr=nan"), CH_ERR_CONFIG, "expected a finite float");
+    assert_ch_error(LOAD(&cfg, "--train.lr=20"), CH_ERR_CONFIG,
+                    "--train.lr=20: train.lr = 20 is out of range [0, 10]");
+    assert_ch_error(LOAD(&cfg, "--train.epochs", "3.5"), CH_ERR_CONFIG,
+                    "--train.epochs 3.5: train.epochs: expected int (a decimal integer), got '3.5'");
+    assert_ch_error(LOAD(&cfg, "--train.epochs=99999999999"), CH_ERR_CONFIG,
+                    "'99999999999' does not fit in int");
+    assert_ch_error(LOAD(&cfg, "--data.max_bytes=-1"), CH_ERR_CONFIG,
+                    "data.max_bytes = -1 is out of range [0, inf]");
+    assert_ch_error(LOAD(&cfg, "--train.nesterov=maybe"), CH_ERR_CONFIG,
+                    "train.nesterov: expected bool");
+    assert_ch_error(LOAD(&cfg, "--set", "train.lrr=0.1"), CH_ERR_CONFIG,
+                    "--set train.lrr=0.1: unknown key 'train.lrr' (did you mean 'train.lr'?)");
+    assert_one_line();
+    assert_ch_error(LOAD(&cfg, "--train.lrr=0.1"), CH_ERR_CONFIG,
+                    "unknown option '--train.lrr=0.1' (did you mean '--train.lr'?)");
+    assert_ch_error(LOAD(&cfg, "--confg", "x.cfg"), CH_ERR_CONFIG, "did you mean '--config'?");
+    assert_ch_error(LOAD(&cfg, "--set", "train.lr"), CH_ERR_CONFIG,
+                    "--set train.lr: expected KEY=VALUE");
+    assert_ch_error(LOAD(&cfg, "--set"), CH_ERR_CONFIG, "--set needs KEY=VALUE");
+    assert_ch_error(LOAD(&cfg, "--train.lr"), CH_ERR_CONFIG, "--train.lr needs a value (float)");
+    assert_ch_error(LOAD(&cfg, "positional"), CH_ERR_CONFIG, "unexpected argument 'positional'");
+    assert_ch_error(LOAD(&cfg, "--"), CH_ERR_CONFIG, "unexpected argument '--'");
+    /* the command line is checked even when the file is fine */
+    assert_ch_error(LOAD(&cfg, "--config", data("good.cfg"), "--model.resnet.depth=10"),
+                    CH_ERR_CONFIG, "model.resnet.depth = 10 is out of range [18, 152]");
+    assert_null(cfg);
+}
+
+static void test_required_key(void **state)
+{
+    static const ch_config_key_t req[] = {
+        {"data.root", CH_CFG_STRING, NULL, CH_CFG_NO_RANGE, "Dataset directory."},
+    };
+    ch_config_t *cfg = NULL;
+    const char *root;
+    assert_ch_error(load_args(&cfg, req, 1, (const char *)NULL), CH_ERR_CONFIG,
+                    "required key data.root (string) is not set");
+    assert_ch_ok(load_args(&cfg, req, 1, "--data.root=/d", (const char *)NULL));
+    assert_ch_ok(ch_config_get_string(cfg, "data.root", &root));
+    assert_string_equal(root, "/d");
+    ch_config_destroy(cfg);
+}
+
+static void test_bad_tables(void **state)
+{
+    ch_config_t *cfg = NULL;
+    static const ch_config_key_t dup[] = {
+        {"a.b", CH_CFG_INT, "1", CH_CFG_NO_RANGE, ""},
+        {"a.b", CH_CFG_INT, "1", CH_CFG_NO_RANGE, ""},
+    };
+    static const ch_config_key_t grp[] = {
+        {"a", CH_CFG_INT, "1", CH_CFG_NO_RANGE, ""},
+        {"a.b", CH_CFG_INT, "1", CH_CFG_NO_RANGE, ""},
+    };
+    static const ch_config_key_t baddef[] = {{"a.b", CH_CFG_FLOAT, "x1", CH_CFG_NO_RANGE, ""}};
+    static const ch_config_key_t outdef[] = {{"a.b", CH_CFG_INT, "0", 1, 5, ""}};
+    static const ch_config_key_t badname[] = {{"a..b", CH_CFG_INT, "0", CH_CFG_NO_RANGE, ""}};
+    static const ch_config_key_t badname2[] = {{"a.9b", CH_CFG_INT, "0", CH_CFG_NO_RANGE, ""}};
+    static const ch_config_key_t reserved[] = {{"config", CH_CFG_STRING, "", CH_CFG_NO_RANGE, ""}};
+    static const ch_config_key_t minmax[] = {{"a", CH_CFG_INT, "0", 5, 1, ""}};
+    assert_ch_error(load_args(&cfg, dup, 2, (const char *)NULL), CH_ERR_INVALID, "declared twice");
+    assert_ch_error(load_args(&cfg, grp, 2, (const char *)NULL), CH_ERR_INVALID,
+                    "cannot also be a group");
+    assert_ch_error(load_args(&cfg, baddef, 1, (const char *)NULL), CH_ERR_INVALID,
+                    "default of a.b: a.b: expected float, got 'x1'");
+    assert_ch_error(load_args(&cfg, outdef, 1, (const char *)NULL), CH_ERR_INVALID,
+                    "default of a.b: a.b = 0 is out of range [1, 5]");
+    assert_ch_error(load_args(&cfg, badname, 1, (const char *)NULL), CH_ERR_INVALID,
+                    "invalid key name 'a..b'");
+    assert_ch_error(load_args(&cfg, badname2, 1, (const char *)NULL), CH_ERR_INVALID,
+                    "invalid key name 'a.9b'");
+    assert_ch_error(load_args(&cfg, reserved, 1, (const char *)NULL), CH_ERR_INVALID, "reserved");
+    assert_ch_error(load_args(&cfg, minmax, 1, (const char *)NULL), CH_ERR_INVALID, "min 5 > max 1");
+    assert_ch_error(ch_config_load(keys, NKEYS, 0, NULL, NULL), CH_ERR_INVALID, "out is NULL");
+}
+
+static void test_lookup_errors(void **state)
+{
+    ch_config_t *cfg = NULL;
+    int i;
+    long long ll;
+    double d;
+    const char *s;
+    assert_ch_ok(ch_config_load(keys, NKEYS, 0, NULL, &cfg));
+    assert_ch_error(ch_config_get_int(cfg, "train.lrr", &i), CH_ERR_INVALID,
+                    "'train.lrr' is not in the job's key table");
+    assert_ch_error(ch_config_get_int(cfg, "train.lr", &i), CH_ERR_INVALID,
+                    "train.lr is float; it cannot be read as int");
+    assert_ch_error(ch_config_get_string(cfg, "seed", &s), CH_ERR_INVALID, "seed is int");
+    assert_ch_error(ch_config_get_int(cfg, "data.max_bytes", &i), CH_ERR_INVALID, "is int64");
+    /* widening */
+    assert_ch_ok(ch_config_get_int64(cfg, "train.epochs", &ll));
+    assert_true(ll == 90);
+    assert_ch_ok(ch_config_get_double(cfg, "data.max_bytes", &d));
+    assert_true(d == 1099511627776.0);
+    assert_null(ch_config_source(cfg, "nope"));
+    ch_config_destroy(cfg);
+}
+
+static void test_choice(void **state)
+{
+    static const char *const opts[] = {"sgd", "adam"};
+    ch_config_t *cfg = NULL;
+    int idx = -1;
+    assert_ch_ok(LOAD(&cfg, "--train.optimizer=adam"));
+    assert_ch_ok(ch_config_get_choice(cfg, "train.optimizer", opts, 2, &idx));
+    assert_int_equal(idx, 1);
+    ch_config_destroy(cfg);
+    assert_ch_ok(LOAD(&cfg, "--set", "train.optimizer=adm"));
+    assert_ch_error(ch_config_get_choice(cfg, "train.optimizer", opts, 2, &idx), CH_ERR_CONFIG,
+                    "command line (--set train.optimizer=adm): train.optimizer = 'adm' is not "
+                    "one of: sgd, adam");
+    ch_config_destroy(cfg);
+}
+
+static void test_dump_round_trip(void **state)
+{
+    ch_config_t *cfg = NULL, *back = NULL;
+    assert_ch_ok(LOAD(&cfg, "--config", data("good.cfg"), "--train.lr=0.1",
+                      "--set", "train.optimizer=we\"ird\\name\ttab", "--data.files=p q,r",
+                      "--data.max_bytes=9007199254740993", "--seed=-5"));
+    char *text = NULL;
+    assert_ch_ok(ch_config_dump_string(cfg, &text));
+    assert_non_null(strstr(text, "train = {\n"));
+    assert_non_null(strstr(text, "  lr = 0.1;  # command line (--train.lr=0.1)\n"));
+    assert_non_null(strstr(text, "model = {\n  resnet = {\n    depth = 50;  # "));
+    assert_non_null(strstr(text, "max_bytes = 9007199254740993L;"));
+    assert_non_null(strstr(text, "files = [ \"p q\", \"r\" ];"));
+
+    char path[1100];
+    snprintf(path, sizeof path, "%s/tests/test_config-dump.cfg", ch_test_builddir());
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    assert_ch_ok(ch_config_dump(cfg, f));
+    fclose(f);
+    assert_ch_ok(LOAD(&back, "--config", path));
+    /* every key reads back identically */
+    char *text2 = NULL;
+    assert_ch_ok(ch_config_dump_string(back, &text2));
+    for (int i = 0; i < NKEYS; i++) {
+        const char *n = keys[i].name;
+        switch (keys[i].type) {
+        case CH_CFG_INT: {
+            int a, b;
+            assert_ch_ok(ch_config_get_int(cfg, n, &a));
+            assert_ch_ok(ch_config_get_int(back, n, &b));
+            assert_int_equal(a, b);
+            break;
+        }
+        case CH_CFG_INT64: {
+            long long a, b;
+            assert_ch_ok(ch_config_get_int64(cfg, n, &a));
+            assert_ch_ok(ch_config_get_int64(back, n, &b));
+            assert_true(a == b);
+            break;
+        }
+        case CH_CFG_FLOAT: {
+            double a, b;
+            assert_ch_ok(ch_config_get_double(cfg, n, &a));
+            assert_ch_ok(ch_config_get_double(back, n, &b));
+            assert_true(a == b);
+            break;
+        }
+        case CH_CFG_BOOL: {
+            int a, b;
+            assert_ch_ok(ch_config_get_bool(cfg, n, &a));
+            assert_ch_ok(ch_config_get_bool(back, n, &b));
+            assert_int_equal(a, b);
+            break;
+        }
+        case CH_CFG_STRING: {
+            const char *a, *b;
+            assert_ch_ok(ch_config_get_string(cfg, n, &a));
+            assert_ch_ok(ch_config_get_string(back, n, &b));
+            assert_string_equal(a, b);
+            break;
+        }
+        case CH_CFG_STRLIST: {
+            const char *const *a, *const *b;
+            int na, nb;
+            assert_ch_ok(ch_config_get_strlist(cfg, n, &a, &na));
+            assert_ch_ok(ch_config_get_strlist(back, n, &b, &nb));
+            assert_int_equal(na, nb);
+            for (int j = 0; j < na; j++) assert_string_equal(a[j], b[j]);
+            break;
+        }
+        }
+    }
+    const char *opt;
+    assert_ch_ok(ch_config_get_string(back, "train.optimizer", &opt));
+    assert_string_equal(opt, "we\"ird\\name\ttab");
+    free(text);
+    free(text2);
+    ch_config_destroy(cfg);
+    ch_config_destroy(back);
+    unlink(path);
+}
+
+static void test_dump_floats_exact(void **state)
+{
+    static const double vals[] = {0.1, 1.0 / 3.0, 1e-7, 2.5e10, 5.0, 0.0, 1e300};
+    static const ch_config_key_t k1[] = {{"x", CH_CFG_FLOAT, "0", CH_CFG_NO_RANGE, ""},
+                                         {"e.list", CH_CFG_STRLIST, "", CH_CFG_NO_RANGE, ""}};
+    char path[1100], opt[64];
+    snprintf(path, sizeof path, "%s/tests/test_config-float.cfg", ch_test_builddir());
+    for (size_t i = 0; i < sizeof vals / sizeof vals[0]; i++) {
+        ch_config_t *cfg = NULL, *back = NULL;
+        snprintf(opt, sizeof opt, "--x=%.17g", vals[i]);
+        assert_ch_ok(load_args(&cfg, k1, 2, opt, (const char *)NULL));
+        FILE *f = fopen(path, "w");
+        assert_non_null(f);
+        assert_ch_ok(ch_config_dump(cfg, f));
+        fclose(f);
+        assert_ch_ok(load_args(&back, k1, 2, "--config", path, (const char *)NULL));
+        double a, b;
+        assert_ch_ok(ch_config_get_double(back, "x", &b));
+        assert_ch_ok(ch_config_get_double(cfg, "x", &a));
+        assert_true(a == b && a == vals[i]);
+        const char *const *items;
+        int n = -1;
+        assert_ch_ok(ch_config_get_strlist(back, "e.list", &items, &n));
+        assert_int_equal(n, 0); /* empty list dumps as [] and reads back */
+        ch_config_destroy(cfg);
+        ch_config_destroy(back);
+    }
+    unlink(path);
+}
+
+int main(int argc, char **argv)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_defaults),
+        cmocka_unit_test(test_file_values),
+        cmocka_unit_test(test_int_literal_for_float),
+        cmocka_unit_test(test_precedence_order),
+        cmocka_unit_test(test_help),
+        cmocka_unit_test(test_unknown_key_in_file),
+        cmocka_unit_test(test_wrong_type_in_file),
+        cmocka_unit_test(test_out_of_range_in_file),
+        cmocka_unit_test(test_int_literal_too_big_for_libconfig),
+        cmocka_unit_test(test_include_relative_to_file),
+        cmocka_unit_test(test_malformed_and_missing_file),
+        cmocka_unit_test(test_command_line_errors),
+        cmocka_unit_test(test_required_key),
+        cmocka_unit_test(test_bad_tables),
+        cmocka_unit_test(test_lookup_errors),
+        cmocka_unit_test(test_choice),
+        cmocka_unit_test(test_dump_round_trip),
+        cmocka_unit_test(test_dump_floats_exact),
+    };
+    return ch_test_main(argc, argv, tests, sizeof tests / sizeof tests[0]);
+}

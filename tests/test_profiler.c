@@ -1,0 +1,112 @@
+/* Tests for framework/profiler and framework/signals. */
+#include "config.h"
+
+#include "tests/harness.h"
+
+#include "framework/profiler.h"
+#include "framework/signals.h"
+
+#include <mpi.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static void sleep_s(double s)
+{
+    struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
+    nanosleep(&ts, NULL);
+}
+
+static void test_phases_accumulate(void **state)
+{
+    const char *names[] = {"data", "forward"};
+    ch_prof_t *p = NULL;
+    assert_ch_ok(ch_prof_create(names, 2, &p));
+    for (int i = 0; i < 3; i++) {
+        ch_prof_begin(p, 1);
+        sleep_s(0.01);
+        ch_prof_end(p, 1);
+    }
+    ch_prof_add(p, 0, 0.5);
+    assert_int_equal(ch_prof_calls(p, 1), 3);
+    assert_true(ch_prof_seconds(p, 1) >= 0.029 && ch_prof_seconds(p, 1) < 1.0);
+    assert_true(ch_prof_seconds(p, 0) == 0.5);
+    assert_true(ch_prof_wall(p) >= 0.029);
+    ch_prof_begin(p, 7); /* out of range: ignored */
+    ch_prof_end(p, -1);
+    ch_prof_destroy(p);
+}
+
+static void test_bad_create(void **state)
+{
+    const char *names[] = {"a-name-that-is-much-too-long-for-the-table"};
+    ch_prof_t *p = NULL;
+    assert_ch_error(ch_prof_create(names, 1, &p), CH_ERR_INVALID, "longer than");
+    assert_ch_error(ch_prof_create(names, 0, &p), CH_ERR_INVALID, "phases");
+}
+
+static void test_report_over_ranks(void **state)
+{
+    const char *names[] = {"forward", "all-reduce wait"};
+    ch_prof_t *p = NULL;
+    int rank = ch_test_rank(), size = ch_test_world_size();
+    int inited = 0;
+    MPI_Initialized(&inited);
+    if (!inited) ch_test_skip("no MPI");
+    assert_ch_ok(ch_prof_create(names, 2, &p));
+    ch_prof_add(p, 0, 1.0 + rank); /* rank r spent 1+r s */
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    ch_status s = ch_prof_report(p, MPI_COMM_WORLD, f);
+    fclose(f);
+    ch_prof_destroy(p);
+    assert_ch_ok(s);
+    if (rank == 0) {
+        char want[128];
+        /* min 1, mean 1+(size-1)/2, max size */
+        snprintf(want, sizeof want, "%10.3f %10.3f %10.3f", 1.0, 1.0 + (size - 1) / 2.0,
+                 (double)size);
+        if (!strstr(buf, want)) fail_msg("report lacks '%s':\n%s", want, buf);
+        assert_non_null(strstr(buf, "all-reduce wait"));
+    } else {
+        assert_int_equal(len, 0);
+    }
+    free(buf);
+}
+
+static void test_signal_flag(void **state)
+{
+    int sig = 0;
+    assert_ch_ok(ch_signal_parse("SIGUSR2", &sig));
+    assert_int_equal(sig, SIGUSR2);
+    assert_ch_ok(ch_signal_parse("term", &sig));
+    assert_int_equal(sig, SIGTERM);
+    assert_ch_ok(ch_signal_parse("10", &sig));
+    assert_int_equal(sig, 10);
+    assert_ch_error(ch_signal_parse("BOGUS", &sig), CH_ERR_INVALID, "BOGUS");
+    assert_ch_error(ch_preempt_install(SIGKILL), CH_ERR_INVALID, "cannot be caught");
+    assert_ch_ok(ch_preempt_install(SIGUSR2));
+    ch_preempt_clear();
+    assert_int_equal(ch_preempt_pending(), 0);
+    raise(SIGUSR2);
+    assert_int_equal(ch_preempt_pending(), SIGUSR2);
+    ch_preempt_clear();
+    raise(SIGTERM);
+    assert_int_equal(ch_preempt_pending(), SIGTERM);
+    ch_preempt_clear();
+    ch_preempt_uninstall();
+}
+
+int main(int argc, char **argv)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_phases_accumulate),
+        cmocka_unit_test(test_bad_create),
+        cmocka_unit_test(test_report_over_ranks),
+        cmocka_unit_test(test_signal_flag),
+    };
+    return ch_test_main_mpi(argc, argv, tests, sizeof tests / sizeof tests[0]);
+}

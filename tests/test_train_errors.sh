@@ -1,0 +1,59 @@
+#!/bin/sh
+# cohort-train reports bad input before training starts: unwritable output
+# directory, missing data, bad config (unknown key, wrong type, out of
+# range), a mismatched pretrained file, and the "rank 0 of 1" launch
+# mismatch. Each exits non-zero with a message naming the culprit and
+# without a single training step.
+. "${COHORT_SRCDIR:-.}/tests/train_lib.sh"
+need_data
+echo "1..9"
+small="--model.arch=smallcnn --data.train_subset=256 --train.eval=false --schedule.epochs=1"
+
+# expect_error NAME NEEDLE NP ARGS...: non-zero exit, NEEDLE in the output, no step run
+expect_error() {
+  local name=$1 needle=$2 np=$3; shift 3
+  local out="$tmp/e$((tap_n + 1))"
+  "$MPIEXEC" -n "$np" "$TRAIN" --output.dir="$out" "$@" > "$out.log" 2>&1
+  local rc=$?
+  if [ "$rc" != 0 ] && grep -q -- "$needle" "$out.log" && ! grep -q "^epoch 0" "$out.log"; then
+    ok "$name (exit $rc)"
+  else
+    show "$out.log"
+    not_ok "$name (exit $rc, wanted a message with '$needle')"
+  fi
+}
+
+expect_error "unwritable output directory" "output.dir" 2 $small --output.dir=/proc/cohort-no-such-dir
+expect_error "missing data directory names the path" "/nonexistent/fmnist" 2 $small \
+  --data.path=/nonexistent/fmnist
+cat > "$tmp/typo.cfg" <<'CFG'
+optimizer: {
+  lr = 0.01;
+  momentun = 0.9;
+};
+CFG
+expect_error "unknown key in the config file names file, line and key" "typo.cfg:3" 2 \
+  --config "$tmp/typo.cfg" $small
+check "... in one line" test "$(grep -c 'momentun' "$tmp/e3.log")" = 1
+cat > "$tmp/type.cfg" <<'CFG'
+train: { batch_size = "sixty-four"; };
+CFG
+expect_error "wrong type names the key" "train.batch_size" 2 --config "$tmp/type.cfg" $small
+expect_error "out-of-range override names the key and range" "schedule.lrf" 2 $small \
+  --schedule.lrf=1.5
+# a smallcnn state dict is not a resnet18 one
+train 1 "$tmp/small" $small || show "$tmp/small.log"
+expect_error "mismatched pretrained file is reported" "no tensor matching" 2 \
+  --model.arch=resnet18 --model.weights="$tmp/small/model-0.safetensors" \
+  --data.train_subset=256 --train.eval=false
+expect_error "garbage pretrained file names the file" "$tmp/typo.cfg" 2 $small \
+  --model.weights="$tmp/typo.cfg"
+# srun --mpi=none: every process believes it is rank 0 of 1
+SLURM_PROCID=1 SLURM_NTASKS=4 SLURM_STEP_NUM_TASKS=4 SLURM_LOCALID=1 "$TRAIN" $small \
+  --output.dir="$tmp/mm" > "$tmp/mm.log" 2>&1
+rc=$?
+if [ "$rc" != 0 ] && grep -q "4" "$tmp/mm.log" && grep -qi "mpi" "$tmp/mm.log"; then
+  ok "launcher says 4 tasks, MPI says 1: stops at once naming both (exit $rc)"
+else
+  show "$tmp/mm.log"; not_ok "launch mismatch (exit $rc)"
+fi

@@ -1,0 +1,82 @@
+#!/bin/sh
+# cohort-train resume and failure handling:
+#  - 2 epochs straight == 1 epoch, stop, --resume, 1 more epoch (bitwise);
+#  - a preemption signal mid-epoch: all ranks stop at the same step, rank 0
+#    writes the resume file, exit 3; --resume continues to the same result
+#    as an uninterrupted run (bitwise);
+#  - a rank killed mid-run ends the job non-zero within 60 s and the last
+#    good checkpoint still loads.
+. "${COHORT_SRCDIR:-.}/tests/train_lib.sh"
+need_data
+echo "1..9"
+args="--model.arch=smallcnn --data.train_subset=512 --data.test_subset=200 --schedule.epochs=2 --train.batch_size=16"
+
+train 2 "$tmp/straight" $args || show "$tmp/straight.log"
+train 2 "$tmp/split" $args --train.stop_after=1 || show "$tmp/split.log"
+check "stop_after=1 stops after epoch 0 and leaves a resume file" \
+  test -f "$tmp/split/resume.safetensors" -a ! -f "$tmp/split/model-1.safetensors"
+train 2 "$tmp/split" $args --resume || show "$tmp/split.log"
+grep -q "resumed from .* at epoch 1, step 0" "$tmp/split.log" || show "$tmp/split.log"
+check "2 epochs straight == 1 epoch + --resume + 1 epoch (bitwise)" \
+  "$STCMP" --bitwise "$tmp/split/model-1.safetensors" "$tmp/straight/model-1.safetensors"
+
+# preemption mid-epoch: SIGUSR2 to every rank of the run
+out="$tmp/pre"
+"$MPIEXEC" -n 2 "$TRAIN" --output.dir="$out" --data.workers=1 --train.threads=1 $args \
+  --train.log_every=1 > "$out.log" 2>&1 &
+pid=$!
+wait_line "$out.log" "epoch 0 step 6/" $pid
+pids=$(rank_pids "$out")
+[ -n "$pids" ] && kill -USR2 $pids
+wait $pid
+rc=$?
+grep -q "preemption signal" "$out.log" || show "$out.log"
+check "a preemption signal stops every rank at one step boundary with exit 3 (got $rc)" \
+  test "$rc" = 3 -a -f "$out/resume.safetensors"
+"$MPIEXEC" -n 2 "$TRAIN" --output.dir="$out" --data.workers=1 --train.threads=1 $args \
+  --resume >> "$out.log" 2>&1
+rc=$?
+check "the resumed run finishes (exit $rc) and names its resume point" \
+  grep -q "resumed from .* at epoch 0, step [1-9]" "$out.log"
+check "preempted + resumed == uninterrupted (bitwise)" \
+  "$STCMP" --bitwise "$out/model-1.safetensors" "$tmp/straight/model-1.safetensors"
+
+# a rank dies (SIGKILL) in the middle of epoch 1: the job ends non-zero
+# within 60 s, and the checkpoint of epoch 0 still loads.
+out="$tmp/kill"
+"$MPIEXEC" -n 2 "$TRAIN" --output.dir="$out" --data.workers=1 --train.threads=1 $args \
+  --schedule.epochs=3 --train.log_every=1 > "$out.log" 2>&1 &
+pid=$!
+wait_line "$out.log" "epoch 1 step 3/" $pid
+victim=$(rank_pids "$out" | tail -n 1)
+t1=$(date +%s)
+[ -n "$victim" ] && kill -9 "$victim"
+wait $pid
+rc=$?
+dt=$(($(date +%s) - t1))
+check "a killed rank ends the job non-zero (exit $rc) within 60 s (took ${dt} s)" \
+  test -n "$victim" -a "$rc" != 0 -a "$dt" -le 60
+check "the last good checkpoint still loads" \
+  "$STCMP" --bitwise "$out/model-0.safetensors" "$out/model-0.safetensors"
+
+# TensorBoard itself reads the run's event files (scalars by epoch as in
+# metrics.csv); SKIP when the tensorboard package is not installed.
+py=${PYTHON3:-/usr/bin/python3}
+if "$py" -c 'import tensorboard' 2>/dev/null; then
+  "$py" - "$tmp/straight" > "$tmp/expected.json" <<'PY'
+import csv, json, sys
+rows = list(csv.DictReader(open(sys.argv[1] + "/metrics.csv")))
+cols = [c for c in rows[0] if c not in ("epoch", "step", "wall_time")]
+scalars = {c: [[int(r["epoch"]), float(r[c])] for r in rows] for c in cols}
+# file_version, session start, then one scalar per column per epoch
+print(json.dumps({"events_total": 2 + len(rows) * len(cols), "scalars": scalars}))
+PY
+  check "TensorBoard reads loss, accuracy, learning_rate, images_per_sec by epoch" \
+    "$py" "$src/tests/golden/tensorboard_check.py" "$tmp/straight" "$tmp/expected.json"
+  check "the CSV twin has one row per epoch with those columns" \
+    grep -q "^epoch,step,wall_time,loss,accuracy,accuracy_exact,learning_rate,images_per_sec,seconds" \
+    "$tmp/straight/metrics.csv"
+else
+  skip "TensorBoard reads the event files" "tensorboard not installed for $py (.ci/pip-packages)"
+  skip "the CSV twin" "checked with the TensorBoard test"
+fi
