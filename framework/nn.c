@@ -520,6 +520,18 @@ size_t ch_model_trainable_numel(const ch_model_t *M)
 float *ch_model_param_block(ch_model_t *M) { return M->param_block; }
 float *ch_model_grad_block(ch_model_t *M) { return M->grad_block; }
 
+float *ch_model_buffer_block(ch_model_t *M, size_t *numel)
+{
+    if (numel) *numel = M->buffer_numel;
+    return M->buffer_block;
+}
+
+int64_t *ch_model_counter_block(ch_model_t *M, size_t *numel)
+{
+    if (numel) *numel = M->i64_numel;
+    return M->i64_block;
+}
+
 /* ------------------------------------------------------------ modes */
 
 void ch_model_train(ch_model_t *M, int on) { M->training = on != 0; }

@@ -156,6 +156,12 @@ size_t ch_model_trainable_numel(const ch_model_t *model);
  * ch_model_param(model, i)->data - block. */
 float *ch_model_param_block(ch_model_t *model);
 float *ch_model_grad_block(ch_model_t *model);
+/* The float32 buffers (running_mean/running_var in state-dict order) and the
+ * int64 buffers (num_batches_tracked) as two contiguous blocks, e.g. for
+ * DDP's broadcast of rank 0's buffers before each forward in two calls.
+ * *numel (may be NULL) receives the element count. */
+float *ch_model_buffer_block(ch_model_t *model, size_t *numel);
+int64_t *ch_model_counter_block(ch_model_t *model, size_t *numel);
 
 /* ------------------------------------------------------------ modes */
 

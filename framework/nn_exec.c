@@ -337,7 +337,8 @@ ch_status ch_model_forward(ch_model_t *M, ch_compute_t *cx, const ch_tensor_t *x
                            const ch_tensor_t **logits)
 {
     CH_REQUIRE(M && cx && x && logits, "ch_model_forward: NULL argument");
-    CH_REQUIRE(x->ndim == 4 && x->dtype == CH_F32 && x->dev == CH_DEV_CPU && x->data,
+    CH_REQUIRE(x->ndim == 4 && x->dtype == CH_F32 && x->dev == CH_DEV_CPU &&
+                   (x->data || ch_tensor_numel(x) == 0),
                "nn: model input must be a float32 (N,C,H,W) host tensor with storage");
     CH_TRY(ch_model_plan(M, cx, x->shape, x->layout, NULL));
     M->have_forward = M->have_loss = 0;
@@ -544,9 +545,10 @@ ch_status ch_model_backward(ch_model_t *M, ch_compute_t *cx, const ch_tensor_t *
                M->arch);
     if (dlogits) {
         CH_TRY(ch_tensor_check_shape(dlogits, "dlogits", CH_F32, 2, M->dlogits.shape));
-        CH_REQUIRE(dlogits->layout == CH_LAYOUT_PLAIN && dlogits->dev == CH_DEV_CPU && dlogits->data,
+        CH_REQUIRE(dlogits->layout == CH_LAYOUT_PLAIN && dlogits->dev == CH_DEV_CPU &&
+                       (dlogits->data || !M->dlogits.nbytes),
                    "nn: dlogits must be a plain host tensor");
-        memcpy(M->dlogits.data, dlogits->data, M->dlogits.nbytes);
+        if (M->dlogits.nbytes) memcpy(M->dlogits.data, dlogits->data, M->dlogits.nbytes);
     } else {
         CH_REQUIRE(M->have_loss, "nn: backward of '%s' without dlogits needs ch_model_loss first",
                    M->arch);

@@ -89,7 +89,15 @@ size_t ch_model_arena_bytes(const ch_model_t *model);
 /* The process group as SyncBN needs it: a sum all-reduce of float32 host
  * vectors in place, and optionally an all-gather (NULL: emulated by an
  * all-reduce of a zero-padded world_size-times longer vector). Every rank
- * must call with the same n; ranks with an empty batch still call. */
+ * must call with the same n; ranks with an empty batch still call.
+ * With framework/dist.h's MPI-backend process group (host buffers):
+ *
+ *   static ch_status pg_sum(void *pg, float *d, size_t n)
+ *   { return ch_pg_allreduce(pg, d, d, (int64_t)n, CH_DIST_FLOAT32, CH_REDUCE_SUM); }
+ *   static ch_status pg_gather(void *pg, const float *in, float *out, size_t n)
+ *   { return ch_pg_allgather(pg, in, out, (int64_t)n, CH_DIST_FLOAT32); }
+ *   ch_nn_sync_t s = {pg_sum, pg_gather, pg, ch_pg_rank(pg), ch_pg_size(pg)};
+ */
 typedef struct {
     ch_status (*allreduce_sum)(void *ctx, float *data, size_t n);
     /* all-gather n floats from every rank into out[world_size * n], rank order */

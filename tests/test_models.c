@@ -43,6 +43,28 @@ static void test_registry(void **state)
     /* resnet18 parameter count as torchvision (11,689,512 with 3 channels, 1000 classes) */
     m = make("resnet18", 3, 1000);
     assert_int_equal(ch_model_param_numel(m), 11689512);
+    /* blocks: parameters, float buffers and counters are contiguous in order */
+    size_t nb = 0, nc = 0, pos_b = 0, pos_c = 0, pos_p = 0;
+    float *bb = ch_model_buffer_block(m, &nb);
+    int64_t *cb = ch_model_counter_block(m, &nc);
+    for (int i = 0; i < ch_model_num_entries(m); i++) {
+        ch_param_t *p = ch_model_entry(m, i);
+        if (!p->is_buffer) {
+            assert_ptr_equal(p->data, ch_model_param_block(m) + pos_p);
+            assert_ptr_equal(p->grad, ch_model_grad_block(m) + pos_p);
+            pos_p += p->numel;
+        } else if (p->dtype == CH_F32) {
+            assert_ptr_equal(p->data, bb + pos_b);
+            pos_b += p->numel;
+        } else {
+            assert_ptr_equal(p->data, cb + pos_c);
+            pos_c += p->numel;
+        }
+    }
+    assert_int_equal(pos_b, nb);
+    assert_int_equal(pos_c, nc);
+    assert_int_equal(nc, 20); /* resnet18 has 20 BatchNorm layers */
+    assert_int_equal(pos_p, ch_model_param_numel(m));
     ch_model_destroy(m);
     m = make("resnet50", 3, 1000);
     assert_int_equal(ch_model_param_numel(m), 25557032);

@@ -8,6 +8,7 @@
 
 #include "framework/nn.h"
 #include "framework/nn_exec.h"
+#include "framework/nn_rng.h"
 #include "framework/ops.h"
 #include "framework/optim.h"
 #include "models/models.h"
@@ -232,6 +233,133 @@ static void golden_step(const char *arch, int batch, int size)
 static void test_golden_smallcnn(void **state) { golden_step("smallcnn", 8, 16); }
 static void test_golden_resnet18(void **state) { golden_step("resnet18", 8, 28); }
 
+/* resnet50 (Bottleneck blocks) is too big to dump whole: cohort's own
+ * initial state dict goes to PyTorch (strict load), which returns logits,
+ * loss and per-entry summaries (rms, sum, 16 samples) after one step. */
+static void summarize(const ch_param_t *p, const float *vals, double out[18])
+{
+    size_t n = p->numel;
+    double s = 0, s2 = 0;
+    for (size_t i = 0; i < n; i++) {
+        double v = p->dtype == CH_I64 ? (double)((const int64_t *)p->data)[i] : (double)vals[i];
+        s += v;
+        s2 += v * v;
+    }
+    out[0] = sqrt(s2 / (double)n);
+    out[1] = s;
+    for (int k = 0; k < 16; k++) {
+        size_t i = (size_t)k * n / 16;
+        out[2 + k] = p->dtype == CH_I64 ? (double)((const int64_t *)p->data)[i] : (double)vals[i];
+    }
+}
+
+/* Largest error measure of summary a against reference r (rms relative,
+ * sum and samples relative to the tensor's rms). */
+static double summary_err(const double *a, const float *r, size_t numel)
+{
+    double rms = r[0] > 0 ? r[0] : 1e-30, e = fabs(a[0] - r[0]) / rms;
+    double es = fabs(a[1] - r[1]) / (fabs(r[1]) + rms * sqrt((double)numel));
+    if (es > e) e = es;
+    for (int k = 0; k < 16; k++) {
+        double ek = fabs(a[2 + k] - r[2 + k]) / (fabs(r[2 + k]) + rms);
+        if (ek > e) e = ek;
+    }
+    return e;
+}
+
+/* cohort's summary against PyTorch's float64 run must be within 1e-3, or
+ * no worse than 3x PyTorch's own float32 run (deep nets with small-batch
+ * BatchNorm amplify rounding; float32 PyTorch is then off by as much). */
+static void check_summary(const char *what, const ch_param_t *p, const double mine[18],
+                          const ch_safetensors_t *st, const char *key, double *worst_ratio)
+{
+    char k64[320];
+    snprintf(k64, sizeof k64, "64.%s", key);
+    size_t n;
+    float *r32 = nt_read_f32(st, key, &n), *r64 = nt_read_f32(st, k64, NULL);
+    assert_int_equal(n, 18);
+    double t32[18];
+    for (int i = 0; i < 18; i++) t32[i] = r32[i];
+    double ec = summary_err(mine, r64, p->numel), et = summary_err(t32, r64, p->numel);
+    double tol = fmax(1e-3, 3 * et);
+    if (getenv("NT_VERBOSE"))
+        fprintf(stderr, "%s %s: cohort err %.2e, torch float32 err %.2e\n", what, p->name, ec, et);
+    if (!(ec <= tol))
+        fail_msg("%s %s: error vs float64 %.3g, PyTorch float32's %.3g (tolerance %.3g)", what, p->name,
+                 ec, et, tol);
+    if (et > 0 && ec / et > *worst_ratio) *worst_ratio = ec / et;
+    free(r32);
+    free(r64);
+}
+
+static void test_golden_resnet50_summary(void **state)
+{
+    if (!nt_have_torch()) ch_test_skip("python3-torch not available (HAVE_TORCH != yes)");
+    char dir[1024], path[1200], cmd[1400];
+    snprintf(dir, sizeof dir, "%s/tests/golden-out/nn50", ch_test_builddir());
+    snprintf(cmd, sizeof cmd, "mkdir -p '%s'", dir);
+    assert_int_equal(system(cmd), 0);
+    ch_model_t *m = make("resnet50", 5);
+    snprintf(path, sizeof path, "%s/resnet50_init.safetensors", dir);
+    write_state_dict(m, path);
+    ch_tensor_t x, y;
+    make_batch(&x, &y, 16, 64, 9);
+    {   /* unstructured input: N(0, 1) */
+        ch_nn_rng_t r;
+        ch_nn_rng_seed(&r, 42);
+        ch_nn_rng_fill_normal(&r, ch_tensor_f32(&x), (size_t)ch_tensor_numel(&x), 1.0);
+    }
+    ch_st_view_t bv[2] = {{"x", CH_ST_F32, 4, {16, 1, 64, 64}, x.data, x.nbytes},
+                          {"y", CH_ST_I64, 1, {16}, y.data, y.nbytes}};
+    snprintf(path, sizeof path, "%s/resnet50_batch.safetensors", dir);
+    assert_ch_ok(ch_safetensors_write(path, bv, 2, NULL, 0));
+    assert_int_equal(nt_run_golden("resnet_golden.py", "nn50", "stepcheck resnet50", dir, sizeof dir), 0);
+    snprintf(path, sizeof path, "%s/resnet50_ref.safetensors", dir);
+    ch_safetensors_t *st;
+    assert_ch_ok(ch_safetensors_open(&st, path));
+
+    ch_compute_t *cx = make_cx();
+    ch_sgd_options_t so = {0.01, 0.9, 0.0, 0.005, 0};
+    ch_sgd_t *sgd;
+    assert_ch_ok(ch_sgd_create(&so, &sgd));
+    assert_ch_ok(ch_sgd_add_model(sgd, m));
+    const ch_tensor_t *logits;
+    float loss;
+    assert_ch_ok(ch_model_forward(m, cx, &x, &logits));
+    assert_ch_ok(ch_model_loss(m, cx, &y, &loss));
+    float *ref = nt_read_f32(st, "logits", NULL);
+    nt_assert_close(ch_tensor_f32(logits), ref, (size_t)ch_tensor_numel(logits), 1e-4, "resnet50 logits");
+    free(ref);
+    ref = nt_read_f32(st, "loss", NULL);
+    if (fabs(loss - ref[0]) > 1e-4 * fabs(ref[0])) fail_msg("loss %.7g vs torch %.7g", loss, ref[0]);
+    free(ref);
+    assert_ch_ok(ch_model_backward(m, cx, NULL));
+    char key[300];
+    double sm[18], worst = 0;
+    for (int i = 0; i < ch_model_num_params(m); i++) {
+        ch_param_t *p = ch_model_param(m, i);
+        summarize(p, p->grad, sm);
+        snprintf(key, sizeof key, "grad.%s", p->name);
+        check_summary("gradient", p, sm, st, key, &worst);
+    }
+    assert_ch_ok(ch_sgd_step(sgd));
+    for (int i = 0; i < ch_model_num_entries(m); i++) {
+        ch_param_t *p = ch_model_entry(m, i);
+        summarize(p, p->data, sm);
+        snprintf(key, sizeof key, "new.%s", p->name);
+        check_summary("updated", p, sm, st, key, &worst);
+    }
+    if (getenv("NT_VERBOSE")) fprintf(stderr, "worst cohort/torch32 error ratio %.2f\n", worst);
+    snprintf(path, sizeof path, "%s/resnet50_init.safetensors", dir);
+    remove(path); /* 94 MB */
+    ch_sgd_destroy(sgd);
+    ch_compute_destroy(cx);
+    ch_tensor_free(&x);
+    ch_tensor_free(&y);
+    ch_safetensors_close(st);
+    ch_model_destroy(m);
+}
+
 /* ---------------------------------------------------------------- hooks */
 
 typedef struct {
@@ -363,6 +491,12 @@ static void test_modes_and_memory(void **state)
         }
     }
     assert_int_equal(*nbt, 3);
+    assert_ptr_equal(ch_model_activation(m, "fc"), logits);
+    const ch_tensor_t *l1 = ch_model_activation(m, "layer1");
+    assert_non_null(l1);
+    assert_int_equal(l1->shape[1], 64);
+    assert_int_equal(l1->shape[2], 7);
+    assert_null(ch_model_activation(m, "layer9"));
     /* eval: buffers untouched, deterministic logits, no backward */
     ch_model_train(m, 0);
     float *rm = ch_model_find(m, "bn1.running_mean")->data;
@@ -451,6 +585,7 @@ int main(int argc, char **argv)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_golden_smallcnn),
         cmocka_unit_test(test_golden_resnet18),
+        cmocka_unit_test(test_golden_resnet50_summary),
         cmocka_unit_test(test_grad_hook_order),
         cmocka_unit_test(test_freeze_same_fc_grad),
         cmocka_unit_test(test_modes_and_memory),

@@ -21,6 +21,13 @@
                        torch.optim.SGD(lr=0.01, momentum=0.9,
                        weight_decay=0.005) step
         eval_logits    logits of the updated model in eval mode on x
+  resnet_golden.py OUTDIR stepcheck ARCH
+      Like step, but from cohort's own initial state dict
+      (OUTDIR/ARCH_init.safetensors, loaded with strict=True) and batch
+      (OUTDIR/ARCH_batch.safetensors: x, y); for models too big to dump whole
+      (resnet50) it writes OUTDIR/ARCH_ref.safetensors with logits, loss and
+      per-entry summaries (rms, sum, 16 samples) of gradients and updated
+      entries, once in float32 and once in float64 (keys prefixed "64.").
   resnet_golden.py OUTDIR check ARCH FILE
       Load FILE (a state dict written by cohort, safetensors) into the torch
       model with strict=True, run eval-mode forward on the x of
@@ -140,6 +147,46 @@ def check(out, arch, path):
     return 0 if err <= 1e-4 else 1
 
 
+def summary(t):
+    """(rms, sum, 16 samples at k*n//16) of a tensor, as float32 (18)."""
+    f = t.detach().double().flatten()
+    n = f.numel()
+    idx = torch.tensor([k * n // 16 for k in range(16)])
+    rms = f.pow(2).mean().sqrt()
+    return torch.cat([rms.reshape(1), f.sum().reshape(1), f[idx]]).float()
+
+
+def stepcheck(out, arch):
+    """Load cohort's state dict OUTDIR/<arch>_init.safetensors (strict) and the
+    batch OUTDIR/<arch>_batch.safetensors (x, y), run one training step
+    (SGD lr 0.01, momentum 0.9, weight decay 0.005) and write
+    OUTDIR/<arch>_ref.safetensors: logits, loss, and per entry summaries
+    grad.<name> / new.<name> = (rms, sum, 16 samples) of the gradient and of
+    the updated value."""
+    sd, _ = U.load(os.path.join(out, "%s_init.safetensors" % arch))
+    b, _ = U.load(os.path.join(out, "%s_batch.safetensors" % arch))
+    t = collections.OrderedDict()
+    # the float32 run (the reference), then the same in float64 ("64." keys)
+    # so the test can tell PyTorch's own float32 error from cohort's
+    for prefix, dt in (("", torch.float32), ("64.", torch.float64)):
+        m = model(arch)
+        m.load_state_dict(sd, strict=True)
+        m = m.to(dt)
+        m.train()
+        opt = torch.optim.SGD(m.parameters(), lr=0.01, momentum=0.9, weight_decay=0.005)
+        opt.zero_grad()
+        logits = m(b["x"].to(dt))
+        loss = nn.functional.cross_entropy(logits, b["y"])
+        loss.backward()
+        t[prefix + "logits"], t[prefix + "loss"] = logits.detach().float(), loss.detach().reshape(1).float()
+        for k, p in m.named_parameters():
+            t[prefix + "grad." + k] = summary(p.grad)
+        opt.step()
+        for k, v in m.state_dict().items():
+            t[prefix + "new." + k] = summary(v)
+    U.save(os.path.join(out, "%s_ref.safetensors" % arch), t)
+
+
 def main():
     out, cmd = sys.argv[1], sys.argv[2]
     os.makedirs(out, exist_ok=True)
@@ -149,6 +196,8 @@ def main():
         initstats(out)
     elif cmd == "step":
         step(out, sys.argv[3], int(sys.argv[4]), int(sys.argv[5]))
+    elif cmd == "stepcheck":
+        stepcheck(out, sys.argv[3])
     elif cmd == "check":
         sys.exit(check(out, sys.argv[3], sys.argv[4]))
     else:
