@@ -95,7 +95,11 @@ const char *ch_reduce_op_name(ch_reduce_op op);
  * The communicator is duplicated (MPI_Comm_dup, so cohort's traffic never
  * matches the caller's messages) and set to MPI_ERRORS_RETURN. MPI must be
  * initialised. Collective over comm. CH_ERR_INVALID for MPI_COMM_NULL or
- * MPI not initialised, CH_ERR_MPI if the duplication fails. */
+ * MPI not initialised, CH_ERR_MPI if the duplication fails.
+ * The first group of more than one rank also registers a ch_fatal hook that
+ * waits COHORT_FATAL_FLUSH_MS milliseconds (default 300, 0..10000) after the
+ * "[rank N] fatal:" message and before MPI_Abort: without it MPICH's hydra
+ * often tears the job down before forwarding that last message. */
 ch_status ch_pg_create_mpi(MPI_Comm comm, ch_pg_t **pg);
 
 /* A process group with an NCCL communicator over the same ranks as mpi_pg

@@ -65,7 +65,7 @@ static void usage(FILE *f)
         "  -e, --max-bytes N       largest message size in bytes (default 256M)\n"
         "  -f, --step-factor N     multiply the size by N each step (default 2, >= 2)\n"
         "  -w, --warmup N          untimed iterations per size and backend call (default 5)\n"
-        "  -n, --iters N           timed iterations per size (default 20)\n"
+        "  -n, --iters N           timed iterations per size (default 50)\n"
         "      --min-iters N       at least this many timed iterations (default 5)\n"
         "      --bytes-per-size N  fewer iterations for big sizes: iterations x bytes <= N,\n"
         "                          but >= --min-iters (default 1G)\n"
@@ -133,7 +133,7 @@ static int parse_args(int argc, char **argv, bench_opts *o)
     o->bytes_per_size = 1u << 30;
     o->factor = 2;
     o->warmup = 5;
-    o->iters = 20;
+    o->iters = 50;
     o->min_iters = 5;
     o->place = 0;
     o->check = 1;

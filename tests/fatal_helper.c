@@ -8,6 +8,8 @@
  *                             ch_pg_check_all and ends with ch_fatal on error
  *                             (the pattern jobs use between steps).
  *   fatal_helper ok           everyone succeeds: a collective, check_all, exit 0.
+ *   fatal_helper hang         a real hang (rank 1 sleeps, nobody aborts): only
+ *                             for checking test_fatal's own watchdog.
  *
  * Ranks that get past a collective they should never pass print
  * "UNEXPECTED" on stderr. */
@@ -67,8 +69,14 @@ int main(int argc, char **argv)
             fprintf(stderr, "[rank %d] UNEXPECTED: passed the check\n", rank);
         else if (rank == 0)
             printf("ok: %g\n", (double)x[0]);
+    } else if (!strcmp(mode, "hang")) {
+        if (rank == 1) {
+            struct timespec ts = {120, 0};
+            nanosleep(&ts, NULL);
+        }
+        (void)ch_pg_allreduce(pg, x, x, 256, CH_DIST_FLOAT32, CH_REDUCE_SUM);
     } else {
-        fprintf(stderr, "usage: fatal_helper fatal|fatal-iwait|check|ok\n");
+        fprintf(stderr, "usage: fatal_helper fatal|fatal-iwait|check|ok|hang\n");
         ch_pg_destroy(pg);
         MPI_Finalize();
         return 2;

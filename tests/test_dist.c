@@ -422,6 +422,34 @@ static void test_bad_arguments(void **state)
     ch_pg_destroy(pg);
 }
 
+/* a group over a sub-communicator reduces over its own ranks only */
+static void test_subgroup(void **state)
+{
+    int rank, size;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    MPI_Comm half;
+    MPI_Comm_split(MPI_COMM_WORLD, rank % 2, rank, &half);
+    ch_pg_t *pg = NULL;
+    ch_status s = ch_pg_create_mpi(half, &pg);
+    int64_t v[2] = {rank, 1};
+    if (s == CH_OK) s = ch_pg_allreduce(pg, v, v, 2, CH_DIST_INT64, CH_REDUCE_SUM);
+    int sub_rank = ch_pg_rank(pg), sub_size = ch_pg_size(pg);
+    ch_pg_destroy(pg);
+    MPI_Comm_free(&half);
+    assert_int_equal(s, CH_OK);
+    /* members: world ranks of this parity */
+    int64_t want_sum = 0, want_n = 0;
+    for (int r = rank % 2; r < size; r += 2) {
+        want_sum += r;
+        want_n++;
+    }
+    assert_int_equal(v[0], want_sum);
+    assert_int_equal(v[1], want_n);
+    assert_int_equal(sub_size, want_n);
+    assert_int_equal(sub_rank, rank / 2);
+}
+
 /* backend buffers on the MPI backend are host memory */
 static void test_buffers_mpi(void **state)
 {
@@ -624,6 +652,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_destroy_with_outstanding_work),
         cmocka_unit_test(test_barrier),
         cmocka_unit_test(test_bad_arguments),
+        cmocka_unit_test(test_subgroup),
         cmocka_unit_test(test_buffers_mpi),
         cmocka_unit_test(test_check_all),
         cmocka_unit_test(test_nccl),

@@ -40,7 +40,7 @@ static double now(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-static void run_job(const char *mode, job_result *r)
+static void run_job(const char *mode, double timeout_s, job_result *r)
 {
     const char *mpiexec = getenv("MPIEXEC");
     if (!mpiexec || !*mpiexec) mpiexec = "mpiexec";
@@ -63,11 +63,14 @@ static void run_job(const char *mode, job_result *r)
     setpgid(pid, pid);
     int status = 0;
     for (;;) {
-        pid_t w = waitpid(pid, &status, WNOHANG);
-        if (w == pid) break;
-        if (now() - t0 > TIMEOUT_S) {
-            kill(-pid, SIGKILL);
-            waitpid(pid, &status, 0);
+        /* WNOWAIT: notice the exit but leave mpiexec a zombie, so that its
+         * process group id cannot be reused before we kill the group */
+        siginfo_t info;
+        memset(&info, 0, sizeof info);
+        if (waitid(P_PID, (id_t)pid, &info, WEXITED | WNOHANG | WNOWAIT) == 0 &&
+            info.si_pid == pid)
+            break;
+        if (now() - t0 > timeout_s) {
             r->timed_out = 1;
             break;
         }
@@ -75,8 +78,9 @@ static void run_job(const char *mode, job_result *r)
         nanosleep(&ts, NULL);
     }
     r->seconds = now() - t0;
-    /* ranks of a killed job may linger a moment; make sure none survive */
+    /* end whatever is left of the job (all of it on a timeout), then reap */
     kill(-pid, SIGKILL);
+    waitpid(pid, &status, 0);
     r->exited = WIFEXITED(status);
     r->code = r->exited ? WEXITSTATUS(status) : (WIFSIGNALED(status) ? WTERMSIG(status) : -1);
     lseek(fd, 0, SEEK_SET);
@@ -100,7 +104,7 @@ static void expect_killed_quickly(const job_result *r)
 static void test_control_run_succeeds(void **state)
 {
     job_result r;
-    run_job("ok", &r);
+    run_job("ok", TIMEOUT_S, &r);
     assert_false(r.timed_out);
     assert_true(r.exited);
     assert_int_equal(r.code, 0);
@@ -110,7 +114,7 @@ static void test_control_run_succeeds(void **state)
 static void test_fatal_ends_blocked_allreduce(void **state)
 {
     job_result r;
-    run_job("fatal", &r);
+    run_job("fatal", TIMEOUT_S, &r);
     expect_killed_quickly(&r);
     if (!strstr(r.err, "[rank 1] fatal: loading data: cannot read shard 7 of /data/train"))
         fail_msg("stderr lacks \"[rank 1] fatal: loading data: cannot read shard 7 ...\"");
@@ -119,7 +123,7 @@ static void test_fatal_ends_blocked_allreduce(void **state)
 static void test_fatal_ends_blocked_work_wait(void **state)
 {
     job_result r;
-    run_job("fatal-iwait", &r);
+    run_job("fatal-iwait", TIMEOUT_S, &r);
     expect_killed_quickly(&r);
     if (!strstr(r.err, "[rank 1] fatal: loading data: cannot read shard 7"))
         fail_msg("stderr lacks \"[rank 1] fatal: loading data: ...\"");
@@ -128,13 +132,30 @@ static void test_fatal_ends_blocked_work_wait(void **state)
 static void test_check_all_then_fatal(void **state)
 {
     job_result r;
-    run_job("check", &r);
+    run_job("check", TIMEOUT_S, &r);
     expect_killed_quickly(&r);
     /* the failing rank reports its own error; rank 0 learns about it */
     if (!strstr(r.err, "[rank 1] fatal: step 5: record 12 of shard 3 is truncated"))
         fail_msg("stderr lacks rank 1's own error");
     if (!strstr(r.err, "[rank 0] fatal: step 5: rank 1 failed: CH_ERR_FORMAT: record 12"))
         fail_msg("stderr lacks rank 0's report that rank 1 failed (CH_ERR_REMOTE)");
+}
+
+/* The watchdog itself: a job that really hangs (rank 1 sleeps, rank 0 waits
+ * in an all-reduce, nobody aborts) must be detected and killed, leaving no
+ * process behind. */
+static void test_watchdog_catches_a_hang(void **state)
+{
+    job_result r;
+    run_job("hang", 3.0, &r);
+    assert_true(r.timed_out);
+    assert_false(r.exited && r.code == 0);
+    /* nothing of that job may survive the kill */
+    char cmd[256];
+    snprintf(cmd, sizeof cmd, "pgrep -f 'fatal_helper[ ]hang' >/dev/null");
+    struct timespec ts = {0, 200 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+    assert_int_not_equal(system(cmd), 0);
 }
 
 int main(int argc, char **argv)
@@ -144,6 +165,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_fatal_ends_blocked_allreduce),
         cmocka_unit_test(test_fatal_ends_blocked_work_wait),
         cmocka_unit_test(test_check_all_then_fatal),
+        cmocka_unit_test(test_watchdog_catches_a_hang),
     };
     return ch_test_main(argc, argv, tests, sizeof tests / sizeof tests[0]);
 }
