@@ -12,8 +12,8 @@ samples), ToTensor + Normalize(0.2860, 0.3530), DistributedSampler(seed 0,
 shuffle) + BatchSampler(drop_last=True), CrossEntropyLoss, SGD(lr x world
 size, momentum, weight_decay), DDP over gloo with --world processes started
 here (torchrun crashes under Debian's Python 3.11), 1 thread each.
-safetensors files are written by hand (json header + raw little-endian
-data), since Debian has no python3-safetensors.
+safetensors files are written by hand (nn_golden_util: json header + raw
+little-endian data), since Debian has no python3-safetensors.
 """
 import argparse, gzip, json, os, socket, struct, sys, time
 
@@ -22,6 +22,9 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 import torchvision
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import nn_golden_util as U  # noqa: E402  (safetensors by hand)
 
 
 def read_idx(path):
@@ -34,44 +37,12 @@ def read_idx(path):
 
 
 def save_safetensors(path, state):
-    header, blobs, offset = {}, [], 0
-    for name, t in state.items():
-        t = t.detach().contiguous().cpu()
-        if t.dtype == torch.float32:
-            dtype, arr = "F32", t.numpy().astype("<f4")
-        elif t.dtype == torch.int64:
-            dtype, arr = "I64", t.numpy().astype("<i8")
-        else:
-            raise SystemExit(f"{name}: dtype {t.dtype} not supported")
-        raw = arr.tobytes()
-        header[name] = {"dtype": dtype, "shape": list(t.shape),
-                        "data_offsets": [offset, offset + len(raw)]}
-        blobs.append(raw)
-        offset += len(raw)
-    header["__metadata__"] = {"format": "pt"}
-    h = json.dumps(header, separators=(",", ":")).encode()
-    h += b" " * ((8 - len(h) % 8) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(h)))
-        f.write(h)
-        for b in blobs:
-            f.write(b)
+    """state dict -> safetensors (format "pt"), by hand: nn_golden_util."""
+    U.save(path, state, {"format": "pt"})
 
 
 def load_safetensors(path):
-    with open(path, "rb") as f:
-        data = f.read()
-    n, = struct.unpack("<Q", data[:8])
-    header = json.loads(data[8:8 + n])
-    out = {}
-    for name, e in header.items():
-        if name == "__metadata__":
-            continue
-        a, b = e["data_offsets"]
-        dt = {"F32": np.float32, "I64": np.int64}[e["dtype"]]
-        arr = np.frombuffer(data, dtype=dt, offset=8 + n + a, count=(b - a) // np.dtype(dt).itemsize)
-        out[name] = torch.from_numpy(arr.copy()).reshape(e["shape"])
-    return out
+    return U.load(path)[0]
 
 
 def make_model(args):
@@ -117,9 +88,10 @@ def worker(rank, args):
         if step >= args.steps:
             break
         if args.perturb_ulp:
-            # every input element moved one float32 ulp up: PyTorch's own
-            # sensitivity to rounding, the noise floor of the comparison
-            x = torch.nextafter(x, torch.full_like(x, float("inf")))
+            # every input element moved one float32 ulp up or down: PyTorch's
+            # own sensitivity to rounding, the noise floor of the comparison
+            to = float("inf") if args.perturb_ulp == "up" else float("-inf")
+            x = torch.nextafter(x, torch.full_like(x, to))
         loss = crit(ddp(x), y)
         opt.zero_grad()
         loss.backward()
@@ -232,8 +204,8 @@ def main():
     ap.add_argument("--warmup", type=int, default=1,
                     help="steps before the timed ones (images/s is printed)")
     ap.add_argument("--arch", default="resnet18", choices=["resnet18", "resnet34", "resnet50"])
-    ap.add_argument("--perturb-ulp", action="store_true",
-                    help="move every input element 1 ulp up (noise-floor reference run)")
+    ap.add_argument("--perturb-ulp", choices=["up", "down"],
+                    help="move every input element 1 ulp up/down (noise-floor reference run)")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
     torch.manual_seed(0)
