@@ -1030,7 +1030,14 @@ int main(int argc, char **argv)
         epoch_result_t r;
         int64_t first = epoch == j->start_epoch ? j->start_step_in_epoch : 0;
         train_epoch(j, epoch, first, &r);
-        if (r.preempted) {
+        /* A stop agreed at the epoch's last step: the epoch is trained, so
+         * finish it (evaluation, model file, resume file at the next epoch's
+         * step 0) and stop after it; a resume file at "step == steps per
+         * epoch" would not be resumable. */
+        int64_t epoch_steps = ch_loader_num_batches(j->train_loader);
+        if (j->max_steps > 0 && j->max_steps < epoch_steps) epoch_steps = j->max_steps;
+        int stop_after_epoch = r.preempted && r.steps_done >= epoch_steps;
+        if (r.preempted && !stop_after_epoch) {
             ch_log_info("preemption signal %d: stopping at epoch %d step %lld (global step %lld); "
                         "writing %s", r.preempted, epoch, (long long)r.steps_done,
                         (long long)j->global_step, j->resume_path);
@@ -1062,6 +1069,14 @@ int main(int argc, char **argv)
         int save = last || (j->save_every > 0 && (epoch + 1) % j->save_every == 0);
         checkpoint(j, epoch, epoch + 1, j->global_step, save, 0, 0);
         if (save) ch_log_info("saved %s/model-%d.safetensors", j->out_dir, epoch);
+        if (stop_after_epoch && !last) {
+            ch_log_info("preemption signal %d at the end of epoch %d (global step %lld): "
+                        "stopping; %s continues at epoch %d", r.preempted, epoch,
+                        (long long)j->global_step, j->resume_path, epoch + 1);
+            if (j->requeue && j->rank == 0) requeue_self();
+            rc = EXIT_PREEMPTED;
+            break;
+        }
         if (j->stop_after > 0 && epoch + 1 - j->start_epoch >= j->stop_after && !last) {
             ch_log_info("stopping after %d epoch%s as train.stop_after asks; continue with "
                         "--resume", j->stop_after, j->stop_after == 1 ? "" : "s");
