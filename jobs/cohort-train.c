@@ -989,6 +989,13 @@ int main(int argc, char **argv)
     j->rank = j->env.rank;
     j->world = j->env.world_size;
     ch_log_set_rank(j->rank, j->world);
+    /* COHORT_LOG_LEVEL=debug: every rank states who it is (and what Slurm
+     * told it), to check a launch. */
+    {
+        const char *procid = getenv("SLURM_PROCID"), *ntasks = getenv("SLURM_NTASKS");
+        ch_log_debug("identity: %s; node %s; SLURM_PROCID %s, SLURM_NTASKS %s", j->env.note,
+                     j->env.node_name, procid ? procid : "-", ntasks ? ntasks : "-");
+    }
     s = ch_pg_create_mpi(MPI_COMM_WORLD, &j->pg);
     if (s) ch_fatal("process group", EXIT_ERROR);
 
