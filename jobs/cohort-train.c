@@ -971,7 +971,7 @@ static void cleanup(job_t *j)
 int main(int argc, char **argv)
 {
     job_t job, *j = &job;
-    int provided = 0, rc = EXIT_OK;
+    int provided = 0, rc = EXIT_OK, stopped_early = 0;
     memset(j, 0, sizeof *j);
     MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
 
@@ -1087,10 +1087,11 @@ int main(int argc, char **argv)
         if (j->stop_after > 0 && epoch + 1 - j->start_epoch >= j->stop_after && !last) {
             ch_log_info("stopping after %d epoch%s as train.stop_after asks; continue with "
                         "--resume", j->stop_after, j->stop_after == 1 ? "" : "s");
+            stopped_early = 1;
             break;
         }
     }
-    if (rc == EXIT_OK) ch_log_info("training finished: %d epochs", j->epochs);
+    if (rc == EXIT_OK && !stopped_early) ch_log_info("training finished: %d epochs", j->epochs);
     ch_prof_report(j->prof, MPI_COMM_WORLD, stdout);
     cleanup(j);
     MPI_Finalize();
