@@ -108,30 +108,34 @@ static ch_status check_below(const char *what, const char *what_var, int v, cons
 }
 
 /* Tasks on node `node` from a Slurm tasks-per-node list such as "2(x3),1":
- * -1 when it cannot be parsed or the node is past its end. */
+ * -1 when the node is past its end (or there is no list or node), -2 when
+ * the list is not of that form. */
 static int tasks_on_node(const char *list, int node)
 {
     if (!list || node < 0) return -1;
     const char *p = list;
-    int index = 0;
+    long index = 0;
+    int found = -1;
+    if (!*p) return -2;
     while (*p) {
         char *end;
+        if (*p < '0' || *p > '9') return -2;
         long n = strtol(p, &end, 10);
-        if (end == p || n < 0) return -1;
+        if (n > INT_MAX) return -2;
         long rep = 1;
         p = end;
         if (*p == '(') {
-            if (p[1] != 'x') return -1;
+            if (p[1] != 'x' || p[2] < '0' || p[2] > '9') return -2;
             rep = strtol(p + 2, &end, 10);
-            if (end == p + 2 || *end != ')' || rep < 1) return -1;
+            if (*end != ')' || rep < 1 || rep > INT_MAX) return -2;
             p = end + 1;
         }
-        if (node < index + rep) return (int)n;
-        index += (int)rep;
-        if (*p == ',') p++;
-        else if (*p) return -1;
+        if (found < 0 && node < index + rep) found = (int)n;
+        index += rep;
+        if (*p == ',' && p[1]) p++;
+        else if (*p) return -2;
     }
-    return -1;
+    return found;
 }
 
 static void copy_str(char *dst, size_t len, const char *src)
@@ -213,12 +217,23 @@ static ch_status resolve_slurm(const lookup_t *l, const ch_env_pmi2_t *pmi2, ch_
     CH_TRY(check_below("node id", "SLURM_NODEID", nodeid, "node count", "SLURM_STEP_NUM_NODES",
                        nnodes));
 
+    /* the step's layout; srun also sets SLURM_TASKS_PER_NODE to it (an
+     * allocation's layout in a batch script, which is not a step) */
     const char *tpn_var = "SLURM_STEP_TASKS_PER_NODE";
     const char *tpn = get(l, tpn_var);
+    if (!tpn) {
+        tpn_var = "SLURM_TASKS_PER_NODE";
+        tpn = get(l, tpn_var);
+    }
     int lsize = tasks_on_node(tpn, nodeid);
+    if (tpn && nodeid >= 0 && lsize == -2)
+        return CH_ERROR(CH_ERR_INVALID, "environment variable %s='%s' is not a Slurm "
+                        "tasks-per-node list (counts with optional repeats, e.g. 2(x3),1)",
+                        tpn_var, tpn);
     if (tpn && nodeid >= 0 && lsize < 0)
         return CH_ERROR(CH_ERR_INVALID, "environment variable %s='%s' has no entry for "
                         "SLURM_NODEID=%d", tpn_var, tpn, nodeid);
+    if (lsize < 0) lsize = -1;
     CH_TRY(check_below("local task id", "SLURM_LOCALID", localid, "tasks on this node", tpn_var,
                        lsize));
 

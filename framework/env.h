@@ -10,7 +10,8 @@
  *                   LOCAL_WORLD_SIZE, GROUP_RANK (node), MASTER_ADDR/PORT;
  *        srun step: SLURM_PROCID, SLURM_STEP_NUM_TASKS (else SLURM_NTASKS,
  *                   else SLURM_NPROCS), SLURM_LOCALID, SLURM_NODEID,
- *                   SLURM_STEP_TASKS_PER_NODE (local size); a step is
+ *                   SLURM_STEP_TASKS_PER_NODE (else SLURM_TASKS_PER_NODE;
+ *                   local size, from a list such as "2(x3),1"); a step is
  *                   recognised by SLURM_STEP_NUM_TASKS or SLURM_STEP_ID /
  *                   SLURM_STEPID (a batch script has SLURM_JOB_ID but is not
  *                   a step). With PMI_FD set and libpmi2 compiled in, PMI2's

@@ -971,7 +971,7 @@ static void cleanup(job_t *j)
 int main(int argc, char **argv)
 {
     job_t job, *j = &job;
-    int provided = 0, rc = EXIT_OK;
+    int provided = 0, rc = EXIT_OK, stopped_early = 0;
     memset(j, 0, sizeof *j);
     MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
 
@@ -989,6 +989,13 @@ int main(int argc, char **argv)
     j->rank = j->env.rank;
     j->world = j->env.world_size;
     ch_log_set_rank(j->rank, j->world);
+    /* COHORT_LOG_LEVEL=debug: every rank states who it is (and what Slurm
+     * told it), to check a launch. */
+    {
+        const char *procid = getenv("SLURM_PROCID"), *ntasks = getenv("SLURM_NTASKS");
+        ch_log_debug("identity: %s; node %s; SLURM_PROCID %s, SLURM_NTASKS %s", j->env.note,
+                     j->env.node_name, procid ? procid : "-", ntasks ? ntasks : "-");
+    }
     s = ch_pg_create_mpi(MPI_COMM_WORLD, &j->pg);
     if (s) ch_fatal("process group", EXIT_ERROR);
 
@@ -1030,7 +1037,14 @@ int main(int argc, char **argv)
         epoch_result_t r;
         int64_t first = epoch == j->start_epoch ? j->start_step_in_epoch : 0;
         train_epoch(j, epoch, first, &r);
-        if (r.preempted) {
+        /* A stop agreed at the epoch's last step: the epoch is trained, so
+         * finish it (evaluation, model file, resume file at the next epoch's
+         * step 0) and stop after it; a resume file at "step == steps per
+         * epoch" would not be resumable. */
+        int64_t epoch_steps = ch_loader_num_batches(j->train_loader);
+        if (j->max_steps > 0 && j->max_steps < epoch_steps) epoch_steps = j->max_steps;
+        int stop_after_epoch = r.preempted && r.steps_done >= epoch_steps;
+        if (r.preempted && !stop_after_epoch) {
             ch_log_info("preemption signal %d: stopping at epoch %d step %lld (global step %lld); "
                         "writing %s", r.preempted, epoch, (long long)r.steps_done,
                         (long long)j->global_step, j->resume_path);
@@ -1062,13 +1076,22 @@ int main(int argc, char **argv)
         int save = last || (j->save_every > 0 && (epoch + 1) % j->save_every == 0);
         checkpoint(j, epoch, epoch + 1, j->global_step, save, 0, 0);
         if (save) ch_log_info("saved %s/model-%d.safetensors", j->out_dir, epoch);
+        if (stop_after_epoch && !last) {
+            ch_log_info("preemption signal %d at the end of epoch %d (global step %lld): "
+                        "stopping; %s continues at epoch %d", r.preempted, epoch,
+                        (long long)j->global_step, j->resume_path, epoch + 1);
+            if (j->requeue && j->rank == 0) requeue_self();
+            rc = EXIT_PREEMPTED;
+            break;
+        }
         if (j->stop_after > 0 && epoch + 1 - j->start_epoch >= j->stop_after && !last) {
             ch_log_info("stopping after %d epoch%s as train.stop_after asks; continue with "
                         "--resume", j->stop_after, j->stop_after == 1 ? "" : "s");
+            stopped_early = 1;
             break;
         }
     }
-    if (rc == EXIT_OK) ch_log_info("training finished: %d epochs", j->epochs);
+    if (rc == EXIT_OK && !stopped_early) ch_log_info("training finished: %d epochs", j->epochs);
     ch_prof_report(j->prof, MPI_COMM_WORLD, stdout);
     cleanup(j);
     MPI_Finalize();

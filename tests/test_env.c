@@ -18,6 +18,8 @@
 
 static const ch_env_mpi_t singleton = {1, 0, 1, 0, 1, 0, 1};
 
+static void bad(const char **vars, const char *needle);
+
 #define V(...) ((const char *[]){__VA_ARGS__, NULL})
 
 static ch_status resolve(const char **vars, int needs_mpi, ch_env_t *e)
@@ -130,6 +132,75 @@ static void test_slurm_step(void **state)
     assert_ch_ok(resolve(V("SLURM_PROCID=1", "SLURM_STEP_NUM_TASKS=2"), 0, &e));
     assert_int_equal(e.launcher, CH_LAUNCHER_SLURM);
     assert_int_equal(e.rank, 1);
+}
+
+/* Local size from the tasks-per-node list of the step, in Slurm's forms
+ * ("4(x2)", "2(x3),1", "4,1"), from SLURM_STEP_TASKS_PER_NODE or else
+ * SLURM_TASKS_PER_NODE (srun sets both to the step's layout); with the task
+ * count from SLURM_NPROCS when SLURM_NTASKS is missing. */
+static void test_slurm_tasks_per_node_forms(void **state)
+{
+    static const struct {
+        const char *list;
+        int node, tasks;
+    } forms[] = {
+        {"4(x2)", 0, 4}, {"4(x2)", 1, 4}, {"1(x2)", 1, 1}, {"16", 0, 16},
+        {"4,1", 0, 4}, {"4,1", 1, 1}, {"2(x3),1", 2, 2}, {"2(x3),1", 3, 1},
+        {"3,2(x2),1", 0, 3}, {"3,2(x2),1", 2, 2}, {"3,2(x2),1", 3, 1},
+        {"1(x100),5", 100, 5},
+    };
+    for (size_t i = 0; i < sizeof forms / sizeof forms[0]; i++) {
+        char tpn[64], nodeid[32];
+        snprintf(tpn, sizeof tpn, "SLURM_TASKS_PER_NODE=%s", forms[i].list);
+        snprintf(nodeid, sizeof nodeid, "SLURM_NODEID=%d", forms[i].node);
+        ch_env_t e;
+        ch_status s = resolve(V("SLURM_STEP_ID=0", "SLURM_PROCID=0", "SLURM_NTASKS=200",
+                                "SLURM_LOCALID=0", nodeid, tpn), 0, &e);
+        if (s != CH_OK) fail_msg("%s, %s: %s", tpn, nodeid, ch_error_message());
+        if (e.local_world_size != forms[i].tasks)
+            fail_msg("%s, %s: local size %d, expected %d", tpn, nodeid, e.local_world_size,
+                     forms[i].tasks);
+    }
+    /* SLURM_NTASKS missing, SLURM_NPROCS present (srun -n 5 over 2 nodes of
+     * 4 CPUs: 4 tasks on node 0, 1 on node 1) */
+    ch_env_t e;
+    assert_ch_ok(resolve(V("SLURM_STEPID=0", "SLURM_PROCID=4", "SLURM_NPROCS=5",
+                           "SLURM_LOCALID=0", "SLURM_NODEID=1", "SLURM_NNODES=2",
+                           "SLURM_TASKS_PER_NODE=4,1"), 0, &e));
+    assert_int_equal(e.launcher, CH_LAUNCHER_SLURM);
+    assert_int_equal(e.rank, 4);
+    assert_int_equal(e.world_size, 5);
+    assert_int_equal(e.local_rank, 0);
+    assert_int_equal(e.local_world_size, 1);
+    assert_int_equal(e.node_id, 1);
+    assert_int_equal(e.node_count, 2);
+    assert_non_null(strstr(e.note, "SLURM_NPROCS"));
+    /* the step's list wins over the other */
+    assert_ch_ok(resolve(V("SLURM_STEP_ID=0", "SLURM_PROCID=1", "SLURM_NTASKS=2",
+                           "SLURM_LOCALID=0", "SLURM_NODEID=1",
+                           "SLURM_STEP_TASKS_PER_NODE=1(x2)", "SLURM_TASKS_PER_NODE=3(x2)"),
+                         0, &e));
+    assert_int_equal(e.local_world_size, 1);
+    /* errors name the variable that was read */
+    bad(V("SLURM_STEP_ID=0", "SLURM_PROCID=1", "SLURM_NTASKS=8", "SLURM_LOCALID=4",
+          "SLURM_NODEID=1", "SLURM_TASKS_PER_NODE=4(x2)"),
+        "SLURM_LOCALID=4 is not below tasks on this node SLURM_TASKS_PER_NODE=4");
+    bad(V("SLURM_STEP_ID=0", "SLURM_PROCID=1", "SLURM_NTASKS=8", "SLURM_NODEID=2",
+          "SLURM_TASKS_PER_NODE=4(x2)"),
+        "SLURM_TASKS_PER_NODE='4(x2)' has no entry for SLURM_NODEID=2");
+    /* malformed lists are errors, also past the entry of this node */
+    static const char *const malformed[] = {
+        "", "x4", "-1", "+4", " 4", "4(2)", "4(x)", "4(x0)", "4(x-1)", "4(x2", "4(x2)1",
+        "4,", ",4", "4,,1", "4;1", "99999999999", "4(x99999999999)",
+    };
+    for (size_t i = 0; i < sizeof malformed / sizeof malformed[0]; i++) {
+        char tpn[64], want[96];
+        snprintf(tpn, sizeof tpn, "SLURM_TASKS_PER_NODE=%s", malformed[i]);
+        snprintf(want, sizeof want, "SLURM_TASKS_PER_NODE='%s' is not a Slurm tasks-per-node list",
+                 malformed[i]);
+        bad(V("SLURM_STEP_ID=0", "SLURM_PROCID=0", "SLURM_NTASKS=8", "SLURM_NODEID=0", tpn),
+            want);
+    }
 }
 
 static void test_mpi_world_overrides_launcher_vars(void **state)
@@ -606,6 +677,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_torchrun),
         cmocka_unit_test(test_torchrun_wins_over_slurm),
         cmocka_unit_test(test_slurm_step),
+        cmocka_unit_test(test_slurm_tasks_per_node_forms),
         cmocka_unit_test(test_mpi_world_overrides_launcher_vars),
         cmocka_unit_test(test_pmi2_view),
         cmocka_unit_test(test_inconsistent_variables),

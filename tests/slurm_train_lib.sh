@@ -1,0 +1,93 @@
+# shellcheck shell=bash
+# cohort: helpers for the tests that run jobs/cohort-train on the local Slurm
+# test cluster (sourced by tests/test_slurm_train*.sh after
+# tests/test_slurm_lib.sh). Reference runs use mpiexec on this machine, outside
+# Slurm; results are compared with tests/st_compare.
+
+train_prog=$builddir/jobs/cohort-train
+stcmp=$builddir/tests/st_compare
+train_data=/usr/share/datasets/fashion-mnist
+MPIEXEC=${MPIEXEC:-mpiexec}
+
+# SKIP (visibly) without the data set; bail out if the programs are missing.
+train_skip_unless_ready() {
+    if [ ! -r "$train_data/train-images-idx3-ubyte.gz" ]; then
+        echo "1..0 # SKIP Fashion-MNIST not installed in $train_data (Debian: dataset-fashion-mnist)"
+        exit 0
+    fi
+    if [ ! -x "$train_prog" ] || [ ! -x "$stcmp" ]; then
+        echo "Bail out! $train_prog or $stcmp not built"
+        exit 1
+    fi
+}
+
+# write_cfg FILE TRAIN_SUBSET TEST_SUBSET EPOCHS: a cohort-train config for
+# the fast test model on a Fashion-MNIST subset, batch 16 per rank.
+write_cfg() {
+    cat >"$1" <<EOF
+# cohort-train on a small Fashion-MNIST subset (tests/test_slurm_train*.sh)
+model = { arch = "smallcnn"; };
+data = { train_subset = $2; test_subset = $3; workers = 1; };
+train = { batch_size = 16; };
+schedule = { epochs = $4; };
+EOF
+}
+
+# ref_run NP CONFIG OUTDIR [overrides...]: the same job with mpiexec on this
+# machine, one thread per rank as the templates give it; log in OUTDIR.log.
+ref_run() {
+    local np=$1 cfg=$2 out=$3
+    shift 3
+    "$MPIEXEC" -n "$np" "$train_prog" --config "$cfg" --set train.threads=1 \
+        --set output.dir="$out" "$@" >"$out.log" 2>&1
+    local rc=$?
+    [ $rc = 0 ] || { echo "reference run $out failed ($rc):"; tail -n 20 "$out.log"; } | diag
+    return $rc
+}
+
+# same_model A B: the two safetensors files hold bit-identical tensors.
+same_model() {
+    local out rc
+    out=$("$stcmp" --bitwise "$1" "$2" 2>&1)
+    rc=$?
+    echo "st_compare --bitwise $1 $2: $out" | diag
+    return $rc
+}
+
+# run_train_template TEMPLATE CONFIG [SBATCH OPTIONS...] [-- JOB OVERRIDES...]:
+# submit a template with cohort-train as COHORT_BIN from the current
+# directory and wait (<= 180 s) for the end. Sets jid, job_state, outfile and
+# rundir (the template's RUN_DIR).
+run_train_template() {
+    local t=$1 cfg=$2 opts=() name
+    shift 2
+    while [ $# -gt 0 ] && [ "$1" != -- ]; do opts+=("$1"); shift; done
+    [ $# -gt 0 ] && shift
+    jid=$(COHORT_BIN=$train_prog COHORT_LOG_LEVEL=debug \
+          submit "${opts[@]}" "$srcdir/slurm/$t.sbatch" "$cfg" "$@")
+    wait_job_state "$jid" 180 COMPLETED FAILED CANCELLED TIMEOUT NODE_FAIL OUT_OF_MEMORY
+    name=$(job_field "$jid" JobName)
+    outfile=$PWD/$name-$jid.out
+    rundir=$PWD/runs/$name-$jid
+    grep -v '^ ' "$outfile" 2>/dev/null | diag
+}
+
+# identities FILE: from cohort-train's debug identity lines, one line per
+# rank "RANK of WORLD on NODE procid P ntasks N", sorted by rank.
+identities() {
+    sed -n 's/.*debug: identity: MPI: rank \([0-9]*\) of \([0-9]*\),.*; node \([^;]*\); SLURM_PROCID \([0-9-]*\), SLURM_NTASKS \([0-9-]*\)$/\1 of \2 on \3 procid \4 ntasks \5/p' "$1" |
+        sort -n
+}
+
+# cosine_lr BASE EPOCH EPOCHS LRF: the learning rate of the seed recipe's
+# LambdaLR, BASE * ((1 - cos(pi * e / E)) / 2 * (lrf - 1) + 1).
+cosine_lr() {
+    awk -v b="$1" -v e="$2" -v n="$3" -v f="$4" \
+        'BEGIN { printf "%.10g\n", b * ((1 - cos(3.141592653589793 * e / n)) / 2 * (f - 1) + 1) }'
+}
+
+# close_to X Y RTOL: |X - Y| <= RTOL * |Y|
+close_to() {
+    awk -v x="$1" -v y="$2" -v r="$3" \
+        'BEGIN { d = x - y; if (d < 0) d = -d; a = y < 0 ? -y : y; exit !(d <= r * a) }'
+}
