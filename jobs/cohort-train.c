@@ -117,7 +117,7 @@ static const ch_config_key_t keys[] = {
     {"output.resume", CH_CFG_STRING, "", CH_CFG_NO_RANGE,
      "Resume file to continue from; 'auto' = <output.dir>/resume.safetensors when present."},
     {"dist.device_rule", CH_CFG_STRING, "auto", CH_CFG_NO_RANGE,
-     "GPU choice: auto (Slurm: SLURM_PROCID %% devices; else local rank), slurm, local_rank."},
+     "GPU choice: auto (Slurm: SLURM_PROCID mod devices; else local rank), slurm, local_rank."},
     {"dist.bucket_mb", CH_CFG_FLOAT, "25", 0.001, 1e6, "DDP gradient bucket size in MiB."},
     {"dist.broadcast_buffers", CH_CFG_BOOL, "true", CH_CFG_NO_RANGE,
      "Broadcast rank 0's BN buffers before each forward (when SyncBN is off)."},
@@ -951,7 +951,9 @@ static void requeue_self(void)
 
 static void cleanup(job_t *j)
 {
-    ch_preempt_uninstall();
+    /* The preemption handlers stay installed (they only set a flag): a
+     * warning signal that arrives during the final cleanup must not kill a
+     * job that has finished its work. */
     if (j->metrics) (void)ch_metrics_close(j->metrics);
     ch_ddp_destroy(j->ddp);
     ch_sgd_destroy(j->sgd);
