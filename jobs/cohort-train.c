@@ -192,8 +192,9 @@ static ch_status read_floats(job_t *j, const char *key, float out[3], int channe
     int n;
     CH_TRY(ch_config_get_strlist(j->cfg, key, &items, &n));
     if (n != 1 && n != channels)
-        return CH_ERROR(CH_ERR_CONFIG, "%s: %d values given, expected 1 or %d (one per channel)",
-                        key, n, channels);
+        return CH_ERROR(CH_ERR_CONFIG, "%s: %d values given, expected %s%d (one per input "
+                        "channel, model.in_channels = %d)", key, n, channels > 1 ? "1 or " : "",
+                        channels, channels);
     for (int c = 0; c < channels; c++) {
         char *end;
         errno = 0;
@@ -841,6 +842,24 @@ static void checkpoint(job_t *j, int model_epoch, int resume_epoch, int64_t glob
 
 /* ------------------------------------------------------------------ main */
 
+/* mkdir -p: create dir and every missing parent (mode 0777 & ~umask). */
+static ch_status make_dirs(const char *dir)
+{
+    char path[4096];
+    size_t n = strlen(dir);
+    if (n == 0 || n >= sizeof path) return CH_ERROR(CH_ERR_IO, "'%s': empty or too long", dir);
+    memcpy(path, dir, n + 1);
+    for (size_t i = 1; i <= n; i++) {
+        if (path[i] != '/' && path[i] != 0) continue;
+        char c = path[i];
+        path[i] = 0;
+        if (mkdir(path, 0777) && errno != EEXIST)
+            return CH_ERROR(CH_ERR_IO, "cannot create '%s': %s", path, strerror(errno));
+        path[i] = c;
+    }
+    return CH_OK;
+}
+
 static int setup(job_t *j)
 {
     ch_status s;
@@ -866,9 +885,7 @@ static int setup(job_t *j)
     s = CH_OK;
     snprintf(j->resume_path, sizeof j->resume_path, "%s/resume.safetensors", j->out_dir);
     if (j->rank == 0) {
-        if (mkdir(j->out_dir, 0777) && errno != EEXIST)
-            s = CH_ERROR(CH_ERR_IO, "output.dir: cannot create '%s': %s", j->out_dir,
-                         strerror(errno));
+        s = make_dirs(j->out_dir);
         if (s == CH_OK) s = ch_checkpoint_check_dir(j->out_dir);
         if (s) ch_error_context("output.dir");
     }
