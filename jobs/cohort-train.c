@@ -911,6 +911,8 @@ static int setup(job_t *j)
         ch_log_info("resumed from %s at epoch %d, step %lld of the epoch (global step %lld)",
                     resume, j->start_epoch, (long long)j->start_step_in_epoch,
                     (long long)j->global_step);
+    else if (!strcmp(j->resume_arg, "auto"))
+        ch_log_info("no resume file %s yet: starting from epoch 0", j->resume_path);
 
     if (j->rank == 0) {
         const char *cols[] = {"loss", "accuracy", "accuracy_exact", "learning_rate",
