@@ -32,6 +32,7 @@
 #include "framework/signals.h"
 #include "framework/status.h"
 #include "framework/tensor.h"
+#include "io/atomic_file.h"
 #include "io/checkpoint.h"
 #include "io/dataset.h"
 #include "io/loader.h"
@@ -887,6 +888,13 @@ static int setup(job_t *j)
     if (j->rank == 0) {
         s = make_dirs(j->out_dir);
         if (s == CH_OK) s = ch_checkpoint_check_dir(j->out_dir);
+        /* temp files of a writer killed in an earlier run (the files
+         * themselves are intact: writes are atomic) */
+        int removed = 0;
+        if (s == CH_OK) s = ch_atomic_file_remove_stale(j->resume_path, &removed);
+        if (s == CH_OK && removed)
+            ch_log_info("removed %d stale temporary file%s of %s", removed, removed == 1 ? "" : "s",
+                        j->resume_path);
         if (s) ch_error_context("output.dir");
     }
     if (agree(j, s, "output directory")) return EXIT_BAD_INPUT;
