@@ -33,7 +33,7 @@ echo "steps $steps (timed after $warmup), batch 64 x 2 ranks, rounds $rounds"
 for arch in $archs; do
   : > "$tmp/pt" ; : > "$tmp/c" ; : > "$tmp/cs" ; : > "$tmp/share" ; : > "$tmp/shares"
   for r in $(seq "$rounds"); do
-    "$py" "$src/tests/golden/ddp_pytorch.py" --out "$tmp/pt$r" --world 2 --arch "$arch" \
+    "$py" "$src/tests/golden/ddp_pytorch.py" --out "$tmp/pt-$arch-$r" --world 2 --arch "$arch" \
       --steps "$steps" --batch 64 --subset "$subset" --lr 0.01 --warmup $warmup > "$tmp/pt.log" 2>&1
     sed -n 's/.*: \([0-9.]*\) images\/s.*/\1/p' "$tmp/pt.log" >> "$tmp/pt"
     for sb in false true; do
