@@ -16,10 +16,17 @@ extern "C" {
 #endif
 
 /* Install handlers for SIGTERM and `warning_signal` (0: SIGTERM only).
- * CH_ERR_INVALID for a signal that cannot be caught (SIGKILL, SIGSTOP). */
+ * The handlers run on an alternate signal stack (SA_ONSTACK; a 256 KiB
+ * mmap'd stack set with sigaltstack on the calling thread, which should be
+ * the thread that receives the signals, normally the main thread): code
+ * such as oneDNN's JIT kernels may run with the stack pointer inside a heap
+ * buffer, where a signal frame would corrupt the heap.
+ * CH_ERR_INVALID for a signal that cannot be caught (SIGKILL, SIGSTOP);
+ * CH_ERR_NOMEM if the signal stack cannot be mapped. */
 ch_status ch_preempt_install(int warning_signal);
 
-/* Restore the handlers that were in place before ch_preempt_install. */
+/* Restore the handlers (and the calling thread's alternate signal stack)
+ * that were in place before ch_preempt_install. */
 void ch_preempt_uninstall(void);
 
 /* The number of the last preemption signal received, or 0 if none. */

@@ -7,7 +7,9 @@
 #include "framework/signals.h"
 
 #include <mpi.h>
+#include <pthread.h>
 #include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -100,6 +102,72 @@ static void test_signal_flag(void **state)
     ch_preempt_uninstall();
 }
 
+/* Regression (SIGTERM to mpiexec aborted rank 0 with "corrupted size vs.
+ * prev_size"): oneDNN's JIT sgemm runs with the stack pointer inside a
+ * malloc'd buffer, and a preemption signal arriving then wrote its signal
+ * frame into the heap. The handlers must run on their own stack: a thread
+ * whose stack is a heap buffer receives SIGTERM, and the buffer must not
+ * contain the frame (on x86-64 recognisable by the xsave magic "FPXS"). */
+#define HEAP_STACK_BYTES ((size_t)1 << 20)
+
+typedef struct {
+    ch_status install;
+    int pending, onstack, altstack_enabled;
+} heap_stack_result_t;
+
+static void *signal_on_heap_stack(void *arg)
+{
+    heap_stack_result_t *r = arg;
+    r->install = ch_preempt_install(0);
+    if (r->install != CH_OK) return NULL;
+    struct sigaction cur;
+    stack_t ss;
+    sigaction(SIGTERM, NULL, &cur);
+    r->onstack = (cur.sa_flags & SA_ONSTACK) != 0;
+    r->altstack_enabled = sigaltstack(NULL, &ss) == 0 && !(ss.ss_flags & SS_DISABLE);
+    ch_preempt_clear();
+    raise(SIGTERM);
+    r->pending = ch_preempt_pending();
+    ch_preempt_clear();
+    ch_preempt_uninstall();
+    return NULL;
+}
+
+static void test_signal_frame_not_on_interrupted_stack(void **state)
+{
+    (void)state;
+    void *stack = NULL;
+    assert_int_equal(posix_memalign(&stack, 4096, HEAP_STACK_BYTES), 0);
+    memset(stack, 0, HEAP_STACK_BYTES);
+    pthread_attr_t attr;
+    pthread_t th;
+    heap_stack_result_t r;
+    memset(&r, 0, sizeof r);
+    assert_int_equal(pthread_attr_init(&attr), 0);
+    assert_int_equal(pthread_attr_setstack(&attr, stack, HEAP_STACK_BYTES), 0);
+    assert_int_equal(pthread_create(&th, &attr, signal_on_heap_stack, &r), 0);
+    pthread_join(th, NULL);
+    pthread_attr_destroy(&attr);
+    int frames = 0;
+#if defined(__x86_64__)
+    /* FP_XSTATE_MAGIC1 of the kernel's x86-64 signal frame */
+    const uint32_t magic = 0x46505853u;
+    const unsigned char *b = stack;
+    for (size_t off = 0; off + 4 <= HEAP_STACK_BYTES; off += 4) {
+        uint32_t v;
+        memcpy(&v, b + off, 4);
+        if (v == magic) frames++;
+    }
+#endif
+    free(stack);
+    assert_ch_ok(r.install);
+    assert_int_equal(r.pending, SIGTERM);
+    if (frames) fail_msg("the SIGTERM handler's signal frame was written on the interrupted "
+                         "(heap) stack");
+    assert_true(r.onstack);
+    assert_true(r.altstack_enabled);
+}
+
 int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
@@ -107,6 +175,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_bad_create),
         cmocka_unit_test(test_report_over_ranks),
         cmocka_unit_test(test_signal_flag),
+        cmocka_unit_test(test_signal_frame_not_on_interrupted_stack),
     };
     return ch_test_main_mpi(argc, argv, tests, sizeof tests / sizeof tests[0]);
 }
