@@ -23,34 +23,39 @@ check "2 epochs straight == 1 epoch + --resume + 1 epoch (bitwise)" \
 # preemption mid-epoch: SIGUSR2 to every rank of the run (under load the stop
 # may land later in the epoch, or at its end: then the job finishes the epoch
 # and resumes at the next one's step 0)
+# (a longer run, 128 steps per epoch, so the signal lands inside it even on
+# an idle machine; the ranks are stopped while the signal is sent)
+pargs="--model.arch=smallcnn --data.train_subset=2048 --data.test_subset=200 --schedule.epochs=2 --train.batch_size=8"
+train 2 "$tmp/straight2" $pargs || show "$tmp/straight2.log"
 out="$tmp/pre"
-"$MPIEXEC" -n 2 "$TRAIN" --output.dir="$out" --data.workers=1 --train.threads=1 $args \
+"$MPIEXEC" -n 2 "$TRAIN" --output.dir="$out" --data.workers=1 --train.threads=1 $pargs \
   --train.log_every=1 > "$out.log" 2>&1 &
 pid=$!
 wait_line "$out.log" "epoch 0 step 6/" $pid
 pids=$(rank_pids "$out")
-[ -n "$pids" ] && kill -USR2 $pids
+[ -n "$pids" ] && kill -STOP $pids && kill -USR2 $pids && kill -CONT $pids
 wait $pid
 rc=$?
 grep -q "preemption signal" "$out.log" || show "$out.log"
 check "a preemption signal stops every rank at one step boundary with exit 3 (got $rc)" \
   test "$rc" = 3 -a -f "$out/resume.safetensors"
-"$MPIEXEC" -n 2 "$TRAIN" --output.dir="$out" --data.workers=1 --train.threads=1 $args \
+"$MPIEXEC" -n 2 "$TRAIN" --output.dir="$out" --data.workers=1 --train.threads=1 $pargs \
   --resume >> "$out.log" 2>&1
 rc=$?
 check "the resumed run finishes (exit $rc) and names its resume point" \
   grep -q "resumed from .* at epoch [01], step [0-9]" "$out.log"
 check "preempted + resumed == uninterrupted (bitwise)" \
-  "$STCMP" --bitwise "$out/model-1.safetensors" "$tmp/straight/model-1.safetensors"
+  "$STCMP" --bitwise "$out/model-1.safetensors" "$tmp/straight2/model-1.safetensors"
 
 # a rank dies (SIGKILL) in the middle of epoch 1: the job ends non-zero
 # within 60 s, and the checkpoint of epoch 0 still loads.
 out="$tmp/kill"
-"$MPIEXEC" -n 2 "$TRAIN" --output.dir="$out" --data.workers=1 --train.threads=1 $args \
+"$MPIEXEC" -n 2 "$TRAIN" --output.dir="$out" --data.workers=1 --train.threads=1 $pargs \
   --schedule.epochs=3 --train.log_every=1 > "$out.log" 2>&1 &
 pid=$!
 wait_line "$out.log" "epoch 1 step 3/" $pid
 victim=$(rank_pids "$out" | tail -n 1)
+[ -n "$victim" ] && kill -STOP "$victim"  # it dies mid-step, not after the run
 t1=$(date +%s)
 [ -n "$victim" ] && kill -9 "$victim"
 wait $pid
