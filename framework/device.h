@@ -27,6 +27,12 @@ ch_status ch_device_set(int device);
 /* Human-readable name of GPU `device` into buf (e.g. "NVIDIA H200"). */
 ch_status ch_device_name(int device, char *buf, size_t len);
 
+/* Register the CUDA allocator for CH_DEV_CUDA tensors and arenas
+ * (ch_tensor_set_device_allocator: cudaMalloc + cudaMemset on the tensor's
+ * dev_index, cudaFree). Idempotent; called by ch_device_set and by the GPU
+ * ops backend, so callers rarely need it. CH_ERR_UNSUPPORTED without CUDA. */
+ch_status ch_device_enable_tensors(void);
+
 /* Host memory for batch slots and staging buffers, `bytes` long and 64-byte
  * aligned. With want_pinned != 0 and a GPU visible it is page-locked
  * (cudaHostAlloc, so H2D copies can be asynchronous); otherwise plain aligned

@@ -2,6 +2,7 @@
 #include "config.h"
 
 #include "framework/device.h"
+#include "framework/tensor.h"
 
 #include <cuda_runtime.h>
 #include <stdio.h>
@@ -32,6 +33,47 @@ extern "C" ch_status ch_device_set(int device)
         return CH_ERROR(CH_ERR_RANGE, "GPU %d requested but %d visible "
                         "(CUDA_VISIBLE_DEVICES?)", device, n);
     CH_CHECK_CUDA(cudaSetDevice(device));
+    return ch_device_enable_tensors();
+}
+
+/* CH_DEV_CUDA tensor storage: zero-filled cudaMalloc on the tensor's GPU. */
+static ch_status cuda_tensor_alloc(void *ctx, int dev_index, size_t bytes, void **ptr)
+{
+    (void)ctx;
+    *ptr = NULL;
+    int prev = -1;
+    CH_CHECK_CUDA(cudaGetDevice(&prev));
+    if (prev != dev_index) CH_CHECK_CUDA(cudaSetDevice(dev_index));
+    cudaError_t e = cudaMalloc(ptr, bytes ? bytes : 1);
+    if (e == cudaSuccess) e = cudaMemset(*ptr, 0, bytes);
+    if (prev != dev_index) (void)cudaSetDevice(prev);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        if (*ptr) cudaFree(*ptr);
+        *ptr = NULL;
+        return CH_ERROR(CH_ERR_NOMEM, "GPU %d: cannot allocate %zu bytes: %s", dev_index, bytes,
+                        cudaGetErrorString(e));
+    }
+    return CH_OK;
+}
+
+static void cuda_tensor_free(void *ctx, int dev_index, void *ptr)
+{
+    (void)ctx;
+    (void)dev_index;
+    if (ptr) cudaFree(ptr);
+}
+
+extern "C" ch_status ch_device_enable_tensors(void)
+{
+    static int done;
+    if (done) return CH_OK;
+    ch_device_allocator_t a;
+    a.alloc = cuda_tensor_alloc;
+    a.free = cuda_tensor_free;
+    a.ctx = NULL;
+    CH_TRY(ch_tensor_set_device_allocator(CH_DEV_CUDA, &a));
+    done = 1;
     return CH_OK;
 }
 

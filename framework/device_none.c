@@ -44,3 +44,8 @@ void ch_host_free(void *ptr, int is_pinned)
     (void)is_pinned;
     free(ptr);
 }
+
+ch_status ch_device_enable_tensors(void)
+{
+    return CH_ERROR(CH_ERR_UNSUPPORTED, "GPU tensors need a build with CUDA (configure --with-cuda)");
+}

@@ -23,6 +23,11 @@ void ch_compute_opts_default(ch_compute_opts_t *o)
     memset(o, 0, sizeof *o);
     o->num_threads = 0;
     o->cpu_layout = -1;
+    o->gpu_device = -1;
+    o->allow_tf32 = 1;
+    o->bf16 = 0;
+    o->conv_search = 0;
+    o->gpu_workspace_bytes = 0;
 }
 
 ch_status ch_compute_create(ch_compute_t **out, const ch_compute_opts_t *opts)
@@ -36,6 +41,14 @@ ch_status ch_compute_create(ch_compute_t **out, const ch_compute_opts_t *opts)
     CH_REQUIRE(o.cpu_layout >= -1 && o.cpu_layout <= (int)CH_LAYOUT_NCHW16C,
                "ch_compute_create: cpu_layout %d is not -1 (auto) or a ch_layout_t",
                o.cpu_layout);
+    CH_REQUIRE(o.gpu_device >= -1, "ch_compute_create: gpu_device %d, expected -1 or >= 0",
+               o.gpu_device);
+    CH_REQUIRE(o.allow_tf32 == 0 || o.allow_tf32 == 1,
+               "ch_compute_create: allow_tf32 %d, expected 0 or 1", o.allow_tf32);
+    CH_REQUIRE(o.bf16 == 0 || o.bf16 == 1, "ch_compute_create: bf16 %d, expected 0 or 1", o.bf16);
+    CH_REQUIRE(o.conv_search == 0 || o.conv_search == 1,
+               "ch_compute_create: conv_search %d, expected 0 (heuristics) or 1 (timed)",
+               o.conv_search);
     ch_compute_t *cx = calloc(1, sizeof *cx);
     if (!cx) return CH_ERROR(CH_ERR_NOMEM, "ch_compute_create: out of memory");
     cx->opts = o;
@@ -896,5 +909,75 @@ ch_status ch_op_count_correct(ch_compute_t *cx, const ch_tensor_t *logits,
     CH_REQUIRE(logits->shape[1] >= 1, OP ": logits need K >= 1 classes");
     BE(logits);
     return be->count_correct(st, logits, labels, correct);
+#undef OP
+}
+
+/* ------------------------------------------------------- streams, uploads */
+
+void *ch_compute_stream(ch_compute_t *cx, ch_devkind_t dev)
+{
+    if (!cx || dev != CH_DEV_CUDA || !cx->be[CH_DEV_CUDA]) return NULL;
+    if (!cx->state[CH_DEV_CUDA] &&
+        cx->be[CH_DEV_CUDA]->create(&cx->state[CH_DEV_CUDA], &cx->opts) != CH_OK)
+        return NULL;
+    return cx->be[CH_DEV_CUDA]->stream ? cx->be[CH_DEV_CUDA]->stream(cx->state[CH_DEV_CUDA])
+                                       : NULL;
+}
+
+ch_status ch_op_upload_async(ch_compute_t *cx, const ch_tensor_t *src, ch_tensor_t *dst)
+{
+#define OP "ch_op_upload_async"
+    CH_REQUIRE(src && dst, OP ": NULL tensor");
+    CH_TRY(need(OP, "src", src, src->dtype, 0));
+    CH_TRY(need(OP, "dst", dst, src->dtype, src->ndim));
+    CH_TRY(need_same_shape(OP, "src", src, "dst", dst));
+    if (src->dev != CH_DEV_CPU || dst->dev != CH_DEV_CUDA) {
+        char a[128], b[128];
+        return CH_ERROR(CH_ERR_INVALID, OP ": expected a host src and a GPU dst, got %s -> %s",
+                        DESC(src, a), DESC(dst, b));
+    }
+    BE(dst);
+    if (!be->upload_async)
+        return CH_ERROR(CH_ERR_UNSUPPORTED, OP ": the %s backend has no async upload", be->name);
+    return be->upload_async(st, src, dst);
+#undef OP
+}
+
+ch_status ch_compute_wait_upload(ch_compute_t *cx)
+{
+    CH_REQUIRE(cx, "ch_compute_wait_upload: context is NULL");
+    const ch_ops_backend_t *be = cx->be[CH_DEV_CUDA];
+    if (!be || !cx->state[CH_DEV_CUDA] || !be->wait_upload) return CH_OK;
+    return be->wait_upload(cx->state[CH_DEV_CUDA]);
+}
+
+/* ------------------------------------------------------------- optimizer */
+
+ch_status ch_op_sgd_step(ch_compute_t *cx, ch_devkind_t dev, int dev_index,
+                         const ch_sgd_tensor_t *ts, int n, const ch_sgd_hparams_t *h)
+{
+#define OP "ch_op_sgd_step"
+    CH_REQUIRE(cx, OP ": compute context is NULL");
+    CH_REQUIRE(h, OP ": hyperparameters are NULL");
+    CH_REQUIRE(n >= 0, OP ": %d tensors, expected >= 0", n);
+    CH_REQUIRE(n == 0 || ts, OP ": tensor list is NULL");
+    CH_REQUIRE(dev == CH_DEV_CPU || dev == CH_DEV_CUDA, OP ": unknown device kind %d", (int)dev);
+    for (int i = 0; i < n; i++) {
+        CH_REQUIRE(ts[i].numel >= 0, OP ": tensor %d has numel %lld", i, (long long)ts[i].numel);
+        if (ts[i].numel == 0) continue;
+        CH_REQUIRE(ts[i].param && ts[i].grad, OP ": tensor %d has a NULL param or grad", i);
+        CH_REQUIRE(h->momentum == 0.0f || ts[i].momentum_buffer,
+                   OP ": tensor %d has no momentum buffer but momentum is %g", i,
+                   (double)h->momentum);
+    }
+    if (n == 0) return CH_OK;
+    ch_tensor_t probe;
+    int64_t one = 1;
+    CH_TRY(ch_tensor_wrap(&probe, ts[0].param, CH_F32, 1, &one, CH_LAYOUT_PLAIN, dev,
+                          dev == CH_DEV_CUDA ? dev_index : 0));
+    BE(&probe);
+    if (!be->sgd_step)
+        return CH_ERROR(CH_ERR_UNSUPPORTED, OP ": the %s backend has no fused SGD", be->name);
+    return be->sgd_step(st, ts, n, h);
 #undef OP
 }

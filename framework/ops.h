@@ -65,9 +65,32 @@ typedef struct ch_compute_opts {
      * -1: automatic (nChw16c with AVX-512, nChw8c with AVX2, else plain);
      * otherwise a ch_layout_t value. */
     int cpu_layout;
+    /* ---- GPU backend (framework/ops/cuda; ignored by the CPU backend) ----
+     * CUDA ordinal the context's GPU state (streams, cuDNN and cuBLAS
+     * handles) lives on; -1: the device current when the first GPU op runs. */
+    int gpu_device;
+    /* 1 (default): cuDNN convolutions may use TF32 tensor cores
+     * (torch.backends.cudnn.allow_tf32 = True, PyTorch's default); 0: full
+     * fp32. Linear layers never use TF32 (torch.backends.cuda.matmul.allow_tf32
+     * defaults to False in PyTorch >= 1.12). */
+    int allow_tf32;
+    /* 1: bf16 autocast for convolutions and linear layers (inputs and weights
+     * cast to bfloat16, fp32 accumulation, fp32 master weights, gradients and
+     * batch-norm statistics; torch.autocast(dtype=torch.bfloat16)). 0
+     * (default): fp32. Only the GPU backend implements it; the CPU backend
+     * rejects 1 with CH_ERR_UNSUPPORTED at the first conv/linear. */
+    int bf16;
+    /* Convolution algorithm choice: 0 (default) cuDNN's heuristics
+     * (cudnnGetConvolution*Algorithm_v7, first algorithm whose workspace fits),
+     * 1 timed search (cudnnFindConvolution*Algorithm, torch.backends.cudnn.
+     * benchmark = True). Cached per (shape, layout, precision). */
+    int conv_search;
+    /* Cap on the cuDNN workspace in bytes; 0: default 1 GiB. */
+    size_t gpu_workspace_bytes;
 } ch_compute_opts_t;
 
-/* Default options: num_threads 0, cpu_layout -1. */
+/* Default options: num_threads 0, cpu_layout -1, gpu_device -1,
+ * allow_tf32 1, bf16 0, conv_search 0, gpu_workspace_bytes 0 (1 GiB). */
 void ch_compute_opts_default(ch_compute_opts_t *o);
 
 /* Create a context: the oneDNN CPU engine and stream, empty primitive cache.
@@ -103,6 +126,27 @@ size_t ch_compute_scratchpad_bytes(const ch_compute_t *cx);
 /* Wait for all queued work on the context (no-op for the CPU backend,
  * whose ops complete before returning). */
 ch_status ch_compute_sync(ch_compute_t *cx);
+
+/* The CUDA stream (a cudaStream_t, as void*) GPU ops of this context are
+ * queued on, creating the GPU state if needed; NULL for CH_DEV_CPU or in a
+ * build without CUDA. Used to order collectives (ch_pg_stream_wait) and
+ * host copies against compute. */
+void *ch_compute_stream(ch_compute_t *cx, ch_devkind_t dev);
+
+/* Host -> device copy of a batch on the context's COPY stream (overlaps
+ * with compute). src: CH_DEV_CPU tensor, ideally in page-locked memory
+ * (ch_host_alloc with want_pinned); dst: CH_DEV_CUDA tensor of the same
+ * dtype and shape (layouts may differ only as ch_op_reorder allows: the
+ * layout change runs on the compute stream after the copy). Returns after
+ * queueing; src must stay unchanged until ch_compute_wait_upload returns.
+ * CPU-only builds: CH_ERR_UNSUPPORTED. */
+ch_status ch_op_upload_async(ch_compute_t *cx, const ch_tensor_t *src, ch_tensor_t *dst);
+
+/* Make the compute stream wait (on the device, not the host) for every copy
+ * queued by ch_op_upload_async so far; then block the host until those copies
+ * have finished reading their host buffers, so the loader may reuse them.
+ * No-op when nothing was uploaded. */
+ch_status ch_compute_wait_upload(ch_compute_t *cx);
 
 /* ------------------------------------------------------------- data motion */
 
@@ -381,6 +425,38 @@ ch_status ch_op_argmax(ch_compute_t *cx, const ch_tensor_t *logits, ch_tensor_t 
  * logits (N,K) PLAIN float32, labels (N) int64. */
 ch_status ch_op_count_correct(ch_compute_t *cx, const ch_tensor_t *logits,
                               const ch_tensor_t *labels, int64_t *correct);
+
+/* ---------------------------------------------------------------- optimizer */
+
+/* One parameter of a fused SGD step. All pointers on the same device as the
+ * step (host memory for CH_DEV_CPU, device memory for CH_DEV_CUDA); numel
+ * float32 values each. momentum_buffer may be NULL when momentum == 0.
+ * buffer_started: 0 means "first step": the buffer is set to g (PyTorch's
+ * torch.clone(g)), 1 means buf = momentum*buf + (1-dampening)*g. */
+typedef struct ch_sgd_tensor {
+    float *param;
+    const float *grad;
+    float *momentum_buffer;
+    int64_t numel;
+    int buffer_started;
+} ch_sgd_tensor_t;
+
+typedef struct ch_sgd_hparams {
+    float lr, momentum, dampening, weight_decay;
+    int nesterov;
+} ch_sgd_hparams_t;
+
+/* torch.optim.SGD's update (PyTorch 1.13 _single_tensor_sgd; see
+ * framework/optim.h for the formula) applied to n parameters in ONE fused
+ * pass: on the GPU a single multi-tensor kernel launch over a chunk table
+ * (like torch._foreach / apex multi_tensor_apply), float32 arithmetic per
+ * element. dev/dev_index say where the pointers live. The tensor list
+ * (pointers, numel) is cached by content, so calling it every step with the
+ * same list uploads nothing. Errors: CH_ERR_INVALID (n < 0, NULL pointers,
+ * momentum buffer missing with momentum != 0), CH_ERR_UNSUPPORTED (GPU
+ * pointers in a CPU-only build), CH_ERR_CUDA. */
+ch_status ch_op_sgd_step(ch_compute_t *cx, ch_devkind_t dev, int dev_index,
+                         const ch_sgd_tensor_t *ts, int n, const ch_sgd_hparams_t *h);
 
 #ifdef __cplusplus
 }

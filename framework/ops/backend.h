@@ -13,6 +13,10 @@
 
 #include "framework/ops.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef struct ch_ops_backend {
     const char *name;
     ch_status (*create)(void **state, const ch_compute_opts_t *opts);
@@ -93,6 +97,16 @@ typedef struct ch_ops_backend {
     ch_status (*argmax)(void *st, const ch_tensor_t *logits, ch_tensor_t *out);
     ch_status (*count_correct)(void *st, const ch_tensor_t *logits, const ch_tensor_t *labels,
                                int64_t *correct);
+
+    /* fused SGD over n parameters (ops.h ch_op_sgd_step; arguments checked) */
+    ch_status (*sgd_step)(void *st, const ch_sgd_tensor_t *ts, int n,
+                          const ch_sgd_hparams_t *h);
+    /* compute stream (cudaStream_t) or NULL (CPU) */
+    void *(*stream)(void *st);
+    /* async host->device copy on the copy stream and the wait for it
+     * (ops.h ch_op_upload_async / ch_compute_wait_upload); NULL for the CPU */
+    ch_status (*upload_async)(void *st, const ch_tensor_t *src, ch_tensor_t *dst);
+    ch_status (*wait_upload)(void *st);
 } ch_ops_backend_t;
 
 /* The CPU backend (always built). */
@@ -101,4 +115,7 @@ const ch_ops_backend_t *ch_ops_cpu_backend(void);
 /* The GPU backend, or NULL when cohort was built without CUDA. */
 const ch_ops_backend_t *ch_ops_cuda_backend(void);
 
+#ifdef __cplusplus
+}
+#endif
 #endif /* COHORT_OPS_BACKEND_H */
