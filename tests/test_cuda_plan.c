@@ -282,14 +282,34 @@ static void run_pool_case(ch_compute_t *cx, const pool_case *pc, ch_layout_t lay
         ch_cd_idx4(g.nhwc, g.C, g.H, g.W, i, &b, &c, &h, &w);
         gdx[i] = ch_cd_maxpool_grad(X, DY, &g, b, c, h, w);
     }
-    char what[160];
-    snprintf(what, sizeof what, "maxpool forward %lldx%lldx%lldx%lld k%dx%d s%dx%d p%dx%d %s",
-             (long long)pc->N, (long long)pc->C, (long long)pc->H, (long long)pc->W,
-             pc->p.kernel_h, pc->p.kernel_w, pc->p.stride_h, pc->p.stride_w, pc->p.pad_h,
-             pc->p.pad_w, ch_layout_name(layout));
+    /* two-pass variant: argmax per window, then the gather */
+    int32_t *am = malloc((size_t)ny * sizeof(int32_t));
+    float *gdx2 = malloc((size_t)nx * sizeof(float));
+    assert_non_null(am);
+    assert_non_null(gdx2);
+    for (int64_t i = 0; i < ny; i++) {
+        int64_t b, c, oh, ow;
+        ch_cd_idx4(g.nhwc, g.C, g.Ho, g.Wo, i, &b, &c, &oh, &ow);
+        am[i] = (int32_t)ch_cd_maxpool_argmax(X, &g, b, c, oh, ow);
+    }
+    for (int64_t i = 0; i < nx; i++) {
+        int64_t b, c, h, w;
+        ch_cd_idx4(g.nhwc, g.C, g.H, g.W, i, &b, &c, &h, &w);
+        gdx2[i] = ch_cd_maxpool_grad_am(am, DY, &g, b, c, h, w);
+    }
+    char geo[128], what[160];
+    snprintf(geo, sizeof geo, "%lldx%lldx%lldx%lld k%dx%d s%dx%d p%dx%d %s", (long long)pc->N,
+             (long long)pc->C, (long long)pc->H, (long long)pc->W, pc->p.kernel_h,
+             pc->p.kernel_w, pc->p.stride_h, pc->p.stride_w, pc->p.pad_h, pc->p.pad_w,
+             ch_layout_name(layout));
+    snprintf(what, sizeof what, "maxpool forward %s", geo);
     assert_same_bits(gy, y.data, ny, what);
-    memcpy(what, "maxpool backward", 16);
+    snprintf(what, sizeof what, "maxpool backward %s", geo);
     assert_same_bits(gdx, dx.data, nx, what);
+    snprintf(what, sizeof what, "maxpool two-pass backward %s", geo);
+    assert_same_bits(gdx2, dx.data, nx, what);
+    free(am);
+    free(gdx2);
     free(gy);
     free(gdx);
     ch_tensor_free(&x);

@@ -212,6 +212,27 @@ CH_CD_HD static inline float ch_cd_maxpool_grad(const float *x, const float *dy,
     return s;
 }
 
+/* The same sum from precomputed argmax positions: am[off4(n,c,oh,ow)] =
+ * ch_cd_maxpool_argmax(n,c,oh,ow) for every output, laid out like dy. Used by
+ * the GPU's two-pass backward (one argmax per window instead of one per
+ * covering input element). */
+CH_CD_HD static inline float ch_cd_maxpool_grad_am(const int32_t *am, const float *dy,
+                                                   const ch_cd_pool_t *g, int64_t n, int64_t c,
+                                                   int64_t h, int64_t w)
+{
+    int64_t olo, ohi, wlo, whi;
+    ch_cd_pool_cover(h, g->kh, g->sh, g->ph, g->Ho, &olo, &ohi);
+    ch_cd_pool_cover(w, g->kw, g->sw, g->pw, g->Wo, &wlo, &whi);
+    int32_t pos = (int32_t)(h * g->W + w);
+    float s = 0.0f;
+    for (int64_t oh = olo; oh <= ohi; oh++)
+        for (int64_t ow = wlo; ow <= whi; ow++) {
+            int64_t o = ch_cd_off4(g->nhwc, g->C, g->Ho, g->Wo, n, c, oh, ow);
+            if (am[o] == pos) s += dy[o];
+        }
+    return s;
+}
+
 #ifdef __cplusplus
 }
 #endif

@@ -5,9 +5,10 @@
  * holds the per-element code both are checked against): forward takes the
  * max with NaN propagating; backward gives each input element the sum of dy
  * over the windows whose FIRST maximum (row-major window order) it is,
- * recomputing the argmax from x. One thread per input element gathers from
- * the (at most ceil(k/s)^2) windows covering it, so no atomics are needed
- * and the sum runs in the CPU's order (bitwise equal results).
+ * recomputing the argmax from x (one argmax per window into the workspace,
+ * then one thread per input element gathers from the (at most ceil(k/s)^2)
+ * windows covering it), so no atomics are needed and the sum runs in the
+ * CPU's order (bitwise equal results).
  */
 #include "config.h"
 
@@ -71,16 +72,54 @@ static ch_status cd_maxpool_forward(void *st, const ch_tensor_t *x, const ch_poo
     return CH_OK;
 }
 
+/* pass 1 of the two-pass backward: the argmax position of every window */
+__global__ void k_maxpool_argmax(const float *x, int32_t *am, ch_cd_pool_t g, int64_t n)
+{
+    GRID_STRIDE(i, n)
+    {
+        int64_t b, c, oh, ow;
+        ch_cd_idx4(g.nhwc, g.C, g.Ho, g.Wo, i, &b, &c, &oh, &ow);
+        am[i] = (int32_t)ch_cd_maxpool_argmax(x, &g, b, c, oh, ow);
+    }
+}
+
+/* pass 2: each input element gathers dy from the windows that chose it */
+__global__ void k_maxpool_bwd_am(const int32_t *am, const float *dy, float *dx, ch_cd_pool_t g,
+                                 int64_t n)
+{
+    GRID_STRIDE(i, n)
+    {
+        int64_t b, c, h, w;
+        ch_cd_idx4(g.nhwc, g.C, g.H, g.W, i, &b, &c, &h, &w);
+        dx[i] = ch_cd_maxpool_grad_am(am, dy, &g, b, c, h, w);
+    }
+}
+
+/* Two passes (argmax per window into the workspace, then a gather per input
+ * element) when positions fit int32; otherwise one pass that recomputes the
+ * argmax of every covering window. Both give the CPU backend's result. */
 static ch_status cd_maxpool_backward(void *st, const ch_tensor_t *x, const ch_tensor_t *dy,
                                      const ch_pool2d_params_t *p, ch_tensor_t *dx)
 {
     CH_TRY(ch_cd_check_tensor(st, "ch_op_maxpool2d_backward", "x", x));
     CH_TRY(ch_cd_check_tensor(st, "ch_op_maxpool2d_backward", "dy", dy));
     CH_TRY(ch_cd_check_tensor(st, "ch_op_maxpool2d_backward", "dx", dx));
-    int64_t n = ch_tensor_numel(dx);
+    int64_t n = ch_tensor_numel(dx), no = ch_tensor_numel(dy);
     if (n == 0) return CH_OK;
     ch_cd_pool_t g = pool_geo(x, dy, p);
-    k_maxpool_bwd<<<ch_cuda_blocks(st, n, CH_CD_THREADS), CH_CD_THREADS, 0, ch_cuda_stream(st)>>>(
+    cudaStream_t s = ch_cuda_stream(st);
+    if (g.H * g.W <= INT32_MAX) {
+        void *am = NULL;
+        CH_TRY(ch_cuda_workspace(st, (size_t)no * sizeof(int32_t), &am));
+        k_maxpool_argmax<<<ch_cuda_blocks(st, no, CH_CD_THREADS), CH_CD_THREADS, 0, s>>>(
+            (const float *)x->data, (int32_t *)am, g, no);
+        CH_CUDA_CHECK_LAUNCH();
+        k_maxpool_bwd_am<<<ch_cuda_blocks(st, n, CH_CD_THREADS), CH_CD_THREADS, 0, s>>>(
+            (const int32_t *)am, (const float *)dy->data, (float *)dx->data, g, n);
+        CH_CUDA_CHECK_LAUNCH();
+        return CH_OK;
+    }
+    k_maxpool_bwd<<<ch_cuda_blocks(st, n, CH_CD_THREADS), CH_CD_THREADS, 0, s>>>(
         (const float *)x->data, (const float *)dy->data, (float *)dx->data, g, n);
     CH_CUDA_CHECK_LAUNCH();
     return CH_OK;
