@@ -14,8 +14,8 @@
  *
  * Precision (ch_compute_opts_t):
  *  - fp32, allow_tf32 = 0: x, w, y, dx, dw all fp32; cuDNN math
- *    CUDNN_FMA_MATH (no tensor cores; only algorithms cuDNN reports with
- *    FMA math are accepted, as PyTorch asserts).
+ *    CUDNN_FMA_MATH for the query and for every run (no tensor cores; PyTorch
+ *    asserts the same for torch.backends.cudnn.allow_tf32 = False).
  *  - fp32, allow_tf32 = 1 (default): same tensors, CUDNN_TENSOR_OP_MATH:
  *    cuDNN may round inputs to TF32 inside tensor-core kernels
  *    (torch.backends.cudnn.allow_tf32 = True). Accumulation fp32.
@@ -33,9 +33,10 @@
  *
  * Algorithms: conv_search 0 -> cudnnGetConvolution*Algorithm_v7 (cuDNN's
  * heuristics, best first), 1 -> cudnnFindConvolution*Algorithm (timed
- * runs, fastest first); the first result that succeeded, whose math type is
- * allowed, that cudnnGet*WorkspaceSize accepts and whose workspace fits
- * gpu_workspace_bytes wins. Descriptors, algorithm and workspace size are
+ * runs, fastest first); the first result that succeeded, that
+ * cudnnGet*WorkspaceSize accepts with the math type it will run with and
+ * whose workspace fits gpu_workspace_bytes wins (the error lists why each
+ * candidate was refused). Descriptors, algorithm and workspace size are
  * cached per (op, shapes, stride/pad, layout, precision, search) in the
  * CH_CUDA_SLOT_CONV slot; one op takes its cuDNN workspace and conversion
  * buffers from one ch_cuda_workspace block.
@@ -128,11 +129,14 @@ static void describe_problem(const conv_problem *q, char *buf, size_t len)
              q->bf16 ? "bf16" : (q->tf32 ? "fp32 (TF32 allowed)" : "fp32 (no TF32)"));
 }
 
-/* Only an algorithm without TF32 tensor-core math may run when TF32 is off. */
-static int math_allowed(const conv_problem *q, cudnnMathType_t m)
+/* The math type an algorithm runs with: the one cuDNN reported for it
+ * (PyTorch sets perf.mathType before running, since cuDNN 7.4 needs algo
+ * and math type together), except that fp32 without TF32 is always pinned
+ * to CUDNN_FMA_MATH (no tensor cores), whatever the report says. */
+static cudnnMathType_t run_math(const conv_problem *q, cudnnMathType_t reported)
 {
-    if (!q->bf16 && !q->tf32) return m == CUDNN_FMA_MATH;
-    return 1;
+    if (!q->bf16 && !q->tf32) return CUDNN_FMA_MATH;
+    return reported;
 }
 
 static ch_status make_descriptors(conv_entry *e, const conv_problem *q)
@@ -191,9 +195,13 @@ static ch_status choose(void *st, conv_entry *e, const conv_problem *q, const Pe
     why[0] = 0;
     for (int i = 0; i < got; i++) {
         const Perf *r = &perf[i];
-        if (r->status != CUDNN_STATUS_SUCCESS) continue;
-        if (!math_allowed(q, r->mathType)) continue;
-        CH_CHECK_CUDNN(cudnnSetConvolutionMathType(e->cd, r->mathType));
+        if (r->status != CUDNN_STATUS_SUCCESS) {
+            if (wl < sizeof why - 64)
+                wl += (size_t)snprintf(why + wl, sizeof why - wl, " algo %d: %s;", (int)r->algo,
+                                       cudnnGetErrorString(r->status));
+            continue;
+        }
+        CH_CHECK_CUDNN(cudnnSetConvolutionMathType(e->cd, run_math(q, r->mathType)));
         size_t bytes = 0;
         cudnnStatus_t s;
         if (q->op == OP_FWD)
