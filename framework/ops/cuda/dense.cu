@@ -32,7 +32,8 @@ ch_status ch_cd_check_tensor(void *st, const char *op, const char *arg, const ch
     }
     if (t->dev == CH_DEV_CUDA && t->dev_index != ch_cuda_device(st)) {
         char d[128];
-        return CH_ERROR(CH_ERR_INVALID, "%s: %s %s is on GPU %d but the compute context runs on GPU %d",
+        return CH_ERROR(CH_ERR_INVALID,
+                        "%s: %s %s is on GPU %d but the compute context runs on GPU %d",
                         op, arg, ch_tensor_describe(t, d, sizeof d), t->dev_index,
                         ch_cuda_device(st));
     }
@@ -41,13 +42,13 @@ ch_status ch_cd_check_tensor(void *st, const char *op, const char *arg, const ch
 
 /* -------------------------------------------------------- element access */
 
-__device__ __forceinline__ float cd_ld(const float *p, int64_t i) { return p[i]; }
-__device__ __forceinline__ float cd_ld(const __nv_bfloat16 *p, int64_t i)
+static __device__ __forceinline__ float cd_ld(const float *p, int64_t i) { return p[i]; }
+static __device__ __forceinline__ float cd_ld(const __nv_bfloat16 *p, int64_t i)
 {
     return __bfloat162float(p[i]);
 }
-__device__ __forceinline__ void cd_st(float *p, int64_t i, float v) { p[i] = v; }
-__device__ __forceinline__ void cd_st(__nv_bfloat16 *p, int64_t i, float v)
+static __device__ __forceinline__ void cd_st(float *p, int64_t i, float v) { p[i] = v; }
+static __device__ __forceinline__ void cd_st(__nv_bfloat16 *p, int64_t i, float v)
 {
     p[i] = __float2bfloat16_rn(v);
 }
@@ -57,7 +58,7 @@ __device__ __forceinline__ void cd_st(__nv_bfloat16 *p, int64_t i, float v)
          i += (int64_t)blockDim.x * gridDim.x)
 
 template <typename Ti, typename To>
-__global__ void k_cast(const Ti *in, To *out, int64_t n)
+static __global__ void k_cast(const Ti *in, To *out, int64_t n)
 {
     GRID_STRIDE(i, n) cd_st(out, i, cd_ld(in, i));
 }
@@ -67,7 +68,7 @@ __global__ void k_cast(const Ti *in, To *out, int64_t n)
  * Block (32, 8); grid-stride over tiles (the loop bound is uniform per
  * block, so the barriers are safe). */
 template <typename Ti, typename To>
-__global__ void k_transpose(const Ti *in, To *out, int64_t B, int64_t R, int64_t S)
+static __global__ void k_transpose(const Ti *in, To *out, int64_t B, int64_t R, int64_t S)
 {
     __shared__ float tile[32][33];
     int64_t tr = (R + 31) / 32, ts = (S + 31) / 32, per = tr * ts;
@@ -142,7 +143,8 @@ ch_status ch_cd_convert(void *st, const void *src, ch_cd_type stt, ch_layout_t s
 
 /* ---------------------------------------------------------- bias, sums */
 
-__global__ void k_bias_add(float *y, const float *b, int64_t n, int64_t C, int64_t HW, int nhwc)
+static __global__ void k_bias_add(float *y, const float *b, int64_t n, int64_t C, int64_t HW,
+                                  int nhwc)
 {
     GRID_STRIDE(i, n) y[i] += b[ch_cd_chan(nhwc, C, HW, i)];
 }
@@ -193,7 +195,7 @@ size_t ch_cd_chansum_scratch(void *st, int64_t N, int64_t C, int64_t HW, ch_layo
     return (size_t)(p.P * C) * sizeof(float);
 }
 
-__global__ void k_colsum(const float *x, int64_t R, int64_t C, int64_t P, float *partial)
+static __global__ void k_colsum(const float *x, int64_t R, int64_t C, int64_t P, float *partial)
 {
     __shared__ float sh[8][33];
     int tx = threadIdx.x, ty = threadIdx.y;
@@ -214,8 +216,8 @@ __global__ void k_colsum(const float *x, int64_t R, int64_t C, int64_t P, float 
     }
 }
 
-__global__ void k_planesum(const float *x, int64_t N, int64_t C, int64_t HW, int64_t P,
-                           float *partial)
+static __global__ void k_planesum(const float *x, int64_t N, int64_t C, int64_t HW, int64_t P,
+                                  float *partial)
 {
     __shared__ float sh[CH_CD_THREADS];
     int tid = threadIdx.x;
@@ -237,7 +239,7 @@ __global__ void k_planesum(const float *x, int64_t N, int64_t C, int64_t HW, int
     }
 }
 
-__global__ void k_partials(const float *partial, int64_t P, int64_t C, float *out)
+static __global__ void k_partials(const float *partial, int64_t P, int64_t C, float *out)
 {
     GRID_STRIDE(c, C)
     {
@@ -277,17 +279,20 @@ ch_status ch_cd_chansum(void *st, const float *x, ch_layout_t l, int64_t N, int6
  * and arena carvings are); the tail and unaligned views go scalar. */
 static inline int al16(const void *p) { return ((uintptr_t)p & 15) == 0; }
 
-__global__ void k_fill(float *o, int64_t n, float v)
+static __global__ void k_fill(float *o, int64_t n, float v)
 {
     GRID_STRIDE(i, n) o[i] = v;
 }
 
 /* y = x < 0 ? 0 : x keeps NaN and -0 (torch.relu, CPU kernels.c) */
-__device__ __forceinline__ float cd_relu(float x) { return x < 0.0f ? 0.0f : x; }
+static __device__ __forceinline__ float cd_relu(float x) { return x < 0.0f ? 0.0f : x; }
 /* threshold_backward(dy, y, 0) */
-__device__ __forceinline__ float cd_relu_bwd(float y, float d) { return y <= 0.0f ? 0.0f : d; }
+static __device__ __forceinline__ float cd_relu_bwd(float y, float d)
+{
+    return y <= 0.0f ? 0.0f : d;
+}
 
-__global__ void k_relu(const float *x, float *y, int64_t n, int vec)
+static __global__ void k_relu(const float *x, float *y, int64_t n, int vec)
 {
     if (vec) {
         int64_t n4 = n / 4;
@@ -306,7 +311,7 @@ __global__ void k_relu(const float *x, float *y, int64_t n, int vec)
     GRID_STRIDE(i, n) y[i] = cd_relu(x[i]);
 }
 
-__global__ void k_relu_bwd(const float *y, const float *dy, float *dx, int64_t n, int vec)
+static __global__ void k_relu_bwd(const float *y, const float *dy, float *dx, int64_t n, int vec)
 {
     if (vec) {
         int64_t n4 = n / 4;
@@ -329,7 +334,7 @@ __global__ void k_relu_bwd(const float *y, const float *dy, float *dx, int64_t n
     GRID_STRIDE(i, n) dx[i] = cd_relu_bwd(y[i], dy[i]);
 }
 
-__global__ void k_add(const float *a, const float *b, float *o, int64_t n, int vec)
+static __global__ void k_add(const float *a, const float *b, float *o, int64_t n, int vec)
 {
     if (vec) {
         int64_t n4 = n / 4;
@@ -352,7 +357,7 @@ __global__ void k_add(const float *a, const float *b, float *o, int64_t n, int v
     GRID_STRIDE(i, n) o[i] = a[i] + b[i];
 }
 
-__global__ void k_scale(float *t, int64_t n, float s)
+static __global__ void k_scale(float *t, int64_t n, float s)
 {
     GRID_STRIDE(i, n) t[i] *= s;
 }

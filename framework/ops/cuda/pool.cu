@@ -37,7 +37,7 @@ static ch_cd_pool_t pool_geo(const ch_tensor_t *x, const ch_tensor_t *y,
     return g;
 }
 
-__global__ void k_maxpool_fwd(const float *x, float *y, ch_cd_pool_t g, int64_t n)
+static __global__ void k_maxpool_fwd(const float *x, float *y, ch_cd_pool_t g, int64_t n)
 {
     GRID_STRIDE(i, n)
     {
@@ -47,8 +47,8 @@ __global__ void k_maxpool_fwd(const float *x, float *y, ch_cd_pool_t g, int64_t 
     }
 }
 
-__global__ void k_maxpool_bwd(const float *x, const float *dy, float *dx, ch_cd_pool_t g,
-                              int64_t n)
+static __global__ void k_maxpool_bwd(const float *x, const float *dy, float *dx, ch_cd_pool_t g,
+                                     int64_t n)
 {
     GRID_STRIDE(i, n)
     {
@@ -73,7 +73,7 @@ static ch_status cd_maxpool_forward(void *st, const ch_tensor_t *x, const ch_poo
 }
 
 /* pass 1 of the two-pass backward: the argmax position of every window */
-__global__ void k_maxpool_argmax(const float *x, int32_t *am, ch_cd_pool_t g, int64_t n)
+static __global__ void k_maxpool_argmax(const float *x, int32_t *am, ch_cd_pool_t g, int64_t n)
 {
     GRID_STRIDE(i, n)
     {
@@ -84,8 +84,8 @@ __global__ void k_maxpool_argmax(const float *x, int32_t *am, ch_cd_pool_t g, in
 }
 
 /* pass 2: each input element gathers dy from the windows that chose it */
-__global__ void k_maxpool_bwd_am(const int32_t *am, const float *dy, float *dx, ch_cd_pool_t g,
-                                 int64_t n)
+static __global__ void k_maxpool_bwd_am(const int32_t *am, const float *dy, float *dx,
+                                        ch_cd_pool_t g, int64_t n)
 {
     GRID_STRIDE(i, n)
     {
@@ -128,7 +128,7 @@ static ch_status cd_maxpool_backward(void *st, const ch_tensor_t *x, const ch_te
 /* ------------------------------------------------------- global avg pool */
 
 /* PLAIN: one warp per (n,c) plane of HW contiguous values. */
-__global__ void k_gap_plain(const float *x, float *y, int64_t NC, int64_t HW)
+static __global__ void k_gap_plain(const float *x, float *y, int64_t NC, int64_t HW)
 {
     int lane = threadIdx.x & 31;
     int64_t warp = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
@@ -143,7 +143,7 @@ __global__ void k_gap_plain(const float *x, float *y, int64_t NC, int64_t HW)
 }
 
 /* NHWC: one thread per (n,c), reading consecutive channels (coalesced). */
-__global__ void k_gap_nhwc(const float *x, float *y, int64_t N, int64_t C, int64_t HW)
+static __global__ void k_gap_nhwc(const float *x, float *y, int64_t N, int64_t C, int64_t HW)
 {
     GRID_STRIDE(i, N * C)
     {
@@ -156,8 +156,8 @@ __global__ void k_gap_nhwc(const float *x, float *y, int64_t N, int64_t C, int64
 }
 
 /* dx[n,c,hw] = dy[n,c] * (1/HW) (same expression as the CPU backend). */
-__global__ void k_gap_bwd(const float *dy, float *dx, int64_t n, int64_t C, int64_t HW, int nhwc,
-                          float inv)
+static __global__ void k_gap_bwd(const float *dy, float *dx, int64_t n, int64_t C, int64_t HW,
+                                 int nhwc, float inv)
 {
     GRID_STRIDE(i, n)
     {
