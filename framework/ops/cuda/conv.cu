@@ -11,6 +11,9 @@
  * workspace. Weights stay PLAIN OIHW for the caller: with L = NHWC (and a
  * kernel bigger than 1x1) they are transposed into the workspace on every
  * call (a few hundred KB to a few MB per layer), and dw comes back OIHW.
+ * Should cuDNN offer no usable algorithm in L for a shape (say bf16 NHWC
+ * with 3 input channels), the other layout is tried once, and used for that
+ * shape from then on with a warning on stderr (entry_for).
  *
  * Precision (ch_compute_opts_t):
  *  - fp32, allow_tf32 = 0: x, w, y, dx, dw all fp32; cuDNN math
@@ -45,6 +48,8 @@
 
 #include "framework/ops/cuda/dense_internal.h"
 
+#include "framework/log.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -57,6 +62,7 @@ typedef struct {
     cudnnConvolutionDescriptor_t cd;
     int algo;                       /* the op's cudnnConvolution*Algo_t */
     size_t ws_bytes;
+    ch_layout_t L;                  /* compute layout the descriptors describe */
 } conv_entry;
 
 typedef struct {
@@ -273,7 +279,28 @@ static ch_status select_algo(void *st, conv_entry *e, const conv_problem *q)
     return choose(st, e, q, perf, got);
 }
 
-/* Cached entry for q, created (descriptors + algorithm) on first use. */
+/* Descriptors and algorithm for q in layout q->L, or an error. */
+static ch_status entry_make(void *st, const conv_problem *q, conv_entry **out)
+{
+    *out = NULL;
+    conv_entry *e = (conv_entry *)calloc(1, sizeof *e);
+    if (!e) return CH_ERROR(CH_ERR_NOMEM, "%s: out of memory", op_name(q->op));
+    e->L = q->L;
+    ch_status r = make_descriptors(e, q);
+    if (r == CH_OK) r = select_algo(st, e, q);
+    if (r != CH_OK) {
+        conv_entry_free(NULL, e);
+        return r;
+    }
+    *out = e;
+    return CH_OK;
+}
+
+/* Cached entry for q, created (descriptors + algorithm) on first use. When
+ * cuDNN has no algorithm for the problem in the chosen layout (e.g. bf16
+ * NHWC with few channels), the other layout is tried and, if it works, used
+ * for this shape from then on, with a warning; the activations are then
+ * converted through the workspace. The entry's L is the layout it runs. */
 static ch_status entry_for(void *st, const conv_problem *q, conv_entry **out)
 {
     conv_slot *s = NULL;
@@ -285,15 +312,31 @@ static ch_status entry_for(void *st, const conv_problem *q, conv_entry **out)
         *out = e;
         return CH_OK;
     }
-    e = (conv_entry *)calloc(1, sizeof *e);
-    if (!e) return CH_ERROR(CH_ERR_NOMEM, "%s: out of memory", op_name(q->op));
-    ch_status r = make_descriptors(e, q);
-    if (r == CH_OK) r = select_algo(st, e, q);
-    if (r == CH_OK && ch_cd_cache_add(&s->cache, key, e) != 0)
-        r = CH_ERROR(CH_ERR_NOMEM, "%s: out of memory for the algorithm cache", op_name(q->op));
-    if (r != CH_OK) {
+    ch_status r = entry_make(st, q, &e);
+    if (r == CH_ERR_CUDNN) {
+        char first[CH_ERROR_MAX];
+        snprintf(first, sizeof first, "%s", ch_error_message());
+        conv_problem q2 = *q;
+        q2.L = q->L == CH_LAYOUT_NHWC ? CH_LAYOUT_PLAIN : CH_LAYOUT_NHWC;
+        ch_status r2 = entry_make(st, &q2, &e);
+        if (r2 != CH_OK) {
+            char second[CH_ERROR_MAX];
+            snprintf(second, sizeof second, "%s", ch_error_message());
+            return CH_ERROR(r, "%s | in %s instead: %s", first, ch_layout_name(q2.L), second);
+        }
+        char d[256];
+        describe_problem(q, d, sizeof d);
+        ch_log_warn("%s: %s: no usable cuDNN algorithm in %s; running this shape in %s "
+                    "with layout conversions (%s)",
+                    op_name(q->op), d, ch_layout_name(q->L), ch_layout_name(q2.L), first);
+        ch_error_clear();
+        r = CH_OK;
+    }
+    if (r != CH_OK) return r;
+    if (ch_cd_cache_add(&s->cache, key, e) != 0) {
         conv_entry_free(NULL, e);
-        return r;
+        return CH_ERROR(CH_ERR_NOMEM, "%s: out of memory for the algorithm cache",
+                        op_name(q->op));
     }
     *out = e;
     return CH_OK;
@@ -350,6 +393,7 @@ static ch_status cd_conv_forward(void *st, const ch_tensor_t *x, const ch_tensor
     problem_init(st, &q, OP_FWD, x, w->shape, y, p, L);
     conv_entry *e = NULL;
     CH_TRY(entry_for(st, &q, &e));
+    L = e->L;
     ch_cd_type ty = q.bf16 ? CH_CD_BF16 : CH_CD_F32;
     size_t es = ch_cd_type_size(ty);
     int cx = needs_copy(x, L, q.bf16), cw = weight_needs_copy(q.ws, L, q.bf16),
@@ -398,6 +442,7 @@ static ch_status cd_conv_backward_data(void *st, const ch_tensor_t *dy, const ch
     problem_init(st, &q, OP_BWD_DATA, dx, w->shape, dy, p, L);
     conv_entry *e = NULL;
     CH_TRY(entry_for(st, &q, &e));
+    L = e->L;
     ch_cd_type ty = q.bf16 ? CH_CD_BF16 : CH_CD_F32;
     size_t es = ch_cd_type_size(ty);
     int cdy = needs_copy(dy, L, q.bf16), cw = weight_needs_copy(q.ws, L, q.bf16),
@@ -447,6 +492,7 @@ static ch_status cd_conv_backward_weights(void *st, const ch_tensor_t *x, const 
     problem_init(st, &q, OP_BWD_FILTER, x, dw->shape, dy, p, L);
     conv_entry *e = NULL;
     CH_TRY(entry_for(st, &q, &e));
+    L = e->L;
     ch_cd_type ty = q.bf16 ? CH_CD_BF16 : CH_CD_F32;
     size_t es = ch_cd_type_size(ty);
     int64_t N = q.xs[0], C = q.xs[1], O = q.ws[0], HWo = q.ys[2] * q.ys[3];
