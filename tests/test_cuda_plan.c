@@ -200,6 +200,38 @@ static void test_layout_index(void **state)
     ch_compute_destroy(cx);
 }
 
+/* The transpose the layout kernels do reproduces the CPU reorder both ways
+ * (narrow and wide sides). */
+static void test_transpose(void **state)
+{
+    (void)state;
+    ch_compute_t *cx;
+    assert_ch_ok(ch_compute_create(&cx, NULL));
+    const int64_t shapes[][4] = {{2, 3, 5, 7}, {3, 16, 4, 9}, {1, 40, 1, 33}, {2, 9, 8, 8}};
+    for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++) {
+        const int64_t *s = shapes[k];
+        int64_t C = s[1], HW = s[2] * s[3], n = s[0] * C * HW;
+        ch_tensor_t a, b;
+        assert_ch_ok(ch_tensor_alloc(&a, CH_F32, 4, s, CH_LAYOUT_PLAIN, CH_DEV_CPU, 0));
+        assert_ch_ok(ch_tensor_alloc(&b, CH_F32, 4, s, CH_LAYOUT_NHWC, CH_DEV_CPU, 0));
+        float *A = a.data, *B = b.data;
+        for (int64_t i = 0; i < n; i++) A[i] = (float)(i * 7 % 1009) - 500.0f;
+        assert_ch_ok(ch_op_reorder(cx, &a, &b));
+        int64_t R, S;
+        ch_cd_transpose_dims(CH_LAYOUT_PLAIN, C, HW, &R, &S);
+        for (int64_t i = 0; i < n; i++)
+            if (B[i] != A[ch_cd_transpose_src(i, R, S)])
+                fail_msg("plain->nhwc, shape %zu, element %lld", k, (long long)i);
+        ch_cd_transpose_dims(CH_LAYOUT_NHWC, C, HW, &R, &S);
+        for (int64_t i = 0; i < n; i++)
+            if (A[i] != B[ch_cd_transpose_src(i, R, S)])
+                fail_msg("nhwc->plain, shape %zu, element %lld", k, (long long)i);
+        ch_tensor_free(&a);
+        ch_tensor_free(&b);
+    }
+    ch_compute_destroy(cx);
+}
+
 /* [lo, hi] = exactly the outputs whose (unclipped) window holds row h. */
 static void test_pool_cover(void **state)
 {
@@ -349,6 +381,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_cache),
         cmocka_unit_test(test_conv_key),
         cmocka_unit_test(test_layout_index),
+        cmocka_unit_test(test_transpose),
         cmocka_unit_test(test_pool_cover),
         cmocka_unit_test(test_maxpool_matches_cpu),
     };

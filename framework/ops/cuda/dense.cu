@@ -92,6 +92,16 @@ static __global__ void k_transpose(const Ti *in, To *out, int64_t B, int64_t R, 
     }
 }
 
+/* The same transpose element by element, indexed by the output: for a
+ * narrow side (< 8, e.g. 3-channel images) tiles would leave most threads
+ * idle, while here consecutive threads still read from a few contiguous
+ * streams. */
+template <typename Ti, typename To>
+static __global__ void k_transpose_narrow(const Ti *in, To *out, int64_t B, int64_t R, int64_t S)
+{
+    GRID_STRIDE(i, B * R * S) cd_st(out, i, cd_ld(in, ch_cd_transpose_src(i, R, S)));
+}
+
 template <typename Ti, typename To>
 static ch_status launch_convert(void *st, const Ti *in, To *out, int relayout, ch_layout_t sl,
                                 int64_t N, int64_t C, int64_t HW)
@@ -104,7 +114,14 @@ static ch_status launch_convert(void *st, const Ti *in, To *out, int relayout, c
         return CH_OK;
     }
     /* PLAIN [N][C][HW] -> NHWC [N][HW][C], or back */
-    int64_t R = sl == CH_LAYOUT_PLAIN ? C : HW, S = sl == CH_LAYOUT_PLAIN ? HW : C;
+    int64_t R, S;
+    ch_cd_transpose_dims(sl, C, HW, &R, &S);
+    if (R < 8 || S < 8) {
+        k_transpose_narrow<Ti, To><<<ch_cuda_blocks(st, n, CH_CD_THREADS), CH_CD_THREADS, 0, s>>>(
+            in, out, N, R, S);
+        CH_CUDA_CHECK_LAUNCH();
+        return CH_OK;
+    }
     int64_t tiles = N * ((R + 31) / 32) * ((S + 31) / 32);
     dim3 blk(32, 8);
     k_transpose<Ti, To><<<ch_cuda_blocks(st, tiles, 1), blk, 0, s>>>(in, out, N, R, S);

@@ -67,6 +67,23 @@ CH_CD_HD static inline int64_t ch_cd_chan(int nhwc, int64_t C, int64_t HW, int64
     return nhwc ? i % C : (i / HW) % C;
 }
 
+/* Layout change PLAIN <-> NHWC as a batched transpose in[b][r][s] ->
+ * out[b][s][r]: PLAIN [N][C][HW] -> NHWC has R = C, S = HW; NHWC
+ * [N][HW][C] -> PLAIN has R = HW, S = C (sl is the source layout). */
+static inline void ch_cd_transpose_dims(ch_layout_t sl, int64_t C, int64_t HW, int64_t *R,
+                                        int64_t *S)
+{
+    *R = sl == CH_LAYOUT_PLAIN ? C : HW;
+    *S = sl == CH_LAYOUT_PLAIN ? HW : C;
+}
+
+/* Source offset of output element i of that transpose. */
+CH_CD_HD static inline int64_t ch_cd_transpose_src(int64_t i, int64_t R, int64_t S)
+{
+    int64_t r = i % R, s = (i / R) % S, b = i / (R * S);
+    return (b * R + r) * S + s;
+}
+
 /* The layout two activations of one conv call are computed in: their common
  * layout, else the layout of the one with more elements (converting the
  * smaller one costs less); `a` wins ties. */
