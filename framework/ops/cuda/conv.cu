@@ -360,10 +360,13 @@ static void problem_init(void *st, conv_problem *q, int op, const ch_tensor_t *x
     q->search = o->conv_search != 0;
 }
 
-/* Does activation t need a converted copy to be used in layout L / type? */
+/* Does activation t need a converted copy to be used in layout L / type?
+ * With one channel or a 1x1 map both layouts are the same bytes. */
 static int needs_copy(const ch_tensor_t *t, ch_layout_t L, int bf16)
 {
-    return bf16 || t->layout != L;
+    if (bf16) return 1;
+    if (t->layout == L) return 0;
+    return !(t->shape[1] == 1 || t->shape[2] * t->shape[3] == 1);
 }
 
 /* The weights need a copy for an NHWC conv unless 1x1 (OIHW == OHWI then). */
