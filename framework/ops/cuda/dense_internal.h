@@ -33,7 +33,8 @@ ch_status ch_cd_bias_add(void *st, float *y, const float *b, ch_layout_t l, int6
 
 /* out[c] = sum over n, hw of x[n,c,hw] (fp32 (N,C,HW) in layout l), in fp32
  * partial sums over slices combined in double; deterministic (no atomics).
- * `partial` is device scratch of ch_cd_chansum_scratch(st, N, C, HW) bytes. */
+ * `partial` is device scratch of ch_cd_chansum_scratch(st, N, C, HW, l)
+ * bytes. With N*HW == 0, out becomes 0. */
 size_t ch_cd_chansum_scratch(void *st, int64_t N, int64_t C, int64_t HW, ch_layout_t l);
 ch_status ch_cd_chansum(void *st, const float *x, ch_layout_t l, int64_t N, int64_t C, int64_t HW,
                         float *out, void *partial);
