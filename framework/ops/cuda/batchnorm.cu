@@ -35,6 +35,7 @@
 #include "framework/ops/cuda/kernel_index.h"
 
 #include <math.h>
+#include <stdint.h>
 #include <string.h>
 
 namespace {
@@ -351,6 +352,52 @@ __global__ void k_elemt(const float *x, const float *dy, float *dx, const float 
     }
 }
 
+/* float4 versions: quad q = elements 4q..4q+3. Channel-first with HW % 4
+ * == 0: a quad lies in one channel (tracker over quads with inner HW/4,
+ * C channels). Channel-last with C % 4 == 0: a quad holds channels
+ * 4g..4g+3 (tracker with inner 1 over C/4 channel groups; the coefficient
+ * vectors are read as float4). Needs every pointer 16-byte aligned. */
+__device__ float4 coef4(const float *P, int64_t c, int chlast)
+{
+    if (chlast) return reinterpret_cast<const float4 *>(P)[c];
+    const float v = P[c];
+    return make_float4(v, v, v, v);
+}
+
+__global__ void k_apply4(const float4 *x, float4 *y, const float *A, const float *B, int64_t n4,
+                         int64_t inner4, int64_t C4, int chlast)
+{
+    const int64_t stride = (int64_t)gridDim.x * blockDim.x;
+    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n4) return;
+    const chk_chan_step_t cs = chk_chan_step(inner4, C4, stride);
+    chk_chan_t t = chk_chan_at(&cs, i);
+    for (; i < n4; i += stride) {
+        const float4 v = x[i], a = coef4(A, t.c, chlast), b = coef4(B, t.c, chlast);
+        y[i] = make_float4(v.x * a.x + b.x, v.y * a.y + b.y, v.z * a.z + b.z, v.w * a.w + b.w);
+        chk_chan_next(&cs, &t);
+    }
+}
+
+__global__ void k_elemt4(const float4 *x, const float4 *dy, float4 *dx, const float *M,
+                         const float *A, const float *Kc, const float *B, int64_t n4,
+                         int64_t inner4, int64_t C4, int chlast)
+{
+    const int64_t stride = (int64_t)gridDim.x * blockDim.x;
+    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n4) return;
+    const chk_chan_step_t cs = chk_chan_step(inner4, C4, stride);
+    chk_chan_t t = chk_chan_at(&cs, i);
+    for (; i < n4; i += stride) {
+        const float4 v = x[i], g = dy[i];
+        const float4 m = coef4(M, t.c, chlast), a = coef4(A, t.c, chlast),
+                     k = coef4(Kc, t.c, chlast), b = coef4(B, t.c, chlast);
+        dx[i] = make_float4(g.x * a.x - (v.x - m.x) * k.x + b.x, g.y * a.y - (v.y - m.y) * k.y + b.y,
+                            g.z * a.z - (v.z - m.z) * k.z + b.z, g.w * a.w - (v.w - m.w) * k.w + b.w);
+        chk_chan_next(&cs, &t);
+    }
+}
+
 /* running stats (batchnorm.c ch_cpu_bn_update_running), float arithmetic
  * without contraction so the GPU matches the CPU bit for bit */
 __global__ void k_update_running(int64_t C, float *RM, float *RV, const float *M,
@@ -477,6 +524,60 @@ ch_status workspace(void *st, size_t ndouble, size_t nfloat, double **d, float *
 
 unsigned ew_blocks(void *st, int64_t n) { return ch_cuda_blocks(st, n, EW_THREADS); }
 
+int aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
+
+/* Quad geometry for the float4 kernels, or 0 when they do not apply. */
+int quads(const bn_view &v, int64_t *inner4, int64_t *C4)
+{
+    if (v.chlast && v.C % 4 == 0) {
+        *inner4 = 1;
+        *C4 = v.C / 4;
+        return 1;
+    }
+    if (!v.chlast && v.HW % 4 == 0) {
+        *inner4 = v.HW / 4;
+        *C4 = v.C;
+        return 1;
+    }
+    return 0;
+}
+
+ch_status launch_apply(void *st, const bn_view &v, const float *x, float *y, const float *A,
+                       const float *B)
+{
+    cudaStream_t s = ch_cuda_stream(st);
+    int64_t inner4, C4;
+    if (quads(v, &inner4, &C4) && aligned16(x) && aligned16(y) && aligned16(A) && aligned16(B)) {
+        const int64_t n4 = v.numel() / 4;
+        k_apply4<<<ew_blocks(st, n4), EW_THREADS, 0, s>>>((const float4 *)x, (float4 *)y, A, B,
+                                                          n4, inner4, C4, v.chlast);
+    } else {
+        k_apply<<<ew_blocks(st, v.numel()), EW_THREADS, 0, s>>>(x, y, A, B, v.numel(),
+                                                               v.chlast ? 1 : v.HW, v.C);
+    }
+    CH_CUDA_CHECK_LAUNCH();
+    return CH_OK;
+}
+
+ch_status launch_elemt(void *st, const bn_view &v, const float *x, const float *dy, float *dx,
+                       const float *M, const float *A, const float *Kc, const float *B)
+{
+    cudaStream_t s = ch_cuda_stream(st);
+    int64_t inner4, C4;
+    if (quads(v, &inner4, &C4) && aligned16(x) && aligned16(dy) && aligned16(dx) &&
+        aligned16(M) && aligned16(A) && aligned16(Kc) && aligned16(B)) {
+        const int64_t n4 = v.numel() / 4;
+        k_elemt4<<<ew_blocks(st, n4), EW_THREADS, 0, s>>>((const float4 *)x, (const float4 *)dy,
+                                                          (float4 *)dx, M, A, Kc, B, n4, inner4,
+                                                          C4, v.chlast);
+    } else {
+        k_elemt<<<ew_blocks(st, v.numel()), EW_THREADS, 0, s>>>(
+            x, dy, dx, M, A, Kc, B, v.numel(), v.chlast ? 1 : v.HW, v.C);
+    }
+    CH_CUDA_CHECK_LAUNCH();
+    return CH_OK;
+}
+
 } // namespace
 
 /* ------------------------------------------------------------ entry points */
@@ -514,10 +615,7 @@ ch_status ch_cuda_bn_apply(void *st, const ch_tensor_t *x, const ch_tensor_t *me
     k_apply_coeffs<<<vec_blocks(st, v.C), VEC_THREADS, 0, s>>>(
         v.C, fp(mean), fp(var), fp(weight), fp(bias), eps, coef, coef + v.C);
     CH_CUDA_CHECK_LAUNCH();
-    k_apply<<<ew_blocks(st, v.numel()), EW_THREADS, 0, s>>>(
-        fp(x), fpw(y), coef, coef + v.C, v.numel(), v.chlast ? 1 : v.HW, v.C);
-    CH_CUDA_CHECK_LAUNCH();
-    return CH_OK;
+    return launch_apply(st, v, fp(x), fpw(y), coef, coef + v.C);
 }
 
 ch_status ch_cuda_bn_update_running(void *st, ch_tensor_t *rm, ch_tensor_t *rv,
@@ -610,10 +708,7 @@ ch_status ch_cuda_bn_backward_elemt(void *st, const ch_tensor_t *x, const ch_ten
         v.C, fp(mean), fp(var), eps, fp(weight), fp(sum_dy), fp(sum_dy_xmu), (double)total, A,
         Kc, B);
     CH_CUDA_CHECK_LAUNCH();
-    k_elemt<<<ew_blocks(st, v.numel()), EW_THREADS, 0, s>>>(
-        fp(x), fp(dy), fpw(dx), fp(mean), A, Kc, B, v.numel(), v.chlast ? 1 : v.HW, v.C);
-    CH_CUDA_CHECK_LAUNCH();
-    return CH_OK;
+    return launch_elemt(st, v, fp(x), fp(dy), fpw(dx), fp(mean), A, Kc, B);
 }
 
 ch_status ch_cuda_bn_backward(void *st, const ch_tensor_t *x, const ch_tensor_t *dy,
@@ -638,8 +733,5 @@ ch_status ch_cuda_bn_backward(void *st, const ch_tensor_t *x, const ch_tensor_t 
         fp(weight), (double)v.count(), A, Kc, B);
     CH_CUDA_CHECK_LAUNCH();
     if (!dx || v.numel() == 0) return CH_OK;
-    k_elemt<<<ew_blocks(st, v.numel()), EW_THREADS, 0, s>>>(
-        fp(x), fp(dy), fpw(dx), fp(mean), A, Kc, B, v.numel(), v.chlast ? 1 : v.HW, v.C);
-    CH_CUDA_CHECK_LAUNCH();
-    return CH_OK;
+    return launch_elemt(st, v, fp(x), fp(dy), fpw(dx), fp(mean), A, Kc, B);
 }
