@@ -12,7 +12,9 @@
  * step. The per-tensor "buffer started" flags are launch arguments: all
  * off (first step) and all on (later steps) are a kernel parameter; a mixed
  * list (e.g. after restoring only some buffers) uploads a flag array, again
- * only when it changed.
+ * only when it changed. An upload waits for the compute stream once (the
+ * host staging memory must be consumed before it is reused); steps with an
+ * unchanged list never wait.
  *
  * Arithmetic: float32 per element in exactly the order of
  * framework/optim.c step_momentum, with __fmul_rn/__fadd_rn/__fsub_rn so
@@ -167,9 +169,11 @@ ch_status upload_tables(void *st, sgd_slot *s, const ch_sgd_tensor_t *ts, int n)
         CH_CHECK_CUDA(cudaMalloc(&s->dev, bytes));
         s->dev_cap = bytes;
     }
-    /* pageable source: cudaMemcpyAsync returns once it is staged, so the
-     * blob may be rewritten afterwards; ordered after earlier kernels */
+    /* ordered after earlier kernels that may still read the old tables;
+     * the wait makes sure the copy has consumed the (pageable) blob before
+     * it is rewritten. Only when the list changes: once per training run. */
     CH_CHECK_CUDA(cudaMemcpyAsync(s->dev, s->blob, off_flags, cudaMemcpyHostToDevice, stream));
+    CH_CHECK_CUDA(cudaStreamSynchronize(stream));
     memcpy(s->key, ts, (size_t)n * sizeof *ts);
     s->n = n;
     s->nchunks = m;
@@ -188,6 +192,7 @@ ch_status upload_flags(void *st, sgd_slot *s, const ch_sgd_tensor_t *ts, int n)
     memcpy(s->blob + s->off_flags, s->last_flags, (size_t)n);
     CH_CHECK_CUDA(cudaMemcpyAsync((char *)s->dev + s->off_flags, s->blob + s->off_flags, (size_t)n,
                                   cudaMemcpyHostToDevice, ch_cuda_stream(st)));
+    CH_CHECK_CUDA(cudaStreamSynchronize(ch_cuda_stream(st))); /* blob consumed (rare path) */
     s->flags_valid = 1;
     return CH_OK;
 }
