@@ -476,8 +476,13 @@ ch_status bn_counts_on_device(void *st, const int64_t *counts, int R, const int6
     if (!s) {
         s = (bn_slot *)calloc(1, sizeof *s);
         if (!s) return CH_ERROR(CH_ERR_NOMEM, "batch norm (cuda): out of host memory");
+        cudaError_t e = cudaEventCreateWithFlags(&s->copied, cudaEventDisableTiming);
+        if (e != cudaSuccess) {
+            free(s);
+            return CH_ERROR(CH_ERR_CUDA, "batch norm (cuda): cudaEventCreateWithFlags failed: %s",
+                            cudaGetErrorString(e));
+        }
         ch_cuda_slot_set(st, CH_CUDA_SLOT_BN, s, &bn_slot_ops);
-        CH_CHECK_CUDA(cudaEventCreateWithFlags(&s->copied, cudaEventDisableTiming));
     }
     cudaStream_t stream = ch_cuda_stream(st);
     if (R > s->cap) {

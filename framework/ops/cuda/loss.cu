@@ -56,8 +56,13 @@ ch_status host_words(void *st, unsigned long long **h)
     if (!s) {
         s = (loss_slot *)calloc(1, sizeof *s);
         if (!s) return CH_ERROR(CH_ERR_NOMEM, "loss (cuda): out of host memory");
+        cudaError_t e = cudaMallocHost((void **)&s->host, 2 * sizeof(unsigned long long));
+        if (e != cudaSuccess) {
+            free(s);
+            return CH_ERROR(CH_ERR_CUDA, "loss (cuda): cudaMallocHost of 16 bytes failed: %s",
+                            cudaGetErrorString(e));
+        }
         ch_cuda_slot_set(st, CH_CUDA_SLOT_LOSS, s, &loss_slot_ops);
-        CH_CHECK_CUDA(cudaMallocHost((void **)&s->host, 2 * sizeof(unsigned long long)));
     }
     *h = s->host;
     return CH_OK;
