@@ -798,6 +798,14 @@ ch_status ch_model_to_device(ch_model_t *M, ch_devkind_t dev, int dev_index)
         CH_REQUIRE(M->dev == CH_DEV_CPU,
                    "ch_model_to_device: '%s' is on GPU %d; move it to the CPU before GPU %d",
                    M->arch, M->dev_index, dev_index);
+        if (!ch_device_backend_compiled())
+            return CH_ERROR(CH_ERR_UNSUPPORTED, "ch_model_to_device: cannot move '%s' to GPU %d: "
+                            "cohort was built without CUDA", M->arch, dev_index);
+        int ndev = 0;
+        CH_TRY(ch_device_count(&ndev));
+        if (dev_index >= ndev)
+            return CH_ERROR(CH_ERR_RANGE, "ch_model_to_device: GPU %d requested for '%s' but %d "
+                            "visible", dev_index, M->arch, ndev);
         CH_TRY(ch_device_enable_tensors());
         float *pb = NULL, *gb = NULL, *bb = NULL;
         const size_t pbytes = M->param_numel * sizeof(float), bbytes = M->buffer_numel * sizeof(float);
