@@ -196,7 +196,8 @@ ch_status ch_model_freeze(ch_model_t *model, const char *keep, int *n_frozen);
 /* ------------------------------------------------------------ state dict */
 
 /* Export the state dict: fills views[0..n) with n = ch_model_num_entries
- * (state-dict order; data points into the model, valid until it is
+ * (state-dict order; data points into the model's HOST storage, the mirror
+ * of a GPU model: ch_model_sync_to_host first; valid until the model is
  * destroyed). CH_ERR_RANGE when capacity < n. */
 ch_status ch_model_state_dict(ch_model_t *model, ch_nn_view_t *views, int capacity, int *count);
 
@@ -211,7 +212,9 @@ ch_status ch_model_state_dict(ch_model_t *model, ch_nn_view_t *views, int capaci
  * Skipped view names are reported through `skipped` (may be NULL): called
  * once per skipped name with a reason ("not in model", "shape [10, 512] vs
  * model [1000, 512]"); *n_loaded (may be NULL) receives the number copied.
- * Model entries that the views do not mention keep their values. */
+ * Model entries that the views do not mention keep their values.
+ * Writes the HOST storage: on a GPU model call ch_model_sync_to_device
+ * afterwards. */
 typedef void (*ch_nn_skip_fn)(void *arg, const char *name, const char *reason);
 ch_status ch_model_load_state_dict(ch_model_t *model, const ch_nn_view_t *views, int n,
                                    int strict, ch_nn_skip_fn skipped, void *arg, int *n_loaded);
@@ -256,7 +259,9 @@ ch_status ch_model_copy(ch_model_t *dst, const ch_model_t *src);
  * finalize/loading and before planning. Synchronous (ch_device_memcpy).
  * Errors: CH_ERR_INVALID (not finalized, unknown device, negative index),
  * CH_ERR_UNSUPPORTED (build without CUDA), CH_ERR_RANGE (no such GPU),
- * CH_ERR_NOMEM / CH_ERR_CUDA; on error the model stays on its old device. */
+ * CH_ERR_NOMEM / CH_ERR_CUDA; on an allocation or copy error the model
+ * stays on its old device (an out-of-memory while re-binding the small
+ * batch-norm vectors afterwards leaves it unusable: destroy it). */
 ch_status ch_model_to_device(ch_model_t *m, ch_devkind_t dev, int dev_index);
 
 /* Device -> host mirror: parameters, gradients and float buffers (after all

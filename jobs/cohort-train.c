@@ -10,6 +10,15 @@
  * backward, evaluation with all-reduced correct counts, rank-0 checkpoints
  * (safetensors with torchvision names) and a resume file.
  *
+ * GPU ranks (a GPU visible and chosen by dist.device_rule; all ranks or
+ * none): the model, its gradients, BN buffers, SyncBN statistics and the
+ * SGD momentum live on the device (ch_model_to_device); gradients and
+ * SyncBN go over an NCCL group built over MPI whose compute stream is the
+ * compute context's; batches are copied from the loader's page-locked slots
+ * on the copy stream, the next one while the current step computes;
+ * checkpoints and resume go through the host mirror. compute.* keys set
+ * TF32, bf16 autocast, the convolution algorithm search and the workspace.
+ *
  * Exit status: 0 success on every rank; 1 a runtime error; 2 bad
  * configuration or input detected before training; 3 stopped by a
  * preemption signal after writing the resume file (requeued if asked).
