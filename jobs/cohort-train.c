@@ -1144,9 +1144,14 @@ static int setup(job_t *j)
     co.gpu_workspace_bytes = (size_t)j->gpu_workspace_mb << 20;
     s = ch_compute_create(&j->cx, &co);
     /* GPU state now (streams, handles), so failures show up here */
-    if (s == CH_OK && j->on_gpu && !ch_compute_stream(j->cx, CH_DEV_CUDA))
-        s = CH_ERROR(CH_ERR_CUDA, "GPU %d: the compute backend could not set up its streams and "
-                     "handles", j->env.device);
+    if (s == CH_OK && j->on_gpu) {
+        ch_error_clear();
+        if (!ch_compute_stream(j->cx, CH_DEV_CUDA))
+            s = ch_error_code() != CH_OK
+                    ? ch_error_context("GPU %d: setting up the compute backend", j->env.device)
+                    : CH_ERROR(CH_ERR_CUDA, "GPU %d: the compute backend could not set up its "
+                               "streams and handles", j->env.device);
+    }
     if (agree(j, s, "compute backend")) return EXIT_ERROR;
     if (j->on_gpu) {
         /* NCCL over the MPI world for gradients and SyncBN; a failure may
