@@ -13,13 +13,17 @@
 #     GPU (relative L2 1e-4: host mirror, momentum export/import);
 #   - compute.bf16 = true trains to finite losses and parameters within 2e-2
 #     of the fp32 run.
-# SKIPs (visibly) without nvidia-smi listing a GPU, or without python3 (it
-# writes the dataset).
+# SKIPs (visibly) without nvidia-smi listing a GPU, in a build without CUDA,
+# or without python3 (it writes the dataset).
 . "${COHORT_SRCDIR:-.}/tests/train_lib.sh"
 PY=${PYTHON3:-python3}
 ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')
 if [ "${ngpu:-0}" -lt 1 ]; then
   echo "1..0 # SKIP no GPU (nvidia-smi lists none): cohort-train on the GPU needs one"
+  exit 0
+fi
+if ! grep -q "define HAVE_CUDA 1" "$build/config.h" 2>/dev/null; then
+  echo "1..0 # SKIP cohort was built without CUDA (configure --without-cuda or no toolkit)"
   exit 0
 fi
 if ! command -v "$PY" >/dev/null 2>&1; then
