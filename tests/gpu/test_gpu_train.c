@@ -15,7 +15,9 @@
  *                         bits of mantissa: ~4e-3 per rounding, accumulated
  *                         over 20 layers), gradients, parameters and buffers
  *                         over all tensors together.
- *   Also: host mirror round trips (to device, sync back, to the CPU) are
+ *   The fp32 comparison again with SyncBatchNorm over a world of one (the
+ *   device SyncBN path: statistics gathered in place on the device, counts
+ *   on the host). Also: host mirror round trips (to device, sync back, to the CPU) are
  *   exact, and the device API's errors on a machine without a GPU.
  *
  * The comparisons SKIP with a visible reason where ch_device_count() is 0
@@ -121,12 +123,30 @@ static double worst_entries(ch_model_t *g, ch_model_t *c, int what, char *worst,
     return w;
 }
 
+/* A world of one for SyncBN: the all-reduce is the identity and the
+ * all-gather a copy (in place on the GPU path, so nothing is touched there;
+ * a host copy on the CPU path). */
+static ch_status one_sum(void *ctx, float *d, size_t n)
+{
+    (void)ctx;
+    (void)d;
+    (void)n;
+    return CH_OK;
+}
+
+static ch_status one_gather(void *ctx, const float *in, float *out, size_t n)
+{
+    (void)ctx;
+    if (in != out) memcpy(out, in, n * sizeof(float));
+    return CH_OK;
+}
+
 /* One training step on both models and the comparisons. per_tensor: the
  * tolerances bound every tensor's own relative L2 error (fp32); else they
  * bound the error over all gradients / parameters / buffers together (bf16:
  * a small tensor whose gradient nearly cancels, e.g. a deep BN bias, has a
  * large relative error of its own without anything being wrong). */
-static void compare_step(int bf16, double tol_fwd, double tol_grad, int per_tensor)
+static void compare_step(int bf16, double tol_fwd, double tol_grad, int per_tensor, int syncbn)
 {
     if (gpu_count() == 0) {
         ch_test_skip("no GPU visible (ch_device_count = 0%s): the CPU vs GPU resnet18 training "
@@ -147,6 +167,16 @@ static void compare_step(int bf16, double tol_fwd, double tol_grad, int per_tens
     ch_model_t *mc = make_resnet18(), *mg = make_resnet18();
     assert_ch_ok(ch_model_copy(mg, mc)); /* same state, whatever the seeds did */
     assert_ch_ok(ch_model_to_device(mg, CH_DEV_CUDA, 0));
+    if (syncbn) {
+        /* SyncBN over a world of one on both: the GPU model's statistics
+         * take the device path (in-place gather rows, host counts) */
+        ch_nn_sync_t one = {one_sum, one_gather, NULL, 0, 1};
+        int nc = 0, ng = 0;
+        assert_ch_ok(ch_model_convert_sync_bn(mc, &one, &nc));
+        assert_ch_ok(ch_model_convert_sync_bn(mg, &one, &ng));
+        assert_int_equal(nc, ng);
+        assert_true(ng > 0);
+    }
     int di = -1;
     assert_int_equal(ch_model_device(mg, &di), CH_DEV_CUDA);
     assert_int_equal(di, 0);
@@ -225,10 +255,10 @@ static void compare_step(int bf16, double tol_fwd, double tol_grad, int per_tens
     assert_non_null(nbt_g);
     assert_int_equal(*(const int64_t *)nbt_c->data, *(const int64_t *)nbt_g->data);
 
-    printf("# %s: relative L2 logits %.3g, loss %.3g; worst tensor (all together): running "
+    printf("# %s%s: relative L2 logits %.3g, loss %.3g; worst tensor (all together): running "
            "stats %.3g %s (%.3g), gradients %.3g %s (%.3g), parameters %.3g %s (%.3g), momentum "
            "%.3g (%.3g)\n",
-           bf16 ? "bf16" : "fp32 (no TF32)", e_logits, e_loss, e_buf, wb, g_buf, e_grad, wg, g_grad,
+           bf16 ? "bf16" : "fp32 (no TF32)", syncbn ? ", SyncBN" : "", e_logits, e_loss, e_buf, wb, g_buf, e_grad, wg, g_grad,
            e_param, wp, g_param, e_mom, g_mom);
     fflush(stdout);
 
@@ -263,13 +293,19 @@ static void compare_step(int bf16, double tol_fwd, double tol_grad, int per_tens
 static void test_step_fp32(void **state)
 {
     (void)state;
-    compare_step(0, 1e-4, 1e-3, 1);
+    compare_step(0, 1e-4, 1e-3, 1, 0);
+}
+
+static void test_step_syncbn(void **state)
+{
+    (void)state;
+    compare_step(0, 1e-4, 1e-3, 1, 1);
 }
 
 static void test_step_bf16(void **state)
 {
     (void)state;
-    compare_step(1, 2e-2, 5e-2, 0);
+    compare_step(1, 2e-2, 5e-2, 0, 0);
 }
 
 /* to the device, clobber the mirror, sync back: the same bits; and back to
@@ -373,6 +409,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_device_api_cpu),
         cmocka_unit_test(test_mirror_round_trip),
         cmocka_unit_test(test_step_fp32),
+        cmocka_unit_test(test_step_syncbn),
         cmocka_unit_test(test_step_bf16),
     };
     return ch_test_main(argc, argv, tests, sizeof tests / sizeof tests[0]);
