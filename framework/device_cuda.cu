@@ -46,6 +46,11 @@ static ch_status cuda_tensor_alloc(void *ctx, int dev_index, size_t bytes, void 
     if (prev != dev_index) CH_CHECK_CUDA(cudaSetDevice(dev_index));
     cudaError_t e = cudaMalloc(ptr, bytes ? bytes : 1);
     if (e == cudaSuccess) e = cudaMemset(*ptr, 0, bytes);
+    /* cudaMemset on device memory is queued on the legacy default stream and
+     * returns before it runs; the ops' streams are non-blocking, so without
+     * this wait a kernel writing the fresh storage (an activation of a new
+     * arena) could run before the zeroing and be overwritten by it */
+    if (e == cudaSuccess) e = cudaStreamSynchronize(0);
     if (prev != dev_index) (void)cudaSetDevice(prev);
     if (e != cudaSuccess) {
         (void)cudaGetLastError();
