@@ -231,7 +231,34 @@ record() {
 
 # status word for a stage's exit code
 verdict_of() {
-    case "$1" in 0) echo ok ;; 124|137) echo TIMEOUT ;; 99) echo SKIP ;; *) echo FAIL ;; esac
+    case "$1" in 0) echo ok ;; 124|137) echo TIMEOUT ;; 99|77) echo SKIP ;; *) echo FAIL ;; esac
+}
+
+# record a TAP test stage; on a machine with a GPU a skipped GPU test is a failure
+# (unless the name says it may skip, as the 2-rank run with one GPU)
+record_tests() {
+    local name=$1 rc=$2 label=$3 may_skip=${4:-0}
+    local v sum
+    v=$(verdict_of "$rc")
+    sum=$(tap_summary "$LOGDIR/$name.log")
+    if [ "$v" = ok ] && [ -n "${GPU_NAME:-}" ] && [ "$may_skip" = 0 ] &&
+        grep -qE '^ok [0-9]+.*# SKIP' "$LOGDIR/$name.log"; then
+        v=FAIL
+        sum="$sum: GPU present but tests skipped"
+    fi
+    [ "$v" = ok ] && ! grep -qE '^ok [0-9]+' "$LOGDIR/$name.log" && { v=FAIL; sum="no TAP output"; }
+    record "$name" "$v" "$STAGE_SECS" "$label$sum"
+    grep -E '^not ok|# SKIP' "$LOGDIR/$name.log" | head -12 >&2
+}
+
+# python3 with torch (the machine's PyTorch), else the first python3
+pick_python() {
+    local c
+    for c in ${DEVCHECK_PYTHON:-} python3 /usr/bin/python3; do
+        command -v "$c" >/dev/null && "$c" -c 'import torch, torchvision' >/dev/null 2>&1 &&
+            { command -v "$c"; return; }
+    done
+    command -v python3 || echo python3
 }
 
 # "N ok, M skip, K FAIL" from a TAP log (only rank 0 prints TAP)
@@ -251,12 +278,12 @@ print_table() {
     echo " cohort device check  $(date -u +%FT%TZ)  total $((now - T0)) s (budget $BUDGET s)"
     [ -n "${GPU_NAME:-}" ] && echo " GPU: $GPU_NAME"
     echo "=================================================================================="
-    printf ' %-16s %-8s %6s  %s\n' stage status secs detail
-    printf ' %-16s %-8s %6s  %s\n' ---------------- -------- ------ ------------------------------------------
+    printf ' %-18s %-8s %6s  %s\n' stage status secs detail
+    printf ' %-18s %-8s %6s  %s\n' ------------------ -------- ------ ------------------------------------------
     local r
     for r in "${RESULTS[@]}"; do
         IFS='|' read -r a b c d <<<"$r"
-        printf ' %-16s %-8s %6s  %s\n' "$a" "$b" "$c" "$d"
+        printf ' %-18s %-8s %6s  %s\n' "$a" "$b" "$c" "$d"
     done
     if [ -s "$LOGDIR/bench_table.txt" ]; then
         echo
@@ -322,7 +349,13 @@ run_deps() {
             echo "using the machine's $sys instead of the bundled $so"
         fi
     done
-    # development symlinks (libz.so, ...) left dangling: point them at the machine's library
+    # absolute symlinks (zlib1g-dev's libz.so -> /lib/...): into the prefix when
+    # the target is there; development links left dangling: to the machine's library
+    local tgt
+    while IFS= read -r f; do
+        tgt=$(readlink "$f")
+        [ -e "$p$tgt" ] && ln -sf "$p$tgt" "$f"
+    done < <(find "$p" -type l -lname '/*' 2>/dev/null)
     for f in "$lib"/*.so; do
         if [ -L "$f" ] && [ ! -e "$f" ]; then
             local base
@@ -435,7 +468,7 @@ run_autogen() {
 run_configure() {
     local p=$1 build=$2
     local lib=$p/usr/lib/x86_64-linux-gnu
-    local cpp="-I$p/usr/include" ldf="-L$lib -Wl,-rpath-link,$lib -L$LINKS" d
+    local cpp="-I$p/usr/include -I$p/usr/include/x86_64-linux-gnu" ldf="-L$lib -Wl,-rpath-link,$lib -L$LINKS" d
     # the compiler's own directories stay implicit (-I/usr/include would break
     # the C++ headers' #include_next under nvcc)
     for d in $CUDA_INC_DIRS; do
@@ -454,7 +487,7 @@ run_configure() {
         "$SRC/configure" --with-cuda="$CUDA_DIR" --without-pmi2 --disable-werror \
         NVCC="$NVCC_BIN" NVCCFLAGS="-Xcompiler=-Wno-error" \
         CPPFLAGS="$cpp" LDFLAGS="$ldf" MPIEXEC="$p/usr/bin/mpiexec.hydra" \
-        PYTHON3="$(command -v python3 || echo no)"
+        PYTHON3="$(pick_python)"
     local rc=$?
     [ $rc -eq 0 ] || return $rc
     grep -q '^#define HAVE_CUDA 1' config.h || { echo "configure did not enable the CUDA backend"; return 1; }
@@ -472,7 +505,7 @@ run_all() {
     [ -e "$SRC/config.status" ] && die "$SRC is configured in place (config.status): the check builds out of tree; use a clean copy or 'make distclean'"
     trap finish EXIT
     export SRC WORK LOGDIR SYSTEM_FIRST
-    export -f run_deps run_cuda_probe run_autogen run_configure find_dir_of autogen_sum note
+    export -f run_deps run_cuda_probe run_autogen run_configure find_dir_of autogen_sum note pick_python
 
     # ---- machine
     {
@@ -483,7 +516,7 @@ run_all() {
         echo "cores: $(nproc)"
         nvidia-smi -L 2>&1
         nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm --format=csv 2>&1
-        python3 -c 'import torch, torchvision; print("torch", torch.__version__, "cuda", torch.version.cuda, "cudnn", torch.backends.cudnn.version(), "torchvision", torchvision.__version__, "gpu", torch.cuda.get_device_name(0) if torch.cuda.is_available() else "none")' 2>&1
+        "$(pick_python)" -c 'import torch, torchvision; print("torch", torch.__version__, "cuda", torch.version.cuda, "cudnn", torch.backends.cudnn.version(), "torchvision", torchvision.__version__, "gpu", torch.cuda.get_device_name(0) if torch.cuda.is_available() else "none")' 2>&1
         echo "make: $(command -v make || echo none)  pkg-config: $(command -v pkg-config || echo none)  dpkg: $(command -v dpkg || echo none)"
     } >"$LOGDIR/machine.log" 2>&1
     GPU_NAME=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1)
@@ -513,6 +546,7 @@ run_all() {
     [ $rc -eq 0 ] || { FAILED=1; exit 1; }
 
     local lib=$p/usr/lib/x86_64-linux-gnu ldp="" d
+    lib="$lib:$p/lib/x86_64-linux-gnu"
     for d in $CUDA_LIB_DIRS; do ldp="$ldp:$d"; done
     ORIG_LDP=${LD_LIBRARY_PATH-__unset__}
     export NVCC_BIN CUDA_DIR CUDA_INC_DIRS CUDA_LIB_DIRS LINKS
@@ -521,7 +555,7 @@ run_all() {
 
     stage configure 150 run_configure "$p" "$build"
     rc=$?
-    record configure "$(verdict_of $rc)" "$STAGE_SECS" "$(grep -E '^ *(CUDA|cuDNN|NCCL|MPI \(required\)) ' "$LOGDIR/configure.log" | tr -s ' ' | tr '\n' ';' | cut -c1-90)"
+    record configure "$(verdict_of $rc)" "$STAGE_SECS" "$(awk '/^  (MPI \(required\)|oneDNN|CUDA|cuDNN|cuBLAS|NCCL) / { sub(/ \(required\)/, ""); printf "%s %s; ", $1, $2 }' "$LOGDIR/configure.log")"
     [ $rc -eq 0 ] || { FAILED=1; exit 1; }
     cd "$build" || exit 1
 
@@ -529,41 +563,52 @@ run_all() {
     jobs=$(nproc)
     local MAKE=make
     command -v make >/dev/null || MAKE="$p/usr/bin/make"
-    stage build 300 "$MAKE" -j"$jobs" libcohort.la tests/libharness.la tests/gpu/test_gpu_ops \
-        tests/gpu/test_gpu_nccl jobs/cohort-train jobs/cohort-bench
+    local targets="libcohort.la tests/libharness.la tests/gpu/test_gpu_ops tests/gpu/test_gpu_nccl jobs/cohort-train jobs/cohort-bench"
+    grep -q '^tests/gpu/test_gpu_train\$(EXEEXT):' Makefile && targets="$targets tests/gpu/test_gpu_train"
+    # shellcheck disable=SC2086
+    stage build 300 "$MAKE" -j"$jobs" $targets
     rc=$?
     record build "$(verdict_of $rc)" "$STAGE_SECS" "-j$jobs; $(grep -c 'warning:' "$LOGDIR/build.log") compiler warnings (build.log)"
     [ $rc -eq 0 ] || { FAILED=1; exit 1; }
-    # programs that need the GPU training API (ch_model_to_device): build them
-    # separately so the op tests run even if these do not compile yet
-    stage build-train 240 "$MAKE" -j"$jobs" tests/gpu/bench_gpu_train tests/gpu/test_gpu_train
+    # every library resolves, the bundled ones from the prefix
+    {
+        for b in .libs/libcohort.so tests/gpu/.libs/test_gpu_ops jobs/.libs/cohort-train; do
+            echo "== $b"
+            # (libtool's wrapper scripts add the build's .libs the same way)
+            LD_LIBRARY_PATH="$build/.libs:$build/tests/.libs:$LD_LIBRARY_PATH" ldd "$b"
+        done
+    } >"$LOGDIR/ldd.log" 2>&1
+    if grep -q 'not found' "$LOGDIR/ldd.log"; then
+        record libraries FAIL 0 "$(grep 'not found' "$LOGDIR/ldd.log" | sort -u | tr -s ' \t' ' ' | tr '\n' ';')"
+        note "!! libraries missing at run time (ldd.log):"
+        grep 'not found' "$LOGDIR/ldd.log" >&2
+    else
+        record libraries ok 0 "$(grep -cF "$p/" "$LOGDIR/ldd.log") from the bundle; libmpich: $(awk '/libmpich.so/ { print $3; exit }' "$LOGDIR/ldd.log")"
+    fi
+    # the benchmark needs the device training API (ch_model_to_device): built
+    # on its own so the tests run even if it does not compile
+    stage build-bench 120 "$MAKE" -j"$jobs" tests/gpu/bench_gpu_train
     rc=$?
-    record build-train "$(verdict_of $rc)" "$STAGE_SECS" "bench_gpu_train, test_gpu_train$([ $rc -ne 0 ] && echo ': not built, see build-train.log')"
+    record build-bench "$(verdict_of $rc)" "$STAGE_SECS" "tests/gpu/bench_gpu_train$([ $rc -ne 0 ] && echo ': not built, see build-bench.log')"
 
     # the test environment of Makefile.am (AM_TESTS_ENVIRONMENT)
     export COHORT_SRCDIR="$SRC" COHORT_BUILDDIR="$build" PYTHON3=no HAVE_TORCH=no \
         MPIEXEC="$p/usr/bin/mpiexec.hydra" MPIEXEC_TIMEOUT=120
 
-    stage test_gpu_ops 120 ./tests/gpu/test_gpu_ops
-    rc=$?
-    record test_gpu_ops "$(verdict_of $rc)" "$STAGE_SECS" "$(tap_summary "$LOGDIR/test_gpu_ops.log")"
-    grep -E '^not ok|# SKIP' "$LOGDIR/test_gpu_ops.log" | head -20 >&2
+    stage test_gpu_ops 150 ./tests/gpu/test_gpu_ops
+    record_tests test_gpu_ops $? ""
 
     stage test_gpu_nccl 90 ./tests/gpu/test_gpu_nccl
-    rc=$?
-    record test_gpu_nccl "$(verdict_of $rc)" "$STAGE_SECS" "1 rank: $(tap_summary "$LOGDIR/test_gpu_nccl.log")"
-    grep -E '^not ok|# SKIP' "$LOGDIR/test_gpu_nccl.log" | head -10 >&2
+    record_tests test_gpu_nccl $? "1 rank: "
 
     stage test_gpu_nccl-np2 90 "$p/usr/bin/mpiexec.hydra" -n 2 ./tests/gpu/test_gpu_nccl
-    rc=$?
-    record test_gpu_nccl-np2 "$(verdict_of $rc)" "$STAGE_SECS" "2 ranks: $(tap_summary "$LOGDIR/test_gpu_nccl-np2.log")"
+    record_tests test_gpu_nccl-np2 $? "2 ranks: " 1
 
     if [ -x tests/gpu/test_gpu_train ]; then
-        stage test_gpu_train 90 ./tests/gpu/test_gpu_train
-        rc=$?
-        record test_gpu_train "$(verdict_of $rc)" "$STAGE_SECS" "$(tap_summary "$LOGDIR/test_gpu_train.log")"
+        stage test_gpu_train 120 ./tests/gpu/test_gpu_train
+        record_tests test_gpu_train $? ""
     else
-        record test_gpu_train SKIP 0 "not built (build-train.log)"
+        record test_gpu_train SKIP 0 "not in this tree (needs the device training API)"
     fi
 
     # ---- a few cohort-train steps on the GPU
@@ -577,7 +622,7 @@ run_all() {
             --train.batch_size=256 --train.max_steps="${DEVCHECK_TRAIN_STEPS:-30}" --train.log_every=10 --train.threads=4 \
             --data.test_subset=2000 --output.dir="$WORK/runs" --data.workers=4
         rc=$?
-        record cohort-train "$(verdict_of $rc)" "$STAGE_SECS" "$(grep -iE 'device|gpu|cuda' "$LOGDIR/cohort-train.log" | head -1 | cut -c1-60); $(grep -iE 'acc' "$LOGDIR/cohort-train.log" | tail -1 | cut -c1-70)"
+        record cohort-train "$(verdict_of $rc)" "$STAGE_SECS" "$(grep -m1 '^cohort-train:' "$LOGDIR/cohort-train.log" | sed 's/ (distributed[^)]*))//' | cut -c15-60); $(grep -E '^epoch [0-9]+: loss' "$LOGDIR/cohort-train.log" | tail -1 | cut -c1-75)"
     else
         record cohort-train SKIP 0 "no Fashion-MNIST (bundle or /usr/share/datasets)"
     fi
@@ -588,17 +633,17 @@ run_all() {
         stage bench-cohort 150 ./tests/gpu/bench_gpu_train --models resnet18,resnet34,resnet50 \
             --batch 128 --warmup "$warm" --steps "$steps" --csv "$LOGDIR/bench_cohort.csv"
         rc=$?
-        record bench-cohort "$(verdict_of $rc)" "$STAGE_SECS" "$(grep -c . "$LOGDIR/bench_cohort.csv" 2>/dev/null || echo 0) rows (bench_cohort.csv)"
+        record bench-cohort "$(verdict_of $rc)" "$STAGE_SECS" "$(grep -m1 'no GPU' "$LOGDIR/bench-cohort.log" || echo "$(grep -c '^cohort,' "$LOGDIR/bench_cohort.csv" 2>/dev/null || echo 0) runs (bench_cohort.csv)")"
     else
         record bench-cohort SKIP 0 "bench_gpu_train not built"
     fi
     # PyTorch with the machine's own library path (not the bundle's)
     local pyenv=(env -u LD_LIBRARY_PATH)
     [ "$ORIG_LDP" != __unset__ ] && pyenv=(env LD_LIBRARY_PATH="$ORIG_LDP")
-    stage bench-pytorch 150 "${pyenv[@]}" python3 "$SRC/tests/gpu/bench_gpu_train.py" --models resnet18,resnet34,resnet50 \
+    stage bench-pytorch 150 "${pyenv[@]}" "$(pick_python)" "$SRC/tests/gpu/bench_gpu_train.py" --models resnet18,resnet34,resnet50 \
         --batch 128 --warmup "$warm" --steps "$steps" --csv "$LOGDIR/bench_pytorch.csv"
     rc=$?
-    record bench-pytorch "$(verdict_of $rc)" "$STAGE_SECS" "$(grep -m1 -i 'torch ' "$LOGDIR/bench-pytorch.log" | cut -c1-80)"
+    record bench-pytorch "$(verdict_of $rc)" "$STAGE_SECS" "$(grep -m1 'no GPU' "$LOGDIR/bench-pytorch.log" || grep -m1 '^torch ' "$LOGDIR/bench-pytorch.log" | cut -c1-80)"
     python3 - "$LOGDIR/bench_cohort.csv" "$LOGDIR/bench_pytorch.csv" >"$LOGDIR/bench_table.txt" <<'PY' 2>>"$LOGDIR/bench-pytorch.log"
 import csv, os, sys
 def load(p):
@@ -619,6 +664,10 @@ for k in keys:
 PY
 
     # ---- NCCL, 1 GPU
+    if [ -z "${GPU_NAME:-}" ]; then
+        record nccl SKIP 0 "no GPU (nvidia-smi found none)"
+        exit $FAILED
+    fi
     stage nccl 60 ./jobs/cohort-bench --backend nccl -b 1M -e 256M -f 4 -n 20 --place both
     rc=$?
     record nccl "$(verdict_of $rc)" "$STAGE_SECS" "cohort-bench --backend nccl, 1 rank"
