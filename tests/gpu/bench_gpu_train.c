@@ -5,6 +5,8 @@
  *       [--classes 1000] [--warmup 10] [--steps 30] [--device 0]
  *       [--conv-search 0|1] [--csv FILE]
  *
+ * --device -1 runs the same loop on the CPU backend (fp32 only), to try the
+ * program on a machine without a GPU; it is not the benchmark.
  * For each model (models/ registry, torchvision's structure) and precision:
  * the model on GPU `device` (ch_model_to_device), train mode, SGD (lr 0.1,
  * momentum 0.9, weight decay 1e-4) stepping on the device (one fused
@@ -76,7 +78,7 @@ static void usage(FILE *f)
             "  --classes N         fc outputs (default 1000)\n"
             "  --warmup N          untimed steps (default 10)\n"
             "  --steps N           timed steps (default 30)\n"
-            "  --device N          GPU ordinal (default 0)\n"
+            "  --device N          GPU ordinal (default 0; -1: the CPU backend, fp32 only)\n"
             "  --conv-search 0|1   cuDNN heuristics (0, default) or timed search\n"
             "  --csv FILE          write the results as CSV\n");
 }
@@ -114,9 +116,13 @@ static ch_status run_one(const opts_t *o, const char *arch, const char *prec, do
         s = (expr);                                                            \
         if (s != CH_OK) goto out;                                              \
     } while (0)
+    const int gpu = o->device >= 0;
+    const ch_devkind_t dk = gpu ? CH_DEV_CUDA : CH_DEV_CPU;
+    const int di = gpu ? o->device : 0;
+    if (!gpu) co.gpu_device = -1;
     T(ch_compute_create(&cx, &co));
     T(ch_model_create(arch, &mo, &m));
-    T(ch_model_to_device(m, CH_DEV_CUDA, o->device));
+    if (gpu) T(ch_model_to_device(m, CH_DEV_CUDA, o->device));
     ch_model_train(m, 1);
     T(ch_sgd_create(&so, &sgd));
     T(ch_sgd_add_model(sgd, m));
@@ -134,8 +140,8 @@ static ch_status run_one(const opts_t *o, const char *arch, const char *prec, do
         x[i] = (float)((double)(r >> 11) * (2.0 / 9007199254740992.0) - 1.0);
     }
     for (int64_t i = 0; i < o->batch; i++) ch_tensor_i64(&yh)[i] = (i * 7919) % o->classes;
-    T(ch_tensor_alloc(&xd, CH_F32, 4, xs, CH_LAYOUT_PLAIN, CH_DEV_CUDA, o->device));
-    T(ch_tensor_alloc(&yd, CH_I64, 1, ys, CH_LAYOUT_PLAIN, CH_DEV_CUDA, o->device));
+    T(ch_tensor_alloc(&xd, CH_F32, 4, xs, CH_LAYOUT_PLAIN, dk, di));
+    T(ch_tensor_alloc(&yd, CH_I64, 1, ys, CH_LAYOUT_PLAIN, dk, di));
     T(ch_op_reorder(cx, &xh, &xd));
     T(ch_op_reorder(cx, &yh, &yd));
     T(ch_compute_sync(cx));
@@ -188,7 +194,7 @@ int main(int argc, char **argv)
         case 'k': bad = parse_int(optarg, 1, 1 << 20, &o.classes); break;
         case 'w': bad = parse_int(optarg, 0, 1000000, &o.warmup); break;
         case 'n': bad = parse_int(optarg, 1, 1000000, &o.steps); break;
-        case 'd': bad = parse_int(optarg, 0, 1023, &o.device); break;
+        case 'd': bad = parse_int(optarg, -1, 1023, &o.device); break;
         case 'c': bad = parse_int(optarg, 0, 1, &o.conv_search); break;
         case 'o': o.csv = optarg; break;
         case 'h': usage(stdout); return 0;
@@ -208,18 +214,18 @@ int main(int argc, char **argv)
         return 2;
     }
     int ndev = 0;
-    if (ch_device_count(&ndev) != CH_OK || ndev == 0) {
+    if (o.device >= 0 && (ch_device_count(&ndev) != CH_OK || ndev == 0)) {
         printf("bench_gpu_train: no GPU visible (ch_device_count() = %d%s): nothing to measure\n",
                ndev, ch_device_backend_compiled() ? "" : "; built without the CUDA backend");
         return 77;
     }
-    if (o.device >= ndev) {
+    if (o.device >= 0 && o.device >= ndev) {
         fprintf(stderr, "bench_gpu_train: --device %d but %d GPU(s) visible\n", o.device, ndev);
         return 2;
     }
-    char name[256] = "?";
-    ch_device_name(o.device, name, sizeof name);
-    printf("bench_gpu_train: GPU %d %s, batch %d, %dx%d, %d classes, %d warm-up + %d timed steps\n",
+    char name[256] = "CPU backend (not the benchmark)";
+    if (o.device >= 0) ch_device_name(o.device, name, sizeof name);
+    printf("bench_gpu_train: device %d %s, batch %d, %dx%d, %d classes, %d warm-up + %d timed steps\n",
            o.device, name, o.batch, o.image_size, o.image_size, o.classes, o.warmup, o.steps);
     fflush(stdout);
     FILE *csv = NULL;
@@ -230,6 +236,7 @@ int main(int argc, char **argv)
             return 1;
         }
         fprintf(csv, "framework,model,precision,batch,steps,seconds,images_per_s\n");
+        fflush(csv);
     }
     int rc = 0;
     char models[256], precs[64];
@@ -250,15 +257,20 @@ int main(int argc, char **argv)
             if (s != CH_OK) {
                 fprintf(stderr, "bench_gpu_train: %s %s: %s: %s\n", arch, prec, ch_status_name(s),
                         ch_error_message());
-                if (csv) fprintf(csv, "cohort,%s,%s,%d,%d,,\n", arch, prec, o.batch, o.steps);
+                if (csv) {
+                    fprintf(csv, "cohort,%s,%s,%d,%d,,\n", arch, prec, o.batch, o.steps);
+                    fflush(csv);
+                }
                 rc = 1;
                 continue;
             }
             printf("cohort  %-9s %-5s batch %d: %d steps in %.3f s = %8.1f images/s (last loss %.3f)\n",
                    arch, prec, o.batch, o.steps, secs, ips, (double)loss);
             fflush(stdout);
-            if (csv)
+            if (csv) { /* row by row: a run stopped by a timeout keeps what it measured */
                 fprintf(csv, "cohort,%s,%s,%d,%d,%.6f,%.1f\n", arch, prec, o.batch, o.steps, secs, ips);
+                fflush(csv);
+            }
         }
     }
     if (csv) fclose(csv);

@@ -32,6 +32,8 @@ def main():
     ap.add_argument("--warmup", type=int, default=10)
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--csv", default="")
+    ap.add_argument("--device", default="cuda",
+                    help="cuda (default); cpu only to try the script on a machine without a GPU")
     a = ap.parse_args()
 
     import torch
@@ -41,14 +43,24 @@ def main():
         torch.__version__, torch.version.cuda,
         torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None,
         torchvision.__version__), flush=True)
-    if not torch.cuda.is_available():
-        print("bench_gpu_train.py: no GPU visible (torch.cuda.is_available() is False): nothing to measure")
-        return 77
-    dev = torch.device("cuda", 0)
-    print("GPU: %s" % torch.cuda.get_device_name(dev), flush=True)
+    if a.device == "cuda":
+        if not torch.cuda.is_available():
+            print("bench_gpu_train.py: no GPU visible (torch.cuda.is_available() is False): "
+                  "nothing to measure")
+            return 77
+        dev = torch.device("cuda", 0)
+        print("GPU: %s" % torch.cuda.get_device_name(dev), flush=True)
+        sync = torch.cuda.synchronize
+    else:
+        dev = torch.device(a.device)
+        sync = lambda: None  # noqa: E731
+    kind = dev.type
     torch.backends.cudnn.benchmark = False          # cohort's default: cuDNN heuristics
     torch.backends.cuda.matmul.allow_tf32 = False   # PyTorch's default; cohort's linear is fp32
-    rows = []
+    csv = open(a.csv, "w") if a.csv else None
+    if csv:  # row by row: a run stopped by a timeout keeps what it measured
+        csv.write("framework,model,precision,batch,steps,seconds,images_per_s\n")
+        csv.flush()
     g = torch.Generator(device="cpu").manual_seed(0)
     for name in a.models.split(","):
         for prec in a.precisions.split(","):
@@ -67,7 +79,7 @@ def main():
             def step():
                 opt.zero_grad(set_to_none=True)
                 if prec == "bf16":
-                    with torch.autocast("cuda", dtype=torch.bfloat16):
+                    with torch.autocast(kind, dtype=torch.bfloat16):
                         loss = crit(model(x), y)
                 else:
                     loss = crit(model(x), y)
@@ -77,24 +89,24 @@ def main():
 
             for _ in range(a.warmup):
                 step()
-            torch.cuda.synchronize()
+            sync()
             t0 = time.perf_counter()
             for _ in range(a.steps):
                 loss = step()
-            torch.cuda.synchronize()
+            sync()
             sec = time.perf_counter() - t0
             ips = a.steps * a.batch / sec
             lv = float(loss)
             print("pytorch %-9s %-5s batch %d: %d steps in %.3f s = %8.1f images/s (last loss %.3f)" % (
                 name, prec, a.batch, a.steps, sec, ips, lv), flush=True)
-            rows.append(("pytorch", name, prec, a.batch, a.steps, "%.6f" % sec, "%.1f" % ips))
+            if csv:
+                csv.write("pytorch,%s,%s,%d,%d,%.6f,%.1f\n" % (name, prec, a.batch, a.steps, sec, ips))
+                csv.flush()
             del model, opt, x, y, loss
-            torch.cuda.empty_cache()
-    if a.csv:
-        with open(a.csv, "w") as f:
-            f.write("framework,model,precision,batch,steps,seconds,images_per_s\n")
-            for r in rows:
-                f.write(",".join(str(v) for v in r) + "\n")
+            if kind == "cuda":
+                torch.cuda.empty_cache()
+    if csv:
+        csv.close()
     return 0
 
 

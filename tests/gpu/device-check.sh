@@ -455,9 +455,11 @@ run_autogen() {
     fi
     want=$(cat "$bundle/autogen.sum" 2>/dev/null || echo none)
     echo "configure.ac / *.am changed since prepare (bundle $want, tree $have)"
-    if command -v autoreconf >/dev/null && command -v libtoolize >/dev/null; then
+    if autoreconf --version >/dev/null 2>&1 && libtoolize --version >/dev/null 2>&1; then
         echo "running ./autogen.sh here"
-        (cd "$SRC" && ./autogen.sh)
+        (cd "$SRC" && ./autogen.sh) && return 0
+        echo "autogen.sh failed: run 'tests/gpu/device-check.sh prepare' again with the current tree"
+        return 1
     else
         echo "no autotools on this machine: run 'tests/gpu/device-check.sh prepare' again on the"
         echo "Debian machine with the current tree, then carry the new bundle"
