@@ -324,8 +324,10 @@ find_dir_of() {
     local r f
     for r in "$@"; do
         [ -d "$r" ] || continue
-        f=$(find -L "$r" -maxdepth 6 -name "$name" -print -quit 2>/dev/null)
-        [ -n "$f" ] && { dirname "$f"; return 0; }
+        # (test -f, not find's -type f, which may trust the directory entry)
+        while IFS= read -r f; do
+            [ -f "$f" ] && [ -s "$f" ] && { dirname "$f"; return 0; }
+        done < <(find -L "$r" -maxdepth 6 -name "$name" 2>/dev/null)
     done
     return 1
 }
@@ -417,6 +419,8 @@ print(" ".join(sorted(r for r in roots if os.path.isdir(r))))
 PY
 )
     fi
+    # DEVCHECK_SITE_PACKAGES: more folders holding nvidia/<pkg>/{include,lib}
+    sites="${DEVCHECK_SITE_PACKAGES:-} $sites"
     echo "python site-packages searched: ${sites:-none}"
     local roots_inc="$CUDA_DIR/include /usr/local/cuda/include /usr/include /usr/include/x86_64-linux-gnu"
     local roots_lib="$CUDA_DIR/lib64 $CUDA_DIR/lib /usr/local/cuda/lib64 /usr/lib/x86_64-linux-gnu"
