@@ -607,7 +607,8 @@ run_all() {
     [ $rc -eq 0 ] || { FAILED=1; exit 1; }
     # every library resolves, the bundled ones from the prefix
     {
-        for b in .libs/libcohort.so tests/gpu/.libs/test_gpu_ops jobs/.libs/cohort-train; do
+        for b in .libs/libcohort.so tests/gpu/.libs/test_gpu_ops jobs/.libs/cohort-train \
+            "$p/usr/bin/mpiexec.hydra" "$p/usr/bin/hydra_pmi_proxy"; do
             echo "== $b"
             # (libtool's wrapper scripts add the build's .libs the same way)
             LD_LIBRARY_PATH="$build/.libs:$build/tests/.libs:$LD_LIBRARY_PATH" ldd "$b"
