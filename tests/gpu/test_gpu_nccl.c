@@ -10,7 +10,8 @@
  *    64 MiB), broadcast from the first and the last rank, all-gather, with
  *    values whose sums are exact in float32; and a collective ordered
  *    against a compute context's stream (fill -> all-reduce -> scale, no
- *    host wait in between).
+ *    host wait in between); DDP's pattern of four non-blocking all-reduces
+ *    (25 MiB down to 7 floats) waited in reverse order on the device.
  *  - SyncBN: stats -> all-gather (NCCL) -> gather_stats -> update_running ->
  *    apply -> backward_reduce -> all-reduce (NCCL) -> backward_elemt ->
  *    param_grads on GPU tensors equals the same sequence on the CPU backend
@@ -220,6 +221,70 @@ static void test_nccl_compute_stream_order(void **state)
     verdict("NCCL ordered against the compute stream", &o);
 }
 
+/* DDP's pattern: several non-blocking all-reduces (buckets) started after
+ * kernels on the compute stream, completed in another order with
+ * ch_work_wait (device-side waits), then consumed by kernels on the compute
+ * stream; the host waits only at the end. */
+static void test_nccl_buckets(void **state)
+{
+    int ndev = 0;
+    need_gpu_per_rank(&ndev);
+    outcome_t o;
+    memset(&o, 0, sizeof o);
+    int rank = ch_test_rank(), W = ch_test_world_size(), dev = rank % ndev;
+    enum { NB = 4 };
+    const int64_t n[NB] = {(int64_t)25 * 1024 * 1024 / 4, 1000001, 7, 3 * 1024 * 1024};
+    const ch_reduce_op op[NB] = {CH_REDUCE_AVG, CH_REDUCE_SUM, CH_REDUCE_SUM, CH_REDUCE_AVG};
+    ch_pg_t *mpi = NULL, *nc = NULL;
+    ch_compute_t *cx = NULL;
+    ch_compute_opts_t co;
+    ch_compute_opts_default(&co);
+    co.gpu_device = dev;
+    STEP(&o, ch_device_set(dev));
+    STEP(&o, ch_compute_create(&cx, &co));
+    STEP(&o, ch_pg_create_mpi(MPI_COMM_WORLD, &mpi));
+    if (all_ok(o.st)) STEP(&o, ch_pg_create_nccl(mpi, dev, &nc));
+    if (o.st == CH_OK) STEP(&o, ch_pg_nccl_set_stream(nc, ch_compute_stream(cx, CH_DEV_CUDA)));
+    ch_tensor_t d[NB], h;
+    memset(d, 0, sizeof d);
+    memset(&h, 0, sizeof h);
+    for (int b = 0; b < NB; b++)
+        STEP(&o, ch_tensor_alloc(&d[b], CH_F32, 1, &n[b], CH_LAYOUT_PLAIN, CH_DEV_CUDA, dev));
+    STEP(&o, ch_tensor_alloc(&h, CH_F32, 1, &n[0], CH_LAYOUT_PLAIN, CH_DEV_CPU, 0));
+    for (int round = 0; round < 2 && all_ok(o.st); round++) {
+        ch_work_t *w[NB] = {NULL};
+        for (int b = 0; b < NB; b++)
+            STEP(&o, ch_op_fill(cx, &d[b], (float)((rank + 1) * (b + 1 + round))));
+        if (!all_ok(o.st)) break; /* every rank starts the collectives, or none */
+        for (int b = 0; b < NB; b++)
+            STEP(&o, ch_pg_iallreduce(nc, d[b].data, d[b].data, n[b], CH_DIST_FLOAT32, op[b], &w[b]));
+        for (int b = NB - 1; b >= 0; b--) STEP(&o, ch_work_wait(&w[b]));
+        for (int b = 0; b < NB; b++) STEP(&o, ch_op_scale(cx, &d[b], 0.5f));
+        for (int b = 0; b < NB && o.st == CH_OK; b++) {
+            ch_tensor_t hv;
+            STEP(&o, ch_tensor_wrap(&hv, h.data, CH_F32, 1, &n[b], CH_LAYOUT_PLAIN, CH_DEV_CPU, 0));
+            STEP(&o, gt_download_s(cx, &d[b], &hv));
+            if (o.st != CH_OK) break;
+            float sum = (float)(b + 1 + round) * (float)(W * (W + 1) / 2);
+            float e = 0.5f * (op[b] == CH_REDUCE_AVG ? sum / (float)W : sum);
+            for (int64_t i = 0; i < n[b]; i++)
+                if (fabsf(ch_tensor_f32(&h)[i] - e) > 1e-6f * e && o.bad++ == 0)
+                    snprintf(o.first, sizeof o.first, "round %d bucket %d [%lld] = %g, expected %g",
+                             round, b, (long long)i, ch_tensor_f32(&h)[i], e);
+        }
+        /* a handle left over (on an error above) must still be completed */
+        for (int b = 0; b < NB; b++)
+            if (w[b]) (void)ch_work_wait(&w[b]);
+    }
+    STEP(&o, ch_pg_synchronize(nc));
+    for (int b = 0; b < NB; b++) ch_tensor_free(&d[b]);
+    ch_tensor_free(&h);
+    ch_pg_destroy(nc);
+    ch_pg_destroy(mpi);
+    ch_compute_destroy(cx);
+    verdict("NCCL buckets (iallreduce, out-of-order waits)", &o);
+}
+
 /* ------------------------------------------------------------------ SyncBN */
 
 typedef struct {
@@ -413,6 +478,7 @@ int main(int argc, char **argv)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_nccl_collectives),
         cmocka_unit_test(test_nccl_compute_stream_order),
+        cmocka_unit_test(test_nccl_buckets),
         cmocka_unit_test(test_syncbn_gpu_vs_cpu),
     };
     return ch_test_main_mpi(argc, argv, tests, sizeof tests / sizeof tests[0]);
