@@ -539,6 +539,7 @@ run_all() {
     mkdir -p "$LOGDIR" || die "cannot create $LOGDIR"
     [ -e "$SRC/config.status" ] && die "$SRC is configured in place (config.status): the check builds out of tree; use a clean copy or 'make distclean'"
     trap finish EXIT
+    trap 'note "interrupted"; FAILED=1; exit 1' TERM INT
     export SRC WORK LOGDIR SYSTEM_FIRST
     export -f run_deps run_cuda_probe run_autogen run_configure find_dir_of autogen_sum note pick_python
 
