@@ -45,10 +45,35 @@ static inline const char *gt_no_gpu_reason(void)
     return why;
 }
 
-/* Skip the running test (before it allocates anything) when no GPU is visible. */
+/* Self-check of the tests on a machine without a GPU: with
+ * COHORT_GPU_TESTS_ON_CPU=1 the "device" side of every comparison is the CPU
+ * backend too (CPU vs CPU; NCCL replaced by the MPI group), so shapes,
+ * arguments and comparisons of the test code itself are exercised before
+ * GPU time is spent. Tests that need a real GPU (bf16, async uploads, blocked
+ * layouts) still SKIP; test_sgd_step needs a CPU ch_op_sgd_step (added with
+ * the CUDA kernels). Not a mode make check uses. */
+static inline int gt_cpu_mode(void)
+{
+    const char *e = getenv("COHORT_GPU_TESTS_ON_CPU");
+    return e && !strcmp(e, "1");
+}
+
+/* Where the "device" tensors of a comparison live. */
+static inline ch_devkind_t gt_dev(void) { return gt_cpu_mode() ? CH_DEV_CPU : CH_DEV_CUDA; }
+
+/* Skip the running test (before it allocates anything) when no GPU is
+ * visible (unless in the CPU self-check mode). */
 #define GT_NEED_GPU()                                                         \
     do {                                                                      \
-        if (gt_no_gpu_reason()[0]) ch_test_skip("%s", gt_no_gpu_reason());    \
+        if (!gt_cpu_mode() && gt_no_gpu_reason()[0])                          \
+            ch_test_skip("%s", gt_no_gpu_reason());                           \
+    } while (0)
+
+/* Skip unless a real GPU is there (also in the CPU self-check mode). */
+#define GT_NEED_REAL_GPU()                                                    \
+    do {                                                                      \
+        if (gt_cpu_mode()) ch_test_skip("COHORT_GPU_TESTS_ON_CPU=1: needs a real GPU"); \
+        GT_NEED_GPU();                                                        \
     } while (0)
 
 /* Deterministic uniform floats in [lo, hi) (splitmix64). */
@@ -146,7 +171,7 @@ static inline void gt_pair_rand(ch_compute_t *cx, gt_pair_t *p, int nd, const in
                                 ch_layout_t dl, uint64_t seed, float lo, float hi)
 {
     assert_ch_ok(ch_tensor_alloc(&p->h, CH_F32, nd, shape, CH_LAYOUT_PLAIN, CH_DEV_CPU, 0));
-    assert_ch_ok(ch_tensor_alloc(&p->d, CH_F32, nd, shape, dl, CH_DEV_CUDA, 0));
+    assert_ch_ok(ch_tensor_alloc(&p->d, CH_F32, nd, shape, dl, gt_dev(), 0));
     gt_fill(ch_tensor_f32(&p->h), ch_tensor_numel(&p->h), seed, lo, hi);
     gt_upload(cx, &p->h, &p->d);
 }
@@ -157,7 +182,7 @@ static inline void gt_pair_out(ch_compute_t *cx, gt_pair_t *p, int nd, const int
                                ch_layout_t dl)
 {
     assert_ch_ok(ch_tensor_alloc(&p->h, CH_F32, nd, shape, CH_LAYOUT_PLAIN, CH_DEV_CPU, 0));
-    assert_ch_ok(ch_tensor_alloc(&p->d, CH_F32, nd, shape, dl, CH_DEV_CUDA, 0));
+    assert_ch_ok(ch_tensor_alloc(&p->d, CH_F32, nd, shape, dl, gt_dev(), 0));
     assert_ch_ok(ch_op_fill(cx, &p->d, NAN));
     assert_ch_ok(ch_compute_sync(cx));
 }

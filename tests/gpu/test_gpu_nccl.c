@@ -43,6 +43,10 @@ static void need_gpu_per_rank(int *ndev_out)
 {
     GT_NEED_GPU();
     int ndev = 0, W = ch_test_world_size();
+    if (gt_cpu_mode()) {
+        *ndev_out = W; /* every rank "its own device": the CPU */
+        return;
+    }
     assert_ch_ok(ch_device_count(&ndev));
     int mn = ndev;
     MPI_Allreduce(&ndev, &mn, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
@@ -58,6 +62,35 @@ static int all_ok(ch_status s)
     int ok = s == CH_OK, all = 0;
     MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
     return all;
+}
+
+/* The NCCL group over mpi on GPU dev; in the CPU self-check mode
+ * (COHORT_GPU_TESTS_ON_CPU=1, gpu_testutil.h) the MPI group itself. */
+static ch_status make_nccl(ch_pg_t *mpi, int dev, ch_pg_t **nc)
+{
+    if (gt_cpu_mode()) {
+        *nc = mpi;
+        return CH_OK;
+    }
+    return ch_pg_create_nccl(mpi, dev, nc);
+}
+
+static void destroy_groups(ch_pg_t *nc, ch_pg_t *mpi)
+{
+    if (nc != mpi) ch_pg_destroy(nc);
+    ch_pg_destroy(mpi);
+}
+
+static ch_status set_device(int dev) { return gt_cpu_mode() ? CH_OK : ch_device_set(dev); }
+
+/* The compute stream for the NCCL group (NULL, the MPI group's no-op, in
+ * the CPU self-check mode); an error when a GPU context has none. */
+static ch_status compute_stream(ch_compute_t *cx, void **stream)
+{
+    *stream = ch_compute_stream(cx, CH_DEV_CUDA);
+    if (!*stream && !gt_cpu_mode())
+        return CH_ERROR(CH_ERR_CUDA, "ch_compute_stream gave NULL for a GPU context");
+    return CH_OK;
 }
 
 typedef struct {
@@ -102,7 +135,7 @@ static void test_nccl_collectives(void **state)
     ch_pg_t *mpi = NULL, *nc = NULL;
     int rank = ch_test_rank(), W = ch_test_world_size();
     STEP(&o, ch_pg_create_mpi(MPI_COMM_WORLD, &mpi));
-    if (all_ok(o.st)) STEP(&o, ch_pg_create_nccl(mpi, rank % ndev, &nc));
+    if (all_ok(o.st)) STEP(&o, make_nccl(mpi, rank % ndev, &nc));
     const int64_t maxn = sizes[2];
     float *host = malloc((size_t)(maxn * W) * sizeof(float));
     void *a = NULL, *b = NULL, *g = NULL;
@@ -168,8 +201,7 @@ done:
     ch_pg_buffer_free(nc, b);
     ch_pg_buffer_free(nc, g);
     free(host);
-    ch_pg_destroy(nc);
-    ch_pg_destroy(mpi);
+    destroy_groups(nc, mpi);
     verdict("NCCL collectives", &o);
 }
 
@@ -187,18 +219,19 @@ static void test_nccl_compute_stream_order(void **state)
     ch_compute_opts_t co;
     ch_compute_opts_default(&co);
     co.gpu_device = rank % ndev;
-    STEP(&o, ch_device_set(rank % ndev));
+    STEP(&o, set_device(rank % ndev));
     STEP(&o, ch_compute_create(&cx, &co));
     STEP(&o, ch_pg_create_mpi(MPI_COMM_WORLD, &mpi));
-    if (all_ok(o.st)) STEP(&o, ch_pg_create_nccl(mpi, rank % ndev, &nc));
-    void *stream = o.st == CH_OK ? ch_compute_stream(cx, CH_DEV_CUDA) : NULL;
-    if (o.st == CH_OK && !stream) STEP(&o, CH_ERROR(CH_ERR_CUDA, "ch_compute_stream gave NULL"));
+    if (all_ok(o.st)) STEP(&o, make_nccl(mpi, rank % ndev, &nc));
+    void *stream = NULL;
+    STEP(&o, compute_stream(cx, &stream));
     STEP(&o, ch_pg_nccl_set_stream(nc, stream));
     const int64_t n = 8 * 1024 * 1024 + 1;
     ch_tensor_t d, h;
     memset(&d, 0, sizeof d);
     memset(&h, 0, sizeof h);
-    STEP(&o, ch_tensor_alloc(&d, CH_F32, 1, &n, CH_LAYOUT_PLAIN, CH_DEV_CUDA, rank % ndev));
+    STEP(&o, ch_tensor_alloc(&d, CH_F32, 1, &n, CH_LAYOUT_PLAIN, gt_dev(),
+                             gt_cpu_mode() ? 0 : rank % ndev));
     STEP(&o, ch_tensor_alloc(&h, CH_F32, 1, &n, CH_LAYOUT_PLAIN, CH_DEV_CPU, 0));
     for (int round = 0; round < 3 && all_ok(o.st); round++) {
         STEP(&o, ch_op_fill(cx, &d, (float)(rank + 1 + round)));
@@ -215,8 +248,7 @@ static void test_nccl_compute_stream_order(void **state)
     STEP(&o, ch_pg_synchronize(nc));
     ch_tensor_free(&d);
     ch_tensor_free(&h);
-    ch_pg_destroy(nc);
-    ch_pg_destroy(mpi);
+    destroy_groups(nc, mpi);
     ch_compute_destroy(cx);
     verdict("NCCL ordered against the compute stream", &o);
 }
@@ -240,16 +272,19 @@ static void test_nccl_buckets(void **state)
     ch_compute_opts_t co;
     ch_compute_opts_default(&co);
     co.gpu_device = dev;
-    STEP(&o, ch_device_set(dev));
+    STEP(&o, set_device(dev));
     STEP(&o, ch_compute_create(&cx, &co));
     STEP(&o, ch_pg_create_mpi(MPI_COMM_WORLD, &mpi));
-    if (all_ok(o.st)) STEP(&o, ch_pg_create_nccl(mpi, dev, &nc));
-    if (o.st == CH_OK) STEP(&o, ch_pg_nccl_set_stream(nc, ch_compute_stream(cx, CH_DEV_CUDA)));
+    if (all_ok(o.st)) STEP(&o, make_nccl(mpi, dev, &nc));
+    void *stream = NULL;
+    STEP(&o, compute_stream(cx, &stream));
+    STEP(&o, ch_pg_nccl_set_stream(nc, stream));
     ch_tensor_t d[NB], h;
     memset(d, 0, sizeof d);
     memset(&h, 0, sizeof h);
     for (int b = 0; b < NB; b++)
-        STEP(&o, ch_tensor_alloc(&d[b], CH_F32, 1, &n[b], CH_LAYOUT_PLAIN, CH_DEV_CUDA, dev));
+        STEP(&o, ch_tensor_alloc(&d[b], CH_F32, 1, &n[b], CH_LAYOUT_PLAIN, gt_dev(),
+                                 gt_cpu_mode() ? 0 : dev));
     STEP(&o, ch_tensor_alloc(&h, CH_F32, 1, &n[0], CH_LAYOUT_PLAIN, CH_DEV_CPU, 0));
     for (int round = 0; round < 2 && all_ok(o.st); round++) {
         ch_work_t *w[NB] = {NULL};
@@ -279,8 +314,7 @@ static void test_nccl_buckets(void **state)
     STEP(&o, ch_pg_synchronize(nc));
     for (int b = 0; b < NB; b++) ch_tensor_free(&d[b]);
     ch_tensor_free(&h);
-    ch_pg_destroy(nc);
-    ch_pg_destroy(mpi);
+    destroy_groups(nc, mpi);
     ch_compute_destroy(cx);
     verdict("NCCL buckets (iallreduce, out-of-order waits)", &o);
 }
@@ -395,15 +429,13 @@ static void test_syncbn_gpu_vs_cpu(void **state)
     ch_compute_opts_default(&co);
     co.gpu_device = dev;
     co.allow_tf32 = 0;
-    STEP(&o, ch_device_set(dev));
+    STEP(&o, set_device(dev));
     STEP(&o, ch_compute_create(&cx, &co));
     STEP(&o, ch_pg_create_mpi(MPI_COMM_WORLD, &mpi));
-    if (all_ok(o.st)) STEP(&o, ch_pg_create_nccl(mpi, dev, &nc));
-    if (o.st == CH_OK) {
-        void *stream = ch_compute_stream(cx, CH_DEV_CUDA);
-        if (!stream) STEP(&o, CH_ERROR(CH_ERR_CUDA, "ch_compute_stream gave NULL"));
-        STEP(&o, ch_pg_nccl_set_stream(nc, stream));
-    }
+    if (all_ok(o.st)) STEP(&o, make_nccl(mpi, dev, &nc));
+    void *stream = NULL;
+    STEP(&o, compute_stream(cx, &stream));
+    STEP(&o, ch_pg_nccl_set_stream(nc, stream));
     for (int li = 0; li < 2 && all_ok(o.st); li++) {
         ch_layout_t L = li ? CH_LAYOUT_NHWC : CH_LAYOUT_PLAIN;
         const int64_t C = 32, H = 6, Wd = 5;
@@ -414,7 +446,7 @@ static void test_syncbn_gpu_vs_cpu(void **state)
         memset(&hs, 0, sizeof hs);
         memset(&ds, 0, sizeof ds);
         STEP(&o, bn_alloc(&hs, xs, W, CH_LAYOUT_PLAIN, CH_DEV_CPU, 0));
-        STEP(&o, bn_alloc(&ds, xs, W, L, CH_DEV_CUDA, dev));
+        STEP(&o, bn_alloc(&ds, xs, W, L, gt_dev(), gt_cpu_mode() ? 0 : dev));
         if (o.st == CH_OK) {
             gt_fill(ch_tensor_f32(&hs.x), ch_tensor_numel(&hs.x), 200 + rank, -0.5f + rank, 2.5f);
             gt_fill(ch_tensor_f32(&hs.dy), ch_tensor_numel(&hs.dy), 300 + rank, -1, 1);
@@ -467,8 +499,7 @@ static void test_syncbn_gpu_vs_cpu(void **state)
         bn_free(&hs);
         bn_free(&ds);
     }
-    ch_pg_destroy(nc);
-    ch_pg_destroy(mpi);
+    destroy_groups(nc, mpi);
     ch_compute_destroy(cx);
     verdict("SyncBN GPU+NCCL vs CPU+MPI", &o);
 }

@@ -16,6 +16,8 @@
  *
  * Without a visible GPU (or in a build without the CUDA backend) every GPU
  * test SKIPs with the reason; the error-path test runs everywhere.
+ * COHORT_GPU_TESTS_ON_CPU=1 runs the comparisons CPU vs CPU to check the test
+ * code itself on a machine without a GPU (gpu_testutil.h).
  */
 #include "config.h"
 
@@ -45,7 +47,7 @@ static void contexts(void)
 {
     GT_NEED_GPU();
     if (cx32) return;
-    assert_ch_ok(ch_device_set(0));
+    if (!gt_cpu_mode()) assert_ch_ok(ch_device_set(0));
     ch_compute_opts_t o;
     ch_compute_opts_default(&o);
     o.gpu_device = 0;
@@ -88,10 +90,10 @@ static void test_reorder(void **state)
     gt_fill(ch_tensor_f32(&h), ch_tensor_numel(&h), 1, -3, 3);
     assert_ch_ok(ch_tensor_alloc(&hn, CH_F32, 4, s, CH_LAYOUT_NHWC, CH_DEV_CPU, 0));
     assert_ch_ok(ch_op_reorder(cx, &h, &hn)); /* CPU: the NHWC bytes expected */
-    assert_ch_ok(ch_tensor_alloc(&dp, CH_F32, 4, s, CH_LAYOUT_PLAIN, CH_DEV_CUDA, 0));
-    assert_ch_ok(ch_tensor_alloc(&dn, CH_F32, 4, s, CH_LAYOUT_NHWC, CH_DEV_CUDA, 0));
-    assert_ch_ok(ch_tensor_alloc(&dp2, CH_F32, 4, s, CH_LAYOUT_PLAIN, CH_DEV_CUDA, 0));
-    assert_ch_ok(ch_tensor_alloc(&dn2, CH_F32, 4, s, CH_LAYOUT_NHWC, CH_DEV_CUDA, 0));
+    assert_ch_ok(ch_tensor_alloc(&dp, CH_F32, 4, s, CH_LAYOUT_PLAIN, gt_dev(), 0));
+    assert_ch_ok(ch_tensor_alloc(&dn, CH_F32, 4, s, CH_LAYOUT_NHWC, gt_dev(), 0));
+    assert_ch_ok(ch_tensor_alloc(&dp2, CH_F32, 4, s, CH_LAYOUT_PLAIN, gt_dev(), 0));
+    assert_ch_ok(ch_tensor_alloc(&dn2, CH_F32, 4, s, CH_LAYOUT_NHWC, gt_dev(), 0));
     assert_ch_ok(ch_tensor_alloc(&back, CH_F32, 4, s, CH_LAYOUT_NHWC, CH_DEV_CPU, 0));
 
     /* host plain -> device plain, and back */
@@ -128,7 +130,7 @@ static void test_reorder(void **state)
     ch_tensor_t li, ld;
     assert_ch_ok(ch_tensor_alloc(&li, CH_I64, 1, ls, CH_LAYOUT_PLAIN, CH_DEV_CPU, 0));
     for (int i = 0; i < 1001; i++) ch_tensor_i64(&li)[i] = (int64_t)i * 1000003 - 7;
-    assert_ch_ok(ch_tensor_alloc(&ld, CH_I64, 1, ls, CH_LAYOUT_PLAIN, CH_DEV_CUDA, 0));
+    assert_ch_ok(ch_tensor_alloc(&ld, CH_I64, 1, ls, CH_LAYOUT_PLAIN, gt_dev(), 0));
     assert_ch_ok(ch_op_reorder(cx, &li, &ld));
     check_exact(cx, "H2D int64", &ld, &li);
     ch_tensor_free(&li);
@@ -168,7 +170,7 @@ static void test_fill_copy_zero(void **state)
     ch_tensor_t li, ld;
     assert_ch_ok(ch_tensor_alloc(&li, CH_I64, 1, ls, CH_LAYOUT_PLAIN, CH_DEV_CPU, 0));
     for (int i = 0; i < 77; i++) ch_tensor_i64(&li)[i] = i + 1;
-    assert_ch_ok(ch_tensor_alloc(&ld, CH_I64, 1, ls, CH_LAYOUT_PLAIN, CH_DEV_CUDA, 0));
+    assert_ch_ok(ch_tensor_alloc(&ld, CH_I64, 1, ls, CH_LAYOUT_PLAIN, gt_dev(), 0));
     gt_upload(cx, &li, &ld);
     assert_ch_ok(ch_op_zero(cx, &ld));
     memset(li.data, 0, li.nbytes);
@@ -265,6 +267,7 @@ static void test_conv_fp32(void **state)
 
 static void test_conv_bf16(void **state)
 {
+    GT_NEED_REAL_GPU();
     contexts();
     for (size_t i = 0; i < sizeof CONVS / sizeof CONVS[0]; i++)
         for (int li = 0; li < 2; li++)
@@ -656,6 +659,7 @@ static void test_linear(void **state)
     for (int bias = 0; bias < 2; bias++) {
         linear_run(cx32, 0, bias, 37, 512, 1000); /* resnet18's fc */
         linear_run(cx32, 0, bias, 8, 2048, 10);
+        if (gt_cpu_mode()) continue; /* bf16 needs the GPU backend */
         linear_run(cxbf, 1, bias, 37, 512, 1000);
         linear_run(cxbf, 1, bias, 8, 2048, 10);
     }
@@ -707,7 +711,7 @@ static void labels_pair(ch_compute_t *cx, ch_tensor_t *h, ch_tensor_t *d, int64_
 {
     int64_t s[1] = {N};
     assert_ch_ok(ch_tensor_alloc(h, CH_I64, 1, s, CH_LAYOUT_PLAIN, CH_DEV_CPU, 0));
-    assert_ch_ok(ch_tensor_alloc(d, CH_I64, 1, s, CH_LAYOUT_PLAIN, CH_DEV_CUDA, 0));
+    assert_ch_ok(ch_tensor_alloc(d, CH_I64, 1, s, CH_LAYOUT_PLAIN, gt_dev(), 0));
     uint64_t st = seed;
     for (int64_t i = 0; i < N; i++) ch_tensor_i64(h)[i] = (int64_t)(gt_next(&st) % (uint64_t)K);
     gt_upload(cx, h, d);
@@ -754,7 +758,7 @@ static void test_argmax_count_correct(void **state)
     int64_t ls[2] = {N, K}, ns[1] = {N};
     gt_pair_t lg;
     assert_ch_ok(ch_tensor_alloc(&lg.h, CH_F32, 2, ls, CH_LAYOUT_PLAIN, CH_DEV_CPU, 0));
-    assert_ch_ok(ch_tensor_alloc(&lg.d, CH_F32, 2, ls, CH_LAYOUT_PLAIN, CH_DEV_CUDA, 0));
+    assert_ch_ok(ch_tensor_alloc(&lg.d, CH_F32, 2, ls, CH_LAYOUT_PLAIN, gt_dev(), 0));
     float *l = ch_tensor_f32(&lg.h);
     gt_fill(l, N * K, 111, -5, 5);
     /* ties: the first maximum wins (torch.argmax / ops.h) */
@@ -768,7 +772,7 @@ static void test_argmax_count_correct(void **state)
     ch_tensor_t ah, ad, ag, yh, yd;
     assert_ch_ok(ch_tensor_alloc(&ah, CH_I64, 1, ns, CH_LAYOUT_PLAIN, CH_DEV_CPU, 0));
     assert_ch_ok(ch_tensor_alloc(&ag, CH_I64, 1, ns, CH_LAYOUT_PLAIN, CH_DEV_CPU, 0));
-    assert_ch_ok(ch_tensor_alloc(&ad, CH_I64, 1, ns, CH_LAYOUT_PLAIN, CH_DEV_CUDA, 0));
+    assert_ch_ok(ch_tensor_alloc(&ad, CH_I64, 1, ns, CH_LAYOUT_PLAIN, gt_dev(), 0));
     assert_ch_ok(ch_op_argmax(cx, &lg.h, &ah));
     assert_ch_ok(ch_op_argmax(cx, &lg.d, &ad));
     gt_download(cx, &ad, &ag);
@@ -778,7 +782,7 @@ static void test_argmax_count_correct(void **state)
                      (long long)ch_tensor_i64(&ag)[n], (long long)ch_tensor_i64(&ah)[n]);
     /* labels: the argmax on even rows, something else on odd rows */
     assert_ch_ok(ch_tensor_alloc(&yh, CH_I64, 1, ns, CH_LAYOUT_PLAIN, CH_DEV_CPU, 0));
-    assert_ch_ok(ch_tensor_alloc(&yd, CH_I64, 1, ns, CH_LAYOUT_PLAIN, CH_DEV_CUDA, 0));
+    assert_ch_ok(ch_tensor_alloc(&yd, CH_I64, 1, ns, CH_LAYOUT_PLAIN, gt_dev(), 0));
     for (int64_t n = 0; n < N; n++)
         ch_tensor_i64(&yh)[n] = n % 2 ? (ch_tensor_i64(&ah)[n] + 1 + n) % K : ch_tensor_i64(&ah)[n];
     gt_upload(cx, &yh, &yd);
@@ -842,7 +846,7 @@ static void test_sgd_step(void **state)
                 sgd_ref(ch_tensor_f32(&p[i].h), ch_tensor_f32(&g[i].h), ch_tensor_f32(&b[i].h),
                         sizes[i], step > 0, &H[hc]);
             }
-            assert_ch_ok(ch_op_sgd_step(cx, CH_DEV_CUDA, 0, ts, NT, &H[hc]));
+            assert_ch_ok(ch_op_sgd_step(cx, gt_dev(), 0, ts, NT, &H[hc]));
             /* a new gradient for the next step, same on both sides */
             for (int i = 0; i < NT; i++) {
                 gt_fill(ch_tensor_f32(&g[i].h), sizes[i], 151 + 10 * step + i, -1, 1);
@@ -869,6 +873,7 @@ static void test_sgd_step(void **state)
 
 static void test_upload_async(void **state)
 {
+    GT_NEED_REAL_GPU();
     contexts();
     ch_compute_t *cx = cx32;
     int64_t s1[4] = {8, 3, 32, 32}, s2[4] = {4, 16, 9, 9};
@@ -887,9 +892,9 @@ static void test_upload_async(void **state)
     assert_ch_ok(ch_tensor_alloc(&r2, CH_F32, 4, s2, CH_LAYOUT_PLAIN, CH_DEV_CPU, 0));
     memcpy(r1.data, m1, b1);
     memcpy(r2.data, m2, b2);
-    assert_ch_ok(ch_tensor_alloc(&d1, CH_F32, 4, s1, CH_LAYOUT_PLAIN, CH_DEV_CUDA, 0));
-    assert_ch_ok(ch_tensor_alloc(&d2, CH_F32, 4, s2, CH_LAYOUT_PLAIN, CH_DEV_CUDA, 0));
-    assert_ch_ok(ch_tensor_alloc(&d2n, CH_F32, 4, s2, CH_LAYOUT_NHWC, CH_DEV_CUDA, 0));
+    assert_ch_ok(ch_tensor_alloc(&d1, CH_F32, 4, s1, CH_LAYOUT_PLAIN, gt_dev(), 0));
+    assert_ch_ok(ch_tensor_alloc(&d2, CH_F32, 4, s2, CH_LAYOUT_PLAIN, gt_dev(), 0));
+    assert_ch_ok(ch_tensor_alloc(&d2n, CH_F32, 4, s2, CH_LAYOUT_NHWC, gt_dev(), 0));
     for (int round = 0; round < 3; round++) {
         assert_ch_ok(ch_op_fill(cx, &d1, NAN));
         assert_ch_ok(ch_op_fill(cx, &d2, NAN));
@@ -905,7 +910,7 @@ static void test_upload_async(void **state)
         memset(m2, 0xff, b2);
         /* work queued on the compute stream after the wait sees the data */
         ch_tensor_t c1;
-        assert_ch_ok(ch_tensor_alloc(&c1, CH_F32, 4, s1, CH_LAYOUT_PLAIN, CH_DEV_CUDA, 0));
+        assert_ch_ok(ch_tensor_alloc(&c1, CH_F32, 4, s1, CH_LAYOUT_PLAIN, gt_dev(), 0));
         assert_ch_ok(ch_op_copy(cx, &d1, &c1));
         check_exact(cx, "upload_async (8,3,32,32) plain, copied after the wait", &c1, &r1);
         ch_tensor_free(&c1);
@@ -931,6 +936,7 @@ static void test_upload_async(void **state)
 /* Blocked layouts never appear on the GPU: rejected, naming the layout. */
 static void test_blocked_layout_rejected(void **state)
 {
+    GT_NEED_REAL_GPU();
     contexts();
     int64_t s[4] = {2, 16, 4, 4};
     ch_tensor_t x, y;
