@@ -296,7 +296,8 @@ print_table() {
     done
     if [ -s "$LOGDIR/bench_table.txt" ]; then
         echo
-        echo " training images/s (batch 128, 3x224x224, 1000 classes, fwd+loss+bwd+SGD step; DEVCHECK_STEPS timed steps after DEVCHECK_WARMUP, one sync at the end)"
+        echo " training images/s (batch 128, 3x224x224, 1000 classes, fwd+loss+bwd+SGD step;"
+        echo " ${DEVCHECK_STEPS:-30} timed steps after ${DEVCHECK_WARMUP:-10} warm-up steps, one device sync at the end)"
         cat "$LOGDIR/bench_table.txt"
     fi
     if [ -s "$LOGDIR/nccl_table.txt" ]; then
