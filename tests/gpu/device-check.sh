@@ -695,8 +695,9 @@ keys = sorted(set(c) | set(t), key=lambda k: (k[0], ["fp32", "tf32", "bf16"].ind
 if keys:
     print(" %-9s %-5s %12s %12s %8s" % ("model", "prec", "cohort", "PyTorch", "ratio"))
 for k in keys:
-    a = float(c[k]["images_per_s"]) if k in c and c[k]["images_per_s"] else None
-    b = float(t[k]["images_per_s"]) if k in t and t[k]["images_per_s"] else None
+    # None: not run; 0.0: the run failed (an empty value in its row)
+    a = float(c[k]["images_per_s"] or 0) if k in c else None
+    b = float(t[k]["images_per_s"] or 0) if k in t else None
     fmt = lambda v: "%12.1f" % v if v else "%12s" % ("-" if v is None else "fail")
     print(" %-9s %-5s %s %s %8s" % (k[0], k[1], fmt(a), fmt(b), "%.2f" % (a / b) if a and b else "-"))
 PY
