@@ -4,7 +4,9 @@
 #include "framework/ddp.h"
 
 #include "framework/nn_exec.h"
+#include "framework/ops.h"
 #include "framework/profiler.h"
+#include "framework/tensor.h"
 
 #include <stdint.h>
 #include <stdlib.h>
@@ -18,6 +20,7 @@ typedef struct {
     int pending;      /* parameters not yet ready in this backward */
     ch_work_t *work;  /* in-flight all-reduce or NULL */
     int launched;
+    ch_tensor_t view; /* GPU: the slice as a (numel) tensor, for the averaging */
 } bucket_t;
 
 struct ch_ddp {
@@ -30,6 +33,11 @@ struct ch_ddp {
     int *bucket_of;   /* parameter index -> bucket, -1 if frozen */
     int *ready;       /* parameter index -> got a gradient this backward */
     int armed;
+    /* where the gradients live (ch_model_device at create) */
+    ch_devkind_t dev;
+    int dev_index;
+    ch_compute_t *cx; /* GPU: averaging kernels (ch_ddp_set_compute) */
+    int poll;         /* MPI backend: test in-flight work from the hook */
     /* packed buffers for broadcast_buffers */
     float *fbuf;
     size_t fbuf_n;
@@ -65,8 +73,8 @@ static ch_status grad_ready(void *arg, ch_param_t *p)
     bucket_t *b = &d->buckets[d->bucket_of[i]];
     if (--b->pending == 0) CH_TRY(launch(d, b));
     /* Drive progress of the all-reduces in flight (MPI has no progress
-     * thread by default). */
-    for (int k = 0; k < d->n_buckets; k++) {
+     * thread by default; NCCL needs none). */
+    for (int k = 0; d->poll && k < d->n_buckets; k++) {
         if (d->buckets[k].work) {
             int done = 0;
             CH_TRY(ch_work_test(&d->buckets[k].work, &done));
@@ -79,6 +87,17 @@ ch_status ch_ddp_create(ch_model_t *model, ch_pg_t *pg, const ch_ddp_options_t *
                         ch_ddp_t **out)
 {
     CH_REQUIRE(model && pg && out, "ch_ddp_create: NULL argument");
+    {
+        int di = 0;
+        ch_devkind_t dev = ch_model_device(model, &di);
+        if (dev != CH_DEV_CPU && ch_pg_size(pg) > 1 && ch_pg_backend_of(pg) != CH_PG_NCCL)
+            return CH_ERROR(CH_ERR_INVALID, "DDP: model '%s' is on GPU %d, so its gradients need "
+                            "an NCCL process group (ch_pg_create_nccl), not an MPI one",
+                            ch_model_arch(model), di);
+        if (dev == CH_DEV_CPU && ch_pg_size(pg) > 1 && ch_pg_backend_of(pg) != CH_PG_MPI)
+            return CH_ERROR(CH_ERR_INVALID, "DDP: model '%s' is on the CPU, so its gradients need "
+                            "an MPI process group, not an NCCL one", ch_model_arch(model));
+    }
     ch_ddp_t *d = calloc(1, sizeof *d);
     if (!d) return CH_ERROR(CH_ERR_NOMEM, "ch_ddp_create: out of memory");
     d->model = model;
@@ -87,6 +106,8 @@ ch_status ch_ddp_create(ch_model_t *model, ch_pg_t *pg, const ch_ddp_options_t *
     else ch_ddp_options_default(&d->opts);
     if (d->opts.bucket_cap_bytes == 0) d->opts.bucket_cap_bytes = (size_t)25 << 20;
     d->world = ch_pg_size(pg);
+    d->dev = ch_model_device(model, &d->dev_index);
+    d->poll = ch_pg_backend_of(pg) == CH_PG_MPI;
     int np = ch_model_num_params(model);
     d->bucket_of = malloc((size_t)(np ? np : 1) * sizeof *d->bucket_of);
     d->ready = calloc((size_t)(np ? np : 1), sizeof *d->ready);
@@ -99,22 +120,23 @@ ch_status ch_ddp_create(ch_model_t *model, ch_pg_t *pg, const ch_ddp_options_t *
     bucket_t *cur = NULL;
     for (int i = np - 1; i >= 0; i--) {
         ch_param_t *p = ch_model_param(model, i);
+        float *grad = p->dev_grad; /* == p->grad on the CPU */
         d->bucket_of[i] = -1;
-        if (!p->requires_grad || !p->grad) {
+        if (!p->requires_grad || !grad) {
             cur = NULL; /* split at a frozen parameter */
             continue;
         }
         /* contiguous with the bucket's current start (reverse order: the new
          * parameter must end where the bucket begins) */
-        int fits = cur && cur->numel + p->numel <= cap && p->grad + p->numel == cur->data;
+        int fits = cur && cur->numel + p->numel <= cap && grad + p->numel == cur->data;
         if (!fits) {
             cur = &d->buckets[d->n_buckets++];
             cur->last = i;
             cur->numel = 0;
-            cur->data = p->grad + p->numel;
+            cur->data = grad + p->numel;
         }
         cur->first = i;
-        cur->data = p->grad;
+        cur->data = grad;
         cur->numel += p->numel;
         cur->n_params++;
         d->bucket_of[i] = (int)(cur - d->buckets);
@@ -123,6 +145,16 @@ ch_status ch_ddp_create(ch_model_t *model, ch_pg_t *pg, const ch_ddp_options_t *
         ch_ddp_destroy(d);
         return CH_ERROR(CH_ERR_INVALID, "DDP: model '%s' has no trainable parameters",
                         ch_model_arch(model));
+    }
+    for (int k = 0; d->dev != CH_DEV_CPU && k < d->n_buckets; k++) {
+        bucket_t *b = &d->buckets[k];
+        int64_t n = (int64_t)b->numel;
+        ch_status s = ch_tensor_wrap(&b->view, b->data, CH_F32, 1, &n, CH_LAYOUT_PLAIN, d->dev,
+                                     d->dev_index);
+        if (s) {
+            ch_ddp_destroy(d);
+            return s;
+        }
     }
     /* staging for broadcast_buffers */
     int ne = ch_model_num_entries(model);
@@ -182,6 +214,15 @@ static void stage_buffers(ch_ddp_t *d, int to_stage)
 static ch_status broadcast_buffers(ch_ddp_t *d)
 {
     if (d->world == 1) return CH_OK;
+    if (d->dev != CH_DEV_CPU) {
+        /* the float buffers in place on the device (one contiguous block);
+         * the int64 counters are host values that every rank advances
+         * identically (one per training forward) */
+        size_t n = 0;
+        float *buf = ch_model_device_buffer_block(d->model, &n);
+        if (n) CH_TRY(ch_pg_broadcast(d->pg, buf, (int64_t)n, CH_DIST_FLOAT32, 0));
+        return CH_OK;
+    }
     stage_buffers(d, 1);
     if (d->fbuf_n)
         CH_TRY(ch_pg_broadcast(d->pg, d->fbuf, (int64_t)d->fbuf_n, CH_DIST_FLOAT32, 0));
@@ -197,7 +238,7 @@ ch_status ch_ddp_broadcast_state(ch_ddp_t *d)
     if (d->world == 1) return CH_OK;
     size_t n = ch_model_param_numel(d->model);
     if (n)
-        CH_TRY(ch_pg_broadcast(d->pg, ch_model_param_block(d->model), (int64_t)n,
+        CH_TRY(ch_pg_broadcast(d->pg, ch_model_device_param_block(d->model), (int64_t)n,
                                CH_DIST_FLOAT32, 0));
     return broadcast_buffers(d);
 }
@@ -249,12 +290,34 @@ ch_status ch_ddp_finish(ch_ddp_t *d, double *wait_seconds)
     if (wait_seconds) *wait_seconds = ch_time_now() - t0;
     if (s != CH_OK || d->world == 1) return s;
     const float scale = 1.0f / (float)d->world;
+    if (d->dev != CH_DEV_CPU) {
+        /* queued on the compute stream, which ch_work_wait made wait for the
+         * all-reduces: the host does not block */
+        if (!d->cx)
+            return CH_ERROR(CH_ERR_INVALID, "DDP: gradients on GPU %d need a compute context for "
+                            "the averaging (ch_ddp_set_compute)", d->dev_index);
+        for (int k = 0; k < d->n_buckets; k++)
+            if (d->buckets[k].numel) CH_TRY(ch_op_scale(d->cx, &d->buckets[k].view, scale));
+        return CH_OK;
+    }
     for (int k = 0; k < d->n_buckets; k++) {
         float *g = d->buckets[k].data;
         size_t n = d->buckets[k].numel;
         for (size_t j = 0; j < n; j++) g[j] *= scale;
     }
     return CH_OK;
+}
+
+ch_status ch_ddp_set_compute(ch_ddp_t *d, ch_compute_t *cx)
+{
+    CH_REQUIRE(d && cx, "ch_ddp_set_compute: NULL argument");
+    d->cx = cx;
+    if (d->dev == CH_DEV_CPU || ch_pg_backend_of(d->pg) != CH_PG_NCCL) return CH_OK;
+    void *stream = ch_compute_stream(cx, CH_DEV_CUDA);
+    if (!stream)
+        return CH_ERROR(CH_ERR_UNSUPPORTED, "DDP: the compute context has no GPU stream for GPU %d",
+                        d->dev_index);
+    return ch_pg_nccl_set_stream(d->pg, stream);
 }
 
 int ch_ddp_num_buckets(const ch_ddp_t *d) { return d ? d->n_buckets : 0; }

@@ -28,12 +28,32 @@
  * with SyncBN (whose running stats are identical on all ranks).
  *
  * World size 1: no communication, ch_ddp_finish returns at once.
+ *
+ * On a GPU (model moved with ch_model_to_device before ch_ddp_create): the
+ * buckets are slices of the DEVICE gradient block (ch_model_device_grad_block)
+ * and the group must be an NCCL one (ch_pg_create_nccl) whose compute stream
+ * is the context's (ch_ddp_set_compute sets it). Ordering, all on the
+ * device, none on the host:
+ *   - a full bucket's ch_pg_iallreduce (from the gradient-ready hook)
+ *     records an event on the compute stream after the kernels that wrote
+ *     its gradients and makes the NCCL comm stream wait for it, then queues
+ *     the SUM all-reduce on the comm stream; backward goes on queueing
+ *     kernels on the compute stream meanwhile;
+ *   - ch_ddp_finish makes the compute stream wait for every bucket's
+ *     completion event (ch_work_wait) and queues the division by the world
+ *     size (ch_op_scale, x * (1/W) as on the CPU) on the compute stream;
+ *     the optimizer step queued after it sees the averaged gradients.
+ * broadcast_buffers broadcasts the float buffer block on the device; the
+ * int64 num_batches_tracked counters are host values that every rank
+ * advances identically, so they are not sent. `wait_seconds` is then the
+ * host time to queue the waits, not the communication time.
  */
 #ifndef COHORT_DDP_H
 #define COHORT_DDP_H
 
 #include "framework/dist.h"
 #include "framework/nn.h"
+#include "framework/ops.h"
 #include "framework/status.h"
 
 #include <stddef.h>
@@ -58,6 +78,13 @@ void ch_ddp_options_default(ch_ddp_options_t *o);
  * trainable parameters; CH_ERR_NOMEM. */
 ch_status ch_ddp_create(ch_model_t *model, ch_pg_t *pg, const ch_ddp_options_t *opts,
                         ch_ddp_t **out);
+
+/* The compute context of a GPU DDP: its compute stream becomes the NCCL
+ * group's compute stream (ch_pg_nccl_set_stream), and ch_ddp_finish queues
+ * the averaging there. Required before the first backward on a GPU; a no-op
+ * apart from remembering cx on the CPU. CH_ERR_UNSUPPORTED when the context
+ * has no GPU stream. */
+ch_status ch_ddp_set_compute(ch_ddp_t *ddp, ch_compute_t *cx);
 
 /* Remove the hook, wait for anything in flight, free. NULL is a no-op. */
 void ch_ddp_destroy(ch_ddp_t *ddp);

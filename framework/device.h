@@ -41,6 +41,30 @@ ch_status ch_device_enable_tensors(void);
 ch_status ch_host_alloc(void **ptr, size_t bytes, int want_pinned, int *is_pinned);
 void ch_host_free(void *ptr, int is_pinned);
 
+/* Directions of ch_device_memcpy. */
+typedef enum {
+    CH_MEMCPY_HOST_TO_DEVICE = 0,
+    CH_MEMCPY_DEVICE_TO_HOST = 1,
+    CH_MEMCPY_DEVICE_TO_DEVICE = 2
+} ch_memcpy_kind;
+
+/* Synchronous copy of `bytes` bytes between host memory and memory of GPU
+ * `device` (or within it), for set-up and checkpoints, never the step loop:
+ * first waits for every kernel and copy queued on ANY stream of that GPU
+ * (cudaDeviceSynchronize: so a device -> host copy sees the results of all
+ * queued compute and collectives), then cudaMemcpy, then waits again (so the
+ * data is in place, in either direction, when it returns, whatever stream
+ * later work runs on). bytes == 0 does nothing. Errors: CH_ERR_INVALID (NULL
+ * pointer with bytes > 0, bad kind), CH_ERR_RANGE (bad device), CH_ERR_CUDA;
+ * CH_ERR_UNSUPPORTED in a build without CUDA. */
+ch_status ch_device_memcpy(int device, void *dst, const void *src, size_t bytes,
+                           ch_memcpy_kind kind);
+
+/* Zero `bytes` bytes of memory of GPU `device`, synchronously, with the same
+ * ordering as ch_device_memcpy (waits for all queued work first and for the
+ * memset after). Errors as ch_device_memcpy. */
+ch_status ch_device_memzero(int device, void *ptr, size_t bytes);
+
 #ifdef __cplusplus
 }
 #endif

@@ -46,6 +46,11 @@ static ch_status cuda_tensor_alloc(void *ctx, int dev_index, size_t bytes, void 
     if (prev != dev_index) CH_CHECK_CUDA(cudaSetDevice(dev_index));
     cudaError_t e = cudaMalloc(ptr, bytes ? bytes : 1);
     if (e == cudaSuccess) e = cudaMemset(*ptr, 0, bytes);
+    /* cudaMemset on device memory is queued on the legacy default stream and
+     * returns before it runs; the ops' streams are non-blocking, so without
+     * this wait a kernel writing the fresh storage (an activation of a new
+     * arena) could run before the zeroing and be overwritten by it */
+    if (e == cudaSuccess) e = cudaStreamSynchronize(0);
     if (prev != dev_index) (void)cudaSetDevice(prev);
     if (e != cudaSuccess) {
         (void)cudaGetLastError();
@@ -107,4 +112,60 @@ extern "C" void ch_host_free(void *ptr, int is_pinned)
     if (!ptr) return;
     if (is_pinned) cudaFreeHost(ptr);
     else free(ptr);
+}
+
+/* Select `device` for the calling thread, remembering the previous one. */
+static ch_status enter_device(int device, int *prev)
+{
+    int n = 0;
+    *prev = -1;
+    CH_TRY(ch_device_count(&n));
+    if (device < 0 || device >= n)
+        return CH_ERROR(CH_ERR_RANGE, "GPU %d requested but %d visible", device, n);
+    CH_CHECK_CUDA(cudaGetDevice(prev));
+    if (*prev != device) CH_CHECK_CUDA(cudaSetDevice(device));
+    return CH_OK;
+}
+
+static ch_status sync_copy(int device, void *dst, const void *src, size_t bytes,
+                           enum cudaMemcpyKind k)
+{
+    CH_CHECK_CUDA(cudaDeviceSynchronize());
+    if (dst)
+        CH_CHECK_CUDA(cudaMemcpy(dst, src, bytes, k));
+    else
+        CH_CHECK_CUDA(cudaMemset((void *)src, 0, bytes));
+    CH_CHECK_CUDA(cudaDeviceSynchronize());
+    (void)device;
+    return CH_OK;
+}
+
+extern "C" ch_status ch_device_memcpy(int device, void *dst, const void *src, size_t bytes,
+                                      ch_memcpy_kind kind)
+{
+    if (bytes == 0) return CH_OK;
+    CH_REQUIRE(dst && src, "ch_device_memcpy: NULL pointer for %zu bytes", bytes);
+    enum cudaMemcpyKind k;
+    switch (kind) {
+    case CH_MEMCPY_HOST_TO_DEVICE: k = cudaMemcpyHostToDevice; break;
+    case CH_MEMCPY_DEVICE_TO_HOST: k = cudaMemcpyDeviceToHost; break;
+    case CH_MEMCPY_DEVICE_TO_DEVICE: k = cudaMemcpyDeviceToDevice; break;
+    default: return CH_ERROR(CH_ERR_INVALID, "ch_device_memcpy: unknown kind %d", (int)kind);
+    }
+    int prev = -1;
+    CH_TRY(enter_device(device, &prev));
+    ch_status s = sync_copy(device, dst, src, bytes, k);
+    if (prev >= 0 && prev != device) (void)cudaSetDevice(prev);
+    return s;
+}
+
+extern "C" ch_status ch_device_memzero(int device, void *ptr, size_t bytes)
+{
+    if (bytes == 0) return CH_OK;
+    CH_REQUIRE(ptr, "ch_device_memzero: NULL pointer for %zu bytes", bytes);
+    int prev = -1;
+    CH_TRY(enter_device(device, &prev));
+    ch_status s = sync_copy(device, NULL, ptr, bytes, cudaMemcpyDefault);
+    if (prev >= 0 && prev != device) (void)cudaSetDevice(prev);
+    return s;
 }

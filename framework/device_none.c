@@ -49,3 +49,22 @@ ch_status ch_device_enable_tensors(void)
 {
     return CH_ERROR(CH_ERR_UNSUPPORTED, "GPU tensors need a build with CUDA (configure --with-cuda)");
 }
+
+ch_status ch_device_memcpy(int device, void *dst, const void *src, size_t bytes,
+                           ch_memcpy_kind kind)
+{
+    (void)dst;
+    (void)src;
+    (void)kind;
+    if (bytes == 0) return CH_OK;
+    return CH_ERROR(CH_ERR_UNSUPPORTED, "cannot copy %zu bytes to/from GPU %d: cohort was built "
+                    "without CUDA", bytes, device);
+}
+
+ch_status ch_device_memzero(int device, void *ptr, size_t bytes)
+{
+    (void)ptr;
+    if (bytes == 0) return CH_OK;
+    return CH_ERROR(CH_ERR_UNSUPPORTED, "cannot clear %zu bytes on GPU %d: cohort was built "
+                    "without CUDA", bytes, device);
+}

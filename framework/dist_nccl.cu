@@ -16,9 +16,7 @@
 
 #include <cuda_runtime.h>
 #include <nccl.h>
-#ifdef HAVE_PMI2
-#include <slurm/pmi2.h>
-#endif
+#include "framework/pmi2.h"
 
 #include <sched.h>
 #include <stdio.h>
@@ -339,9 +337,7 @@ extern "C" void ch_nccl_destroy_(ch_pg_t *pg)
     if (n->stream) cudaStreamDestroy(n->stream);
     if (n->dev_scratch) cudaFree(n->dev_scratch);
     if (n->host_scratch) cudaFreeHost(n->host_scratch);
-#ifdef HAVE_PMI2
-    if (n->pmi2_inited) PMI2_Finalize();
-#endif
+    ch_pmi2_finalize(n->pmi2_inited);
     free(n);
     pg->nccl = NULL;
 }
@@ -445,35 +441,6 @@ extern "C" ch_status ch_pg_create_nccl(ch_pg_t *mpi_pg, int device, ch_pg_t **ou
     return CH_OK;
 }
 
-#ifdef HAVE_PMI2
-static void hex_encode(const unsigned char *in, size_t n, char *out)
-{
-    static const char digits[] = "0123456789abcdef";
-    for (size_t i = 0; i < n; i++) {
-        out[2 * i] = digits[in[i] >> 4];
-        out[2 * i + 1] = digits[in[i] & 15];
-    }
-    out[2 * n] = 0;
-}
-
-static int hex_digit(char c)
-{
-    if (c >= '0' && c <= '9') return c - '0';
-    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-    return -1;
-}
-
-static int hex_decode(const char *in, unsigned char *out, size_t n)
-{
-    if (strlen(in) != 2 * n) return -1;
-    for (size_t i = 0; i < n; i++) {
-        int hi = hex_digit(in[2 * i]), lo = hex_digit(in[2 * i + 1]);
-        if (hi < 0 || lo < 0) return -1;
-        out[i] = (unsigned char)(hi << 4 | lo);
-    }
-    return 0;
-}
-
 extern "C" ch_status ch_pg_create_nccl_pmi2(int rank, int size, int device, ch_pg_t **out)
 {
     static int seq; /* same on every rank: creation is collective */
@@ -481,63 +448,37 @@ extern "C" ch_status ch_pg_create_nccl_pmi2(int rank, int size, int device, ch_p
     *out = NULL;
     CH_REQUIRE(size >= 1 && rank >= 0 && rank < size,
                "ch_pg_create_nccl_pmi2: rank %d of world size %d is not valid", rank, size);
-    int inited_here = 0;
-    if (!PMI2_Initialized()) {
-        int spawned = 0, psize = 0, prank = 0, appnum = 0;
-        CH_CHECK_PMI2(PMI2_Init(&spawned, &psize, &prank, &appnum));
-        inited_here = 1;
-        if (psize != size || prank != rank) {
-            PMI2_Finalize();
-            return CH_ERROR(CH_ERR_INVALID, "ch_pg_create_nccl_pmi2: PMI2 says rank %d of %d "
-                            "but the caller gave rank %d of %d", prank, psize, rank, size);
-        }
+    int prank = -1, psize = -1, inited_here = 0;
+    CH_TRY(ch_pmi2_init(&prank, &psize, &inited_here));
+    if (psize != size || prank != rank) {
+        ch_pmi2_finalize(inited_here);
+        return CH_ERROR(CH_ERR_INVALID, "ch_pg_create_nccl_pmi2: PMI2 says rank %d of %d "
+                        "but the caller gave rank %d of %d", prank, psize, rank, size);
     }
     ch_pg_t *pg = NULL;
     ch_status s = new_group(rank, size, &pg);
     if (s != CH_OK) {
-        if (inited_here) PMI2_Finalize();
+        ch_pmi2_finalize(inited_here);
         return s;
     }
     pg->nccl->pmi2_inited = inited_here;
 
-    char key[PMI2_MAX_KEYLEN];
-    char val[PMI2_MAX_VALLEN];
+    char key[64];
     ncclUniqueId id;
     memset(&id, 0, sizeof id);
     snprintf(key, sizeof key, "cohort-nccl-id-%d", seq++);
     s = prepare(pg, device);
-    if (rank == 0) {
-        /* Rank 0 publishes the id, or why it has none, so that no peer waits
-         * in ncclCommInitRank for a rank 0 that will never come. */
-        if (s == CH_OK) {
-            ncclResult_t r = ncclGetUniqueId(&id);
-            if (r != ncclSuccess)
-                s = CH_ERROR(CH_ERR_NCCL, "ncclGetUniqueId failed on rank 0: %s",
-                             ncclGetErrorString(r));
-        }
-        if (s == CH_OK)
-            hex_encode((const unsigned char *)&id, sizeof id, val);
-        else
-            snprintf(val, sizeof val, "fail:%s", ch_status_name(s));
-        int pr = PMI2_KVS_Put(key, val);
-        if (pr != PMI2_SUCCESS && s == CH_OK)
-            s = CH_ERROR(CH_ERR_PMI, "PMI2_KVS_Put(%s) failed: PMI2 error %d", key, pr);
+    if (rank == 0 && s == CH_OK) {
+        ncclResult_t r = ncclGetUniqueId(&id);
+        if (r != ncclSuccess)
+            s = CH_ERROR(CH_ERR_NCCL, "ncclGetUniqueId failed on rank 0: %s",
+                         ncclGetErrorString(r));
     }
-    int pr = PMI2_KVS_Fence();
-    if (pr != PMI2_SUCCESS && s == CH_OK)
-        s = CH_ERROR(CH_ERR_PMI, "PMI2_KVS_Fence failed on rank %d: PMI2 error %d", rank, pr);
-    if (rank != 0 && s == CH_OK) {
-        int len = 0;
-        pr = PMI2_KVS_Get(NULL, 0, key, val, (int)sizeof val, &len);
-        if (pr != PMI2_SUCCESS)
-            s = CH_ERROR(CH_ERR_PMI, "PMI2_KVS_Get(%s) failed on rank %d: PMI2 error %d", key,
-                         rank, pr);
-        else if (!strncmp(val, "fail:", 5))
-            s = CH_ERROR(CH_ERR_REMOTE, "rank 0 could not set up NCCL (%s)", val + 5);
-        else if (hex_decode(val, (unsigned char *)&id, sizeof id))
-            s = CH_ERROR(CH_ERR_PMI, "PMI2 key %s holds '%.40s...', not a %zu-byte hex "
-                         "NCCL unique id", key, val, sizeof id);
-    }
+    /* Rank 0 publishes the id, or why it has none, so that no peer waits in
+     * ncclCommInitRank for a rank 0 that will never come. A peer whose own
+     * prepare failed still takes part in the fence. */
+    ch_status b = ch_pmi2_kvs_bcast(key, rank, &id, sizeof id, s);
+    if (s == CH_OK) s = b;
     if (s == CH_OK) s = init_comm(pg, &id);
     if (s != CH_OK) {
         char msg[CH_ERROR_MAX];
@@ -548,16 +489,3 @@ extern "C" ch_status ch_pg_create_nccl_pmi2(int rank, int size, int device, ch_p
     *out = pg;
     return CH_OK;
 }
-#else
-extern "C" ch_status ch_pg_create_nccl_pmi2(int rank, int size, int device, ch_pg_t **out)
-{
-    (void)rank;
-    (void)size;
-    (void)device;
-    if (out) *out = NULL;
-    return CH_ERROR(CH_ERR_UNSUPPORTED,
-                    "ch_pg_create_nccl_pmi2: cohort was built without Slurm's PMI2 client "
-                    "(configure found no slurm/pmi2.h + libpmi2; Debian: libpmi2-0-dev); "
-                    "bootstrap NCCL over MPI with ch_pg_create_nccl instead");
-}
-#endif

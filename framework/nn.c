@@ -2,6 +2,8 @@
 #include "config.h"
 
 #include "framework/nn_internal.h"
+#include "framework/device.h"
+#include "framework/log.h"
 #include "framework/nn_rng.h"
 
 #include <math.h>
@@ -38,6 +40,7 @@ static void module_free(ch_module_t *m)
     ch_tensor_free(&m->mean);
     ch_tensor_free(&m->var);
     ch_tensor_free(&m->sums);
+    ch_tensor_free(&m->g_dev);
     free(m->gather);
     free(m->g_counts);
     free(m);
@@ -74,6 +77,11 @@ void ch_model_destroy(ch_model_t *M)
     if (!M) return;
     ch_arena_destroy(M->arena);
     module_free(M->root);
+    if (M->dev != CH_DEV_CPU) {
+        ch_storage_free(M->dev, M->dev_index, M->d_param_block);
+        ch_storage_free(M->dev, M->dev_index, M->d_grad_block);
+        ch_storage_free(M->dev, M->dev_index, M->d_buffer_block);
+    }
     free(M->entries);
     free(M->params);
     free(M->param_block);
@@ -342,40 +350,46 @@ static void collect(ch_model_t *M, ch_module_t *m)
     for (int i = 0; i < m->nchild; i++) collect(M, m->child[i]);
 }
 
-static ch_status wrap_vec(ch_tensor_t *t, void *data, const ch_param_t *p)
+static ch_status wrap_vec(const ch_model_t *M, ch_tensor_t *t, void *data, const ch_param_t *p)
 {
-    return ch_tensor_wrap(t, data, p->dtype, p->ndim, p->shape, CH_LAYOUT_PLAIN, CH_DEV_CPU, 0);
+    return ch_tensor_wrap(t, data, p->dtype, p->ndim, p->shape, CH_LAYOUT_PLAIN, M->dev,
+                          M->dev_index);
 }
 
-static ch_status bind_module(ch_module_t *m)
+ch_status ch_nn_bind_module(ch_model_t *M, ch_module_t *m)
 {
     for (int i = 0; i < m->nent; i++) {
         ch_param_t *p = &m->ent[i];
         const char *l = p->local;
         if (!strcmp(l, "weight")) {
-            CH_TRY(wrap_vec(&m->w, p->data, p));
-            CH_TRY(wrap_vec(&m->dw, p->grad, p));
+            CH_TRY(wrap_vec(M, &m->w, p->dev_data, p));
+            CH_TRY(wrap_vec(M, &m->dw, p->dev_grad, p));
         } else if (!strcmp(l, "bias")) {
-            CH_TRY(wrap_vec(&m->b, p->data, p));
-            CH_TRY(wrap_vec(&m->db, p->grad, p));
+            CH_TRY(wrap_vec(M, &m->b, p->dev_data, p));
+            CH_TRY(wrap_vec(M, &m->db, p->dev_grad, p));
         } else if (!strcmp(l, "running_mean")) {
-            CH_TRY(wrap_vec(&m->rmean, p->data, p));
+            CH_TRY(wrap_vec(M, &m->rmean, p->dev_data, p));
         } else if (!strcmp(l, "running_var")) {
-            CH_TRY(wrap_vec(&m->rvar, p->data, p));
+            CH_TRY(wrap_vec(M, &m->rvar, p->dev_data, p));
         } else if (!strcmp(l, "num_batches_tracked")) {
-            m->nbt = p->data;
+            m->nbt = p->data; /* a host counter on every device */
         }
     }
-    if (m->kind == CH_NN_BATCHNORM2D) {
+    if (m->kind == CH_NN_BATCHNORM2D || m->kind == CH_NN_SYNC_BATCHNORM) {
         int64_t c = m->channels, c2 = 2 * c;
-        CH_TRY(ch_tensor_alloc_f32(&m->mean, 1, &c));
-        CH_TRY(ch_tensor_alloc_f32(&m->var, 1, &c));
-        CH_TRY(ch_tensor_alloc_f32(&m->sums, 1, &c2));
-        CH_TRY(ch_tensor_wrap(&m->sum_dy, m->sums.data, CH_F32, 1, &c, CH_LAYOUT_PLAIN, CH_DEV_CPU, 0));
+        ch_tensor_free(&m->mean);
+        ch_tensor_free(&m->var);
+        ch_tensor_free(&m->sums);
+        CH_TRY(ch_tensor_alloc(&m->mean, CH_F32, 1, &c, CH_LAYOUT_PLAIN, M->dev, M->dev_index));
+        CH_TRY(ch_tensor_alloc(&m->var, CH_F32, 1, &c, CH_LAYOUT_PLAIN, M->dev, M->dev_index));
+        CH_TRY(ch_tensor_alloc(&m->sums, CH_F32, 1, &c2, CH_LAYOUT_PLAIN, M->dev, M->dev_index));
+        CH_TRY(ch_tensor_wrap(&m->sum_dy, m->sums.data, CH_F32, 1, &c, CH_LAYOUT_PLAIN, M->dev,
+                              M->dev_index));
         CH_TRY(ch_tensor_wrap(&m->sum_dy_xmu, (float *)m->sums.data + c, CH_F32, 1, &c,
-                              CH_LAYOUT_PLAIN, CH_DEV_CPU, 0));
+                              CH_LAYOUT_PLAIN, M->dev, M->dev_index));
+        if (m->kind == CH_NN_SYNC_BATCHNORM && M->has_sync) CH_TRY(ch_nn_sync_storage(M, m));
     }
-    for (int i = 0; i < m->nchild; i++) CH_TRY(bind_module(m->child[i]));
+    for (int i = 0; i < m->nchild; i++) CH_TRY(ch_nn_bind_module(M, m->child[i]));
     return CH_OK;
 }
 
@@ -433,8 +447,12 @@ ch_status ch_model_finalize(ch_model_t *M, uint64_t seed)
             p->data = M->i64_block + io;
             io += p->numel;
         }
+        p->dev_data = p->data;
+        p->dev_grad = p->grad;
     }
-    CH_TRY(bind_module(M->root));
+    M->dev = CH_DEV_CPU;
+    M->dev_index = 0;
+    CH_TRY(ch_nn_bind_module(M, M->root));
     M->finalized = 1;
     return ch_model_init(M, seed);
 }
@@ -540,6 +558,10 @@ int ch_model_is_training(const ch_model_t *M) { return M->training; }
 void ch_model_zero_grad(ch_model_t *M)
 {
     if (M->grad_block) memset(M->grad_block, 0, M->param_numel * sizeof(float));
+    if (M->dev != CH_DEV_CPU && M->d_grad_block &&
+        ch_device_memzero(M->dev_index, M->d_grad_block, M->param_numel * sizeof(float)) != CH_OK)
+        ch_log_error("zero_grad of '%s' on GPU %d: %s", M->arch, M->dev_index,
+                     ch_error_message());
 }
 
 ch_status ch_model_set_requires_grad(ch_model_t *M, const char *name, int on)
@@ -682,6 +704,153 @@ ch_status ch_model_copy(ch_model_t *dst, const ch_model_t *src)
                    "nn: copy: entry %d is '%s' in the source and '%s' in the destination", i, s->name,
                    d->name);
         memcpy(d->data, s->data, d->numel * ch_dtype_size(d->dtype));
+    }
+    return CH_OK;
+}
+
+/* ------------------------------------------------------------ devices */
+
+ch_devkind_t ch_model_device(const ch_model_t *M, int *dev_index)
+{
+    if (dev_index) *dev_index = M ? M->dev_index : 0;
+    return M ? M->dev : CH_DEV_CPU;
+}
+
+float *ch_model_device_param_block(ch_model_t *M)
+{
+    return M->dev == CH_DEV_CPU ? M->param_block : M->d_param_block;
+}
+
+float *ch_model_device_grad_block(ch_model_t *M)
+{
+    return M->dev == CH_DEV_CPU ? M->grad_block : M->d_grad_block;
+}
+
+float *ch_model_device_buffer_block(ch_model_t *M, size_t *numel)
+{
+    if (numel) *numel = M->buffer_numel;
+    return M->dev == CH_DEV_CPU ? M->buffer_block : M->d_buffer_block;
+}
+
+/* Copy the three float blocks between the host mirror and the device. */
+static ch_status copy_blocks(ch_model_t *M, int to_device)
+{
+    const ch_memcpy_kind k = to_device ? CH_MEMCPY_HOST_TO_DEVICE : CH_MEMCPY_DEVICE_TO_HOST;
+    float *host[3] = {M->param_block, M->grad_block, M->buffer_block};
+    float *dev[3] = {M->d_param_block, M->d_grad_block, M->d_buffer_block};
+    size_t n[3] = {M->param_numel, M->param_numel, M->buffer_numel};
+    for (int i = 0; i < 3; i++) {
+        ch_status s = to_device ? ch_device_memcpy(M->dev_index, dev[i], host[i], n[i] * sizeof(float), k)
+                                : ch_device_memcpy(M->dev_index, host[i], dev[i], n[i] * sizeof(float), k);
+        if (s) return ch_error_context("copying the %s of '%s' %s GPU %d",
+                                       i == 0 ? "parameters" : i == 1 ? "gradients" : "buffers",
+                                       M->arch, to_device ? "to" : "from", M->dev_index);
+    }
+    return CH_OK;
+}
+
+ch_status ch_model_sync_to_host(ch_model_t *M)
+{
+    CH_REQUIRE(M && M->finalized, "ch_model_sync_to_host: model not finalized");
+    if (M->dev == CH_DEV_CPU) return CH_OK;
+    return copy_blocks(M, 0);
+}
+
+ch_status ch_model_sync_to_device(ch_model_t *M)
+{
+    CH_REQUIRE(M && M->finalized, "ch_model_sync_to_device: model not finalized");
+    if (M->dev == CH_DEV_CPU) return CH_OK;
+    return copy_blocks(M, 1);
+}
+
+/* Point every entry's dev_data/dev_grad at the current blocks. */
+static void point_entries(ch_model_t *M, float *pb, float *gb, float *bb)
+{
+    size_t po = 0, bo = 0;
+    for (int i = 0; i < M->nentries; i++) {
+        ch_param_t *p = M->entries[i];
+        if (!p->is_buffer) {
+            p->dev_data = pb + po;
+            p->dev_grad = gb + po;
+            po += p->numel;
+        } else if (p->dtype == CH_F32) {
+            p->dev_data = bb + bo;
+            bo += p->numel;
+        } else {
+            p->dev_data = p->data;
+        }
+    }
+}
+
+ch_status ch_model_to_device(ch_model_t *M, ch_devkind_t dev, int dev_index)
+{
+    CH_REQUIRE(M && M->finalized, "ch_model_to_device: model not finalized");
+    CH_REQUIRE(dev == CH_DEV_CPU || dev == CH_DEV_CUDA, "ch_model_to_device: unknown device kind %d",
+               (int)dev);
+    CH_REQUIRE(dev_index >= 0, "ch_model_to_device: device index %d < 0", dev_index);
+    if (dev == CH_DEV_CPU) dev_index = 0;
+    if (dev == M->dev && dev_index == M->dev_index) return CH_OK;
+    ch_status s = CH_OK;
+    if (dev == CH_DEV_CPU) {
+        /* back to the host: the mirror becomes the storage */
+        CH_TRY(ch_model_sync_to_host(M));
+    } else {
+        CH_REQUIRE(M->dev == CH_DEV_CPU,
+                   "ch_model_to_device: '%s' is on GPU %d; move it to the CPU before GPU %d",
+                   M->arch, M->dev_index, dev_index);
+        if (!ch_device_backend_compiled())
+            return CH_ERROR(CH_ERR_UNSUPPORTED, "ch_model_to_device: cannot move '%s' to GPU %d: "
+                            "cohort was built without CUDA", M->arch, dev_index);
+        int ndev = 0;
+        CH_TRY(ch_device_count(&ndev));
+        if (dev_index >= ndev)
+            return CH_ERROR(CH_ERR_RANGE, "ch_model_to_device: GPU %d requested for '%s' but %d "
+                            "visible", dev_index, M->arch, ndev);
+        CH_TRY(ch_device_enable_tensors());
+        float *pb = NULL, *gb = NULL, *bb = NULL;
+        const size_t pbytes = M->param_numel * sizeof(float), bbytes = M->buffer_numel * sizeof(float);
+        s = ch_storage_alloc(dev, dev_index, pbytes, (void **)&pb);
+        if (s == CH_OK) s = ch_storage_alloc(dev, dev_index, pbytes, (void **)&gb);
+        if (s == CH_OK) s = ch_storage_alloc(dev, dev_index, bbytes, (void **)&bb);
+        if (s == CH_OK) {
+            M->d_param_block = pb;
+            M->d_grad_block = gb;
+            M->d_buffer_block = bb;
+            M->dev_index = dev_index;
+            s = copy_blocks(M, 1);
+        }
+        if (s != CH_OK) {
+            ch_storage_free(dev, dev_index, pb);
+            ch_storage_free(dev, dev_index, gb);
+            ch_storage_free(dev, dev_index, bb);
+            M->d_param_block = M->d_grad_block = M->d_buffer_block = NULL;
+            M->dev_index = 0;
+            return ch_error_context("moving '%s' to GPU %d", M->arch, dev_index);
+        }
+    }
+    /* the plan's arena lives on the old device */
+    ch_arena_destroy(M->arena);
+    M->arena = NULL;
+    M->planned = 0;
+    M->have_forward = M->have_loss = M->have_loss_value = 0;
+    M->logits = NULL;
+    const ch_devkind_t old = M->dev;
+    const int old_index = M->dev_index;
+    float *opb = M->d_param_block, *ogb = M->d_grad_block, *obb = M->d_buffer_block;
+    M->dev = dev;
+    M->dev_index = dev_index;
+    if (dev == CH_DEV_CPU) {
+        point_entries(M, M->param_block, M->grad_block, M->buffer_block);
+        M->d_param_block = M->d_grad_block = M->d_buffer_block = NULL;
+    } else {
+        point_entries(M, M->d_param_block, M->d_grad_block, M->d_buffer_block);
+    }
+    s = ch_nn_bind_module(M, M->root);
+    if (s != CH_OK) return ch_error_context("binding '%s' to its new device", M->arch);
+    if (old != CH_DEV_CPU) {
+        ch_storage_free(old, old_index, opb);
+        ch_storage_free(old, old_index, ogb);
+        ch_storage_free(old, old_index, obb);
     }
     return CH_OK;
 }

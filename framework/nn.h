@@ -67,6 +67,15 @@ typedef struct ch_param {
     size_t numel;
     void *data;            /* float* or int64_t*, numel elements, contiguous */
     float *grad;           /* parameters: gradient, same layout; NULL for buffers */
+    /* Where compute reads and writes the entry (ch_model_device): the same
+     * pointers as data / grad for a model on the CPU; after
+     * ch_model_to_device(CH_DEV_CUDA) device memory of the model's GPU, while
+     * data / grad stay the HOST MIRROR (state-dict export/import, see
+     * ch_model_sync_to_host / ch_model_sync_to_device). int64 buffers
+     * (num_batches_tracked) are host counters on every device: dev_data ==
+     * data. dev_grad is NULL for buffers. */
+    void *dev_data;
+    float *dev_grad;
     int requires_grad;     /* parameters: 1 unless frozen; buffers: 0 */
     int index;             /* position in state-dict order */
     int param_index;       /* position in parameter order, -1 for buffers */
@@ -170,7 +179,9 @@ int64_t *ch_model_counter_block(ch_model_t *model, size_t *numel);
 void ch_model_train(ch_model_t *model, int on);
 int ch_model_is_training(const ch_model_t *model);
 
-/* Set every gradient to 0 (optimizer.zero_grad(set_to_none=False)). */
+/* Set every gradient to 0 (optimizer.zero_grad(set_to_none=False)): the
+ * host block, and for a device model also the device block (synchronously,
+ * ch_device_memzero; a CUDA failure there is logged with ch_log_error). */
 void ch_model_zero_grad(ch_model_t *model);
 
 /* requires_grad of one parameter by name. CH_ERR_INVALID when no parameter
@@ -185,7 +196,8 @@ ch_status ch_model_freeze(ch_model_t *model, const char *keep, int *n_frozen);
 /* ------------------------------------------------------------ state dict */
 
 /* Export the state dict: fills views[0..n) with n = ch_model_num_entries
- * (state-dict order; data points into the model, valid until it is
+ * (state-dict order; data points into the model's HOST storage, the mirror
+ * of a GPU model: ch_model_sync_to_host first; valid until the model is
  * destroyed). CH_ERR_RANGE when capacity < n. */
 ch_status ch_model_state_dict(ch_model_t *model, ch_nn_view_t *views, int capacity, int *count);
 
@@ -200,14 +212,80 @@ ch_status ch_model_state_dict(ch_model_t *model, ch_nn_view_t *views, int capaci
  * Skipped view names are reported through `skipped` (may be NULL): called
  * once per skipped name with a reason ("not in model", "shape [10, 512] vs
  * model [1000, 512]"); *n_loaded (may be NULL) receives the number copied.
- * Model entries that the views do not mention keep their values. */
+ * Model entries that the views do not mention keep their values.
+ * Writes the HOST storage: on a GPU model call ch_model_sync_to_device
+ * afterwards. */
 typedef void (*ch_nn_skip_fn)(void *arg, const char *name, const char *reason);
 ch_status ch_model_load_state_dict(ch_model_t *model, const ch_nn_view_t *views, int n,
                                    int strict, ch_nn_skip_fn skipped, void *arg, int *n_loaded);
 
 /* Copy every entry (parameters and buffers) from src to dst; both must have
- * identical entry lists (same names and shapes). */
+ * identical entry lists (same names and shapes). Copies the host storage
+ * (the host mirror of a device model: ch_model_sync_to_host src first and
+ * ch_model_sync_to_device dst afterwards when they live on a GPU). */
 ch_status ch_model_copy(ch_model_t *dst, const ch_model_t *src);
+
+/* ------------------------------------------------------------ devices
+ *
+ * A finalized model computes on the CPU (host blocks) until moved:
+ *
+ *   ch_model_finalize / load weights     host blocks hold the state
+ *   ch_model_to_device(m, CH_DEV_CUDA, g) device blocks (parameters,
+ *                                        gradients, float buffers) on GPU g,
+ *                                        copied from the host; the host
+ *                                        blocks stay as the mirror
+ *   ch_model_plan/forward/loss/backward  take CH_DEV_CUDA inputs (x, labels,
+ *                                        dlogits) on GPU g; activations in a
+ *                                        device arena; logits on the device
+ *   ch_model_sync_to_host                device -> mirror, before
+ *                                        ch_model_state_dict / saving /
+ *                                        comparing
+ *   ch_model_load_state_dict + ch_model_sync_to_device   mirror -> device
+ *
+ * The int64 counters (num_batches_tracked) are host values on every device
+ * (they never enter a kernel), so they are always current in the mirror.
+ * Everything that reads or writes ch_param_t data/grad (state dict, copy,
+ * init, load) touches the mirror only; compute uses dev_data/dev_grad. */
+
+/* Move parameters, gradients and float buffers to device storage on
+ * (dev, dev_index): CH_DEV_CUDA allocates device blocks through the tensor
+ * allocator (ch_device_enable_tensors), copies the host blocks there and
+ * binds every module tensor (weights, gradients, running stats, batch-norm
+ * scratch vectors, SyncBN gather buffers) to device memory; CH_DEV_CPU
+ * (from a GPU) copies the device state back into the host blocks, frees the
+ * device blocks and binds the host ones again. Moving to where the model
+ * already is does nothing. Drops the activation plan (the arena lives on
+ * the model's device; the next forward plans again). Call after
+ * finalize/loading and before planning. Synchronous (ch_device_memcpy).
+ * Errors: CH_ERR_INVALID (not finalized, unknown device, negative index),
+ * CH_ERR_UNSUPPORTED (build without CUDA), CH_ERR_RANGE (no such GPU),
+ * CH_ERR_NOMEM / CH_ERR_CUDA; on an allocation or copy error the model
+ * stays on its old device (an out-of-memory while re-binding the small
+ * batch-norm vectors afterwards leaves it unusable: destroy it). */
+ch_status ch_model_to_device(ch_model_t *m, ch_devkind_t dev, int dev_index);
+
+/* Device -> host mirror: parameters, gradients and float buffers (after all
+ * queued GPU work: ch_device_memcpy waits for every stream of the GPU).
+ * Before ch_model_state_dict, saving, comparing. No-op (CH_OK) on the CPU. */
+ch_status ch_model_sync_to_host(ch_model_t *m);
+
+/* Host mirror -> device: parameters, gradients and float buffers (after
+ * ch_model_load_state_dict, ch_model_copy or ch_model_init into the
+ * mirror). No-op (CH_OK) on the CPU. */
+ch_status ch_model_sync_to_device(ch_model_t *m);
+
+/* The device compute uses for this model (CH_DEV_CPU until
+ * ch_model_to_device); *dev_index (may be NULL) receives the GPU ordinal (0
+ * for the CPU). */
+ch_devkind_t ch_model_device(const ch_model_t *m, int *dev_index);
+
+/* The blocks compute uses (ch_model_device): the host blocks of
+ * ch_model_param_block / ch_model_grad_block / ch_model_buffer_block on the
+ * CPU, the device blocks after ch_model_to_device(CH_DEV_CUDA). Same layout
+ * and numel as the host blocks. For DDP (all-reduce / broadcast in place). */
+float *ch_model_device_param_block(ch_model_t *m);
+float *ch_model_device_grad_block(ch_model_t *m);
+float *ch_model_device_buffer_block(ch_model_t *m, size_t *numel);
 
 #ifdef __cplusplus
 }

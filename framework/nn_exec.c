@@ -3,6 +3,8 @@
 
 #include "framework/nn_internal.h"
 
+#include "framework/device.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,7 +27,7 @@ static char *shp_str(const shp_t *x, char *buf, size_t len)
 
 static ch_status reserve(ch_model_t *M, ch_tensor_t *t, const shp_t *x)
 {
-    CH_TRY(ch_tensor_init(t, CH_F32, x->ndim, x->s, x->layout, CH_DEV_CPU, 0));
+    CH_TRY(ch_tensor_init(t, CH_F32, x->ndim, x->s, x->layout, M->dev, M->dev_index));
     return ch_arena_reserve_tensor(M->arena, t);
 }
 
@@ -72,7 +74,7 @@ static ch_status plan_module(ch_model_t *M, ch_compute_t *cx, ch_module_t *m, co
         CH_REQUIRE(ho > 0 && wo > 0, "nn: Conv2d '%s': input %s too small for kernel %d", m->path,
                    shp_str(in, b1, sizeof b1), m->kernel);
         *out = (shp_t){4, {in->s[0], m->out_c, ho, wo},
-                       ch_compute_preferred_layout(cx, CH_DEV_CPU, m->out_c)};
+                       ch_compute_preferred_layout(cx, M->dev, m->out_c)};
         CH_TRY(reserve(M, &m->y, out));
         return reserve(M, &m->dx, in);
     }
@@ -130,10 +132,14 @@ ch_status ch_model_plan(ch_model_t *M, ch_compute_t *cx, const int64_t shape[4],
         if (arena_bytes) *arena_bytes = ch_arena_bytes(M->arena);
         return CH_OK;
     }
-    if (!M->arena) CH_TRY(ch_arena_create(&M->arena, CH_DEV_CPU, 0));
+    if (M->dev != CH_DEV_CPU && !ch_compute_stream(cx, M->dev))
+        return CH_ERROR(CH_ERR_UNSUPPORTED, "nn: '%s' is on GPU %d but the compute context has no "
+                        "GPU backend state (build without CUDA, or GPU set-up failed)", M->arch,
+                        M->dev_index);
+    if (!M->arena) CH_TRY(ch_arena_create(&M->arena, M->dev, M->dev_index));
     ch_arena_reset(M->arena);
     M->planned = 0;
-    M->have_forward = M->have_loss = 0;
+    M->have_forward = M->have_loss = M->have_loss_value = 0;
     shp_t in = {4, {shape[0], shape[1], shape[2], shape[3]}, layout}, out;
     ch_status s = plan_module(M, cx, M->root, &in, &out);
     if (s == CH_OK && out.ndim != 2) {
@@ -144,7 +150,7 @@ ch_status ch_model_plan(ch_model_t *M, ch_compute_t *cx, const int64_t shape[4],
     if (s == CH_OK) s = reserve(M, &M->dlogits, &out);
     if (s == CH_OK) {
         int64_t one = 1;
-        s = ch_tensor_init(&M->loss, CH_F32, 1, &one, CH_LAYOUT_PLAIN, CH_DEV_CPU, 0);
+        s = ch_tensor_init(&M->loss, CH_F32, 1, &one, CH_LAYOUT_PLAIN, M->dev, M->dev_index);
         if (s == CH_OK) s = ch_arena_reserve_tensor(M->arena, &M->loss);
     }
     if (s == CH_OK) s = ch_arena_commit(M->arena);
@@ -163,6 +169,97 @@ ch_status ch_model_plan(ch_model_t *M, ch_compute_t *cx, const int64_t shape[4],
 
 /* ------------------------------------------------------------ SyncBN */
 
+ch_status ch_nn_sync_storage(ch_model_t *M, ch_module_t *m)
+{
+    const int64_t R = M->sync.world_size, C = m->channels, row = 2 * C + 1;
+    int64_t rc[2] = {R, C};
+    free(m->gather);
+    free(m->g_counts);
+    m->gather = NULL;
+    ch_tensor_free(&m->g_dev);
+    m->g_counts = calloc((size_t)R, sizeof(int64_t));
+    if (!m->g_counts) return CH_ERROR(CH_ERR_NOMEM, "SyncBN: out of memory for '%s'", m->path);
+    if (M->dev != CH_DEV_CPU) {
+        /* [means R*C | vars R*C] on the device; rank r's row of each is
+         * written by batchnorm_stats and all-gathered in place */
+        int64_t n2 = 2 * R * C;
+        CH_TRY(ch_tensor_alloc(&m->g_dev, CH_F32, 1, &n2, CH_LAYOUT_PLAIN, M->dev, M->dev_index));
+        float *g = m->g_dev.data;
+        CH_TRY(ch_tensor_wrap(&m->g_means, g, CH_F32, 2, rc, CH_LAYOUT_PLAIN, M->dev, M->dev_index));
+        CH_TRY(ch_tensor_wrap(&m->g_vars, g + R * C, CH_F32, 2, rc, CH_LAYOUT_PLAIN, M->dev,
+                              M->dev_index));
+        return CH_OK;
+    }
+    /* [packed means R*C | vars R*C | counts R] [received R*row] [send row] */
+    m->gather = calloc((size_t)(2 * R * row + row), sizeof(float));
+    if (!m->gather) return CH_ERROR(CH_ERR_NOMEM, "SyncBN: out of memory for '%s'", m->path);
+    CH_TRY(ch_tensor_wrap(&m->g_means, m->gather, CH_F32, 2, rc, CH_LAYOUT_PLAIN, CH_DEV_CPU, 0));
+    CH_TRY(ch_tensor_wrap(&m->g_vars, m->gather + R * C, CH_F32, 2, rc, CH_LAYOUT_PLAIN,
+                          CH_DEV_CPU, 0));
+    return CH_OK;
+}
+
+ch_status ch_model_set_sync_count_gather(ch_model_t *M, ch_nn_count_gather_fn fn, void *ctx)
+{
+    CH_REQUIRE(M, "ch_model_set_sync_count_gather: model is NULL");
+    M->count_gather = fn;
+    M->count_gather_ctx = ctx;
+    return CH_OK;
+}
+
+/* SyncBN training forward on a GPU model: statistics stay on the device
+ * (this rank's rows of g_means / g_vars, all-gathered in place by the
+ * process group, whose collectives are ordered against the compute stream);
+ * only the per-rank counts travel on the host. */
+static ch_status syncbn_forward_train_dev(ch_model_t *M, ch_compute_t *cx, ch_module_t *m,
+                                          const ch_tensor_t *x)
+{
+    const ch_nn_sync_t *g = &M->sync;
+    const int64_t R = g->world_size, C = m->channels;
+    const int64_t count = x->shape[0] * x->shape[2] * x->shape[3];
+    float *gm = m->g_dev.data, *gv = gm + R * C;
+    ch_tensor_t mean_r, var_r;
+    CH_TRY(ch_tensor_wrap(&mean_r, gm + g->rank * C, CH_F32, 1, &C, CH_LAYOUT_PLAIN, M->dev,
+                          M->dev_index));
+    CH_TRY(ch_tensor_wrap(&var_r, gv + g->rank * C, CH_F32, 1, &C, CH_LAYOUT_PLAIN, M->dev,
+                          M->dev_index));
+    if (!g->allgather) CH_TRY(ch_op_zero(cx, &m->g_dev));
+    if (count > 0) {
+        CH_TRY(ch_op_batchnorm_stats(cx, x, &mean_r, &var_r));
+    } else {
+        CH_TRY(ch_op_zero(cx, &mean_r));
+        CH_TRY(ch_op_zero(cx, &var_r));
+    }
+    if (g->allgather) {
+        ch_status s = g->allgather(g->ctx, gm + g->rank * C, gm, (size_t)C);
+        if (s == CH_OK) s = g->allgather(g->ctx, gv + g->rank * C, gv, (size_t)C);
+        if (s) return ch_error_context("SyncBN '%s': all-gather of statistics", m->path);
+    } else {
+        ch_status s = g->allreduce_sum(g->ctx, gm, (size_t)(2 * R * C));
+        if (s) return ch_error_context("SyncBN '%s': all-reduce of statistics", m->path);
+    }
+    if (R == 1) {
+        m->g_counts[0] = count;
+    } else {
+        if (!M->count_gather)
+            return CH_ERROR(CH_ERR_INVALID, "SyncBN '%s' on GPU %d needs a host gather of the "
+                            "per-rank counts (ch_model_set_sync_count_gather)", m->path,
+                            M->dev_index);
+        ch_status s = M->count_gather(M->count_gather_ctx, count, m->g_counts);
+        if (s) return ch_error_context("SyncBN '%s': all-gather of counts", m->path);
+    }
+    int64_t total = 0;
+    CH_TRY(ch_op_batchnorm_gather_stats(cx, &m->g_means, &m->g_vars, m->g_counts, (int)R, &m->mean,
+                                        &m->var, &total));
+    CH_TRY(ch_op_batchnorm_update_running(cx, &m->rmean, &m->rvar, &m->mean, &m->var, total,
+                                          NN_BN_MOMENTUM));
+    (*m->nbt)++;
+    m->count_total = total;
+    if (count > 0)
+        CH_TRY(ch_op_batchnorm_apply(cx, x, &m->mean, &m->var, &m->w, &m->b, NN_BN_EPS, &m->y));
+    return CH_OK;
+}
+
 ch_status ch_model_convert_sync_bn(ch_model_t *M, const ch_nn_sync_t *sync, int *n_converted)
 {
     CH_REQUIRE(M && M->finalized && sync, "ch_model_convert_sync_bn: NULL argument or model not finalized");
@@ -172,24 +269,12 @@ ch_status ch_model_convert_sync_bn(ch_model_t *M, const ch_nn_sync_t *sync, int 
     M->sync = *sync;
     M->has_sync = 1;
     int n = 0;
-    const int64_t R = sync->world_size;
     for (int i = 0; i < M->nentries; i++) {
         ch_module_t *m = M->entries[i]->module;
         if (strcmp(M->entries[i]->local, "weight") ||
             (m->kind != CH_NN_BATCHNORM2D && m->kind != CH_NN_SYNC_BATCHNORM))
             continue;
-        const int64_t C = m->channels, row = 2 * C + 1;
-        free(m->gather);
-        free(m->g_counts);
-        /* [packed means R*C | vars R*C | counts R] [received R*row] [send row] */
-        m->gather = calloc((size_t)(2 * R * row + row), sizeof(float));
-        m->g_counts = calloc((size_t)R, sizeof(int64_t));
-        if (!m->gather || !m->g_counts)
-            return CH_ERROR(CH_ERR_NOMEM, "SyncBN: out of memory for '%s'", m->path);
-        int64_t rc[2] = {R, C};
-        CH_TRY(ch_tensor_wrap(&m->g_means, m->gather, CH_F32, 2, rc, CH_LAYOUT_PLAIN, CH_DEV_CPU, 0));
-        CH_TRY(ch_tensor_wrap(&m->g_vars, m->gather + R * C, CH_F32, 2, rc, CH_LAYOUT_PLAIN,
-                              CH_DEV_CPU, 0));
+        CH_TRY(ch_nn_sync_storage(M, m));
         m->kind = CH_NN_SYNC_BATCHNORM;
         n++;
     }
@@ -200,6 +285,7 @@ ch_status ch_model_convert_sync_bn(ch_model_t *M, const ch_nn_sync_t *sync, int 
 static ch_status syncbn_forward_train(ch_model_t *M, ch_compute_t *cx, ch_module_t *m,
                                       const ch_tensor_t *x)
 {
+    if (M->dev != CH_DEV_CPU) return syncbn_forward_train_dev(M, cx, m, x);
     const ch_nn_sync_t *g = &M->sync;
     const int64_t R = g->world_size, C = m->channels, row = 2 * C + 1;
     const int64_t count = x->shape[0] * x->shape[2] * x->shape[3];
@@ -337,11 +423,16 @@ ch_status ch_model_forward(ch_model_t *M, ch_compute_t *cx, const ch_tensor_t *x
                            const ch_tensor_t **logits)
 {
     CH_REQUIRE(M && cx && x && logits, "ch_model_forward: NULL argument");
-    CH_REQUIRE(x->ndim == 4 && x->dtype == CH_F32 && x->dev == CH_DEV_CPU &&
-                   (x->data || ch_tensor_numel(x) == 0),
-               "nn: model input must be a float32 (N,C,H,W) host tensor with storage");
+    CH_REQUIRE(x->ndim == 4 && x->dtype == CH_F32 && (x->data || ch_tensor_numel(x) == 0),
+               "nn: model input must be a float32 (N,C,H,W) tensor with storage");
+    if (x->dev != M->dev || (M->dev != CH_DEV_CPU && x->dev_index != M->dev_index)) {
+        char b[128];
+        return CH_ERROR(CH_ERR_INVALID, "nn: input %s of '%s' is not on the model's device (%s %d)",
+                        ch_tensor_describe(x, b, sizeof b), M->arch,
+                        M->dev == CH_DEV_CPU ? "cpu" : "cuda", M->dev_index);
+    }
     CH_TRY(ch_model_plan(M, cx, x->shape, x->layout, NULL));
-    M->have_forward = M->have_loss = 0;
+    M->have_forward = M->have_loss = M->have_loss_value = 0;
     const ch_tensor_t *y = NULL;
     ch_status s = fwd(M, cx, M->root, x, &y);
     if (s) return ch_error_context("forward of '%s'", M->arch);
@@ -358,7 +449,24 @@ ch_status ch_model_loss(ch_model_t *M, ch_compute_t *cx, const ch_tensor_t *labe
     ch_status s = ch_op_cross_entropy(cx, M->logits, labels, &M->loss, &M->dlogits);
     if (s) return ch_error_context("loss of '%s'", M->arch);
     M->have_loss = 1;
-    if (loss) *loss = ch_tensor_f32(&M->loss)[0];
+    M->have_loss_value = 1;
+    if (loss) return ch_model_loss_value(M, cx, loss);
+    return CH_OK;
+}
+
+ch_status ch_model_loss_value(ch_model_t *M, ch_compute_t *cx, float *loss)
+{
+    CH_REQUIRE(M && cx && loss, "ch_model_loss_value: NULL argument");
+    CH_REQUIRE(M->have_loss_value, "nn: ch_model_loss_value of '%s' without ch_model_loss since "
+               "the last forward", M->arch);
+    if (M->dev == CH_DEV_CPU) {
+        *loss = ch_tensor_f32(&M->loss)[0];
+        return CH_OK;
+    }
+    ch_status s = ch_device_memcpy(M->dev_index, &M->loss_host, M->loss.data, sizeof(float),
+                                   CH_MEMCPY_DEVICE_TO_HOST);
+    if (s) return ch_error_context("reading the loss of '%s' from GPU %d", M->arch, M->dev_index);
+    *loss = M->loss_host;
     return CH_OK;
 }
 
@@ -482,6 +590,8 @@ static ch_status bwd(ch_model_t *M, ch_compute_t *cx, ch_module_t *m, ch_tensor_
         const int64_t count = m->in->shape[0] * m->in->shape[2] * m->in->shape[3];
         if (count > 0) {
             CH_TRY(ch_op_batchnorm_backward_reduce(cx, m->in, dy, &m->mean, &m->sum_dy, &m->sum_dy_xmu));
+        } else if (M->dev != CH_DEV_CPU) {
+            CH_TRY(ch_op_zero(cx, &m->sums));
         } else {
             memset(m->sums.data, 0, m->sums.nbytes);
         }
@@ -545,10 +655,15 @@ ch_status ch_model_backward(ch_model_t *M, ch_compute_t *cx, const ch_tensor_t *
                M->arch);
     if (dlogits) {
         CH_TRY(ch_tensor_check_shape(dlogits, "dlogits", CH_F32, 2, M->dlogits.shape));
-        CH_REQUIRE(dlogits->layout == CH_LAYOUT_PLAIN && dlogits->dev == CH_DEV_CPU &&
+        CH_REQUIRE(dlogits->layout == CH_LAYOUT_PLAIN && dlogits->dev == M->dev &&
+                       (M->dev == CH_DEV_CPU || dlogits->dev_index == M->dev_index) &&
                        (dlogits->data || !M->dlogits.nbytes),
-                   "nn: dlogits must be a plain host tensor");
-        if (M->dlogits.nbytes) memcpy(M->dlogits.data, dlogits->data, M->dlogits.nbytes);
+                   "nn: dlogits must be a plain tensor on the model's device");
+        if (M->dev != CH_DEV_CPU) {
+            if (M->dlogits.nbytes) CH_TRY(ch_op_copy(cx, dlogits, &M->dlogits));
+        } else if (M->dlogits.nbytes) {
+            memcpy(M->dlogits.data, dlogits->data, M->dlogits.nbytes);
+        }
     } else {
         CH_REQUIRE(M->have_loss, "nn: backward of '%s' without dlogits needs ch_model_loss first",
                    M->arch);

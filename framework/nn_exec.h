@@ -23,6 +23,15 @@
  *
  * Activations use the layout the compute context prefers; ReLU is in place
  * (torch.nn.ReLU(inplace=True), as torchvision's ResNet).
+ *
+ * Devices: everything below runs where the model lives (ch_model_device,
+ * nn.h). A model moved with ch_model_to_device(CH_DEV_CUDA, g) takes its
+ * inputs (x, labels, dlogits) as CH_DEV_CUDA tensors on GPU g, keeps its
+ * activations in a device arena and returns device logits; the GPU ops are
+ * queued on the compute context's stream (ch_compute_stream) and return
+ * before they finish, so the host sees results only through calls that
+ * synchronise (ch_model_loss with a non-NULL loss, ch_model_loss_value,
+ * ch_op_count_correct, ch_model_sync_to_host).
  */
 #ifndef COHORT_NN_EXEC_H
 #define COHORT_NN_EXEC_H
@@ -40,15 +49,18 @@ extern "C" {
 #endif
 
 /* Plan (and allocate) the activations for an input of shape `shape`
- * (N, C, H, W) float32 in `layout` on the host. Done automatically by
+ * (N, C, H, W) float32 in `layout` on the model's device (a GPU model makes
+ * sure the context's GPU state exists, so the preferred layouts are the
+ * GPU's; CH_ERR_UNSUPPORTED when the context has no GPU backend). Done automatically by
  * ch_model_forward; call it ahead to allocate before timing or to learn the
  * size (*arena_bytes may be NULL). CH_ERR_INVALID when C differs from the
  * model's input channels or the spatial size shrinks to nothing. */
 ch_status ch_model_plan(ch_model_t *model, ch_compute_t *cx, const int64_t shape[4],
                         ch_layout_t layout, size_t *arena_bytes);
 
-/* Forward pass. x: (N, C, H, W) float32 on the host, any layout, kept alive
- * and unchanged until backward. *logits: (N, num_classes) PLAIN float32,
+/* Forward pass. x: (N, C, H, W) float32 on the model's device
+ * (CH_ERR_INVALID otherwise), any layout, kept alive and unchanged until
+ * backward (on a GPU: until the backward's kernels have run). *logits: (N, num_classes) PLAIN float32,
  * owned by the model, valid until the next forward/plan. Training mode
  * (ch_model_train) uses batch statistics and updates running stats and
  * num_batches_tracked; eval mode uses running stats. */
@@ -57,12 +69,23 @@ ch_status ch_model_forward(ch_model_t *model, ch_compute_t *cx, const ch_tensor_
 
 /* Cross-entropy loss (torch.nn.CrossEntropyLoss(), mean over the N samples
  * of the last forward) and its gradient w.r.t. the logits, kept for
- * ch_model_backward. labels: (N) int64, 0 <= label < num_classes
- * (CH_ERR_RANGE otherwise). *loss (may be NULL) receives the value. */
+ * ch_model_backward. labels: (N) int64 on the model's device,
+ * 0 <= label < num_classes (CH_ERR_RANGE otherwise). *loss (may be NULL)
+ * receives the value; on a GPU model reading it waits for the queued work
+ * (pass NULL and call ch_model_loss_value after queueing backward and the
+ * optimizer step to keep the GPU busy). */
 ch_status ch_model_loss(ch_model_t *model, ch_compute_t *cx, const ch_tensor_t *labels,
                         float *loss);
 
-/* Backward pass from dlogits (N, num_classes) PLAIN float32, or with
+/* The value of the last ch_model_loss (valid until the next forward or
+ * plan; backward and optimizer steps do not change it). CPU: read at once.
+ * GPU: a synchronous 4-byte device -> host copy (ch_device_memcpy: waits
+ * for all work queued on the GPU). CH_ERR_INVALID without a loss since the
+ * last forward. */
+ch_status ch_model_loss_value(ch_model_t *model, ch_compute_t *cx, float *loss);
+
+/* Backward pass from dlogits (N, num_classes) PLAIN float32 on the model's
+ * device, or with
  * dlogits == NULL from the gradient of the last ch_model_loss. Needs a
  * training-mode forward (CH_ERR_INVALID otherwise). Writes ->grad of every
  * parameter with requires_grad and calls the gradient-ready hook; a hook
@@ -122,6 +145,27 @@ typedef struct {
  * rank outside [0, world_size)). *n_converted (may be NULL) = layers changed. */
 ch_status ch_model_convert_sync_bn(ch_model_t *model, const ch_nn_sync_t *sync,
                                    int *n_converted);
+
+/* SyncBN on a GPU model. The buffers passed to sync's allreduce_sum /
+ * allgather are then DEVICE memory of the model's GPU (give it an NCCL
+ * process group whose compute stream is the context's, ch_pg_nccl_set_stream
+ * with ch_compute_stream(cx, CH_DEV_CUDA), so every collective is ordered
+ * after the kernels that produce its input and before those that consume
+ * its output). In training the statistics are all-gathered as two in-place
+ * gathers of C floats (per-rank means, then biased variances; without
+ * allgather, one all-reduce of a zero-padded 2*R*C vector), while the
+ * per-rank element counts (N*H*W, host values that
+ * ch_op_batchnorm_gather_stats needs) come from this host callback: every
+ * rank passes its own count and receives all[0..world_size) in rank order,
+ * e.g. with the MPI process group
+ *
+ *   static ch_status counts(void *pg, int64_t local, int64_t *all)
+ *   { return ch_pg_allgather(pg, &local, all, 1, CH_DIST_INT64); }
+ *
+ * Needed for a GPU model with world_size > 1 (the forward fails with
+ * CH_ERR_INVALID without it); unused on the CPU. fn NULL removes it. */
+typedef ch_status (*ch_nn_count_gather_fn)(void *ctx, int64_t local, int64_t *all);
+ch_status ch_model_set_sync_count_gather(ch_model_t *model, ch_nn_count_gather_fn fn, void *ctx);
 
 #ifdef __cplusplus
 }

@@ -49,7 +49,8 @@ struct ch_module {
     ch_tensor_t sum_dy, sum_dy_xmu;        /* views into sums */
     ch_tensor_t sums;                      /* (2C): [sum_dy | sum_dy_xmu] */
     float *gather;                         /* SyncBN: R*(2C+1) floats */
-    ch_tensor_t g_means, g_vars;           /* (R, C) views into gather */
+    ch_tensor_t g_means, g_vars;           /* (R, C) views into gather (CPU) or g_dev (GPU) */
+    ch_tensor_t g_dev;                     /* SyncBN on a GPU model: (2*R*C) [means | vars] */
     int64_t *g_counts;                     /* R */
     int64_t count_total;                   /* count used by the last training forward */
 
@@ -79,6 +80,12 @@ struct ch_model {
     float *param_block, *grad_block; /* nparams' data / grads */
     size_t param_numel;
     float *buffer_block;             /* float buffers */
+    /* device copies (ch_model_to_device); NULL on the CPU */
+    ch_devkind_t dev;
+    int dev_index;
+    float *d_param_block, *d_grad_block, *d_buffer_block;
+    float loss_host;                 /* last loss read back from the device */
+    int have_loss_value;             /* a ch_model_loss since the last forward */
     int64_t *i64_block;              /* int64 buffers */
     size_t buffer_numel, i64_numel;
 
@@ -98,6 +105,18 @@ struct ch_model {
 
     ch_nn_sync_t sync;            /* SyncBN process group (valid when has_sync) */
     int has_sync;
+    ch_nn_count_gather_fn count_gather; /* SyncBN on a GPU: host gather of counts */
+    void *count_gather_ctx;
 };
+
+/* (Re)allocate the SyncBN gather storage of batch-norm module m for the
+ * model's device and world size (nn_exec.c; used by convert and by
+ * ch_model_to_device). */
+ch_status ch_nn_sync_storage(ch_model_t *M, ch_module_t *m);
+
+/* (Re)bind module m's (and its children's) tensors to the model's current
+ * storage (dev_data/dev_grad) and allocate the batch-norm vectors on the
+ * model's device (nn.c). */
+ch_status ch_nn_bind_module(ch_model_t *M, ch_module_t *m);
 
 #endif /* COHORT_NN_INTERNAL_H */

@@ -10,6 +10,15 @@
  * backward, evaluation with all-reduced correct counts, rank-0 checkpoints
  * (safetensors with torchvision names) and a resume file.
  *
+ * GPU ranks (a GPU visible and chosen by dist.device_rule; all ranks or
+ * none): the model, its gradients, BN buffers, SyncBN statistics and the
+ * SGD momentum live on the device (ch_model_to_device); gradients and
+ * SyncBN go over an NCCL group built over MPI whose compute stream is the
+ * compute context's; batches are copied from the loader's page-locked slots
+ * on the copy stream, the next one while the current step computes;
+ * checkpoints and resume go through the host mirror. compute.* keys set
+ * TF32, bf16 autocast, the convolution algorithm search and the workspace.
+ *
  * Exit status: 0 success on every rank; 1 a runtime error; 2 bad
  * configuration or input detected before training; 3 stopped by a
  * preemption signal after writing the resume file (requeued if asked).
@@ -126,13 +135,28 @@ static const ch_config_key_t keys[] = {
      "Signal announcing preemption (besides SIGTERM), e.g. from #SBATCH --signal=B:USR2@120."},
     {"dist.requeue", CH_CFG_BOOL, "false", CH_CFG_NO_RANGE,
      "On preemption, run 'scontrol requeue $SLURM_JOB_ID' after writing the resume file."},
+    {"compute.allow_tf32", CH_CFG_BOOL, "true", CH_CFG_NO_RANGE,
+     "GPU: cuDNN convolutions may use TF32 tensor cores (torch.backends.cudnn.allow_tf32); "
+     "linear layers stay fp32. Ignored on CPU ranks."},
+    {"compute.bf16", CH_CFG_BOOL, "false", CH_CFG_NO_RANGE,
+     "GPU: bf16 autocast for convolutions and linear layers (fp32 master weights, gradients "
+     "and BN statistics; torch.autocast(dtype=torch.bfloat16)). An error on a CPU rank."},
+    {"compute.conv_search", CH_CFG_STRING, "heuristics", CH_CFG_NO_RANGE,
+     "GPU: convolution algorithm choice: heuristics (cuDNN's ranking) or timed "
+     "(cudnnFind*, torch.backends.cudnn.benchmark = True). Ignored on CPU ranks."},
+    {"compute.gpu_workspace_mb", CH_CFG_INT, "1024", 1, 1048576,
+     "GPU: cap on the cuDNN convolution workspace in MiB. Ignored on CPU ranks."},
 };
 #define N_KEYS ((int)(sizeof keys / sizeof keys[0]))
 
-enum { PH_DATA, PH_FORWARD, PH_BACKWARD, PH_ALLREDUCE, PH_OPTIM, PH_EVAL, PH_CKPT, PH_N };
+/* On GPU ranks forward/backward/optimizer time the host queueing kernels;
+ * the device's own time shows up as "gpu wait" (the end-of-step wait for the
+ * loss value). */
+enum { PH_DATA, PH_FORWARD, PH_BACKWARD, PH_ALLREDUCE, PH_OPTIM, PH_EVAL, PH_CKPT, PH_GPU_WAIT,
+       PH_N };
 static const char *const phase_names[PH_N] = {"data wait", "forward",    "backward",
                                                "all-reduce wait", "optimizer", "eval",
-                                               "checkpoint"};
+                                               "checkpoint", "gpu wait"};
 
 enum { EXIT_OK = 0, EXIT_ERROR = 1, EXIT_BAD_INPUT = 2, EXIT_PREEMPTED = 3 };
 
@@ -148,6 +172,8 @@ typedef struct {
     int image_size, workers, prefetch, crop_padding, hflip, num_classes, in_channels;
     int freeze, sync_bn, nesterov, epochs, batch_size, threads, log_every, do_eval;
     int save_every, broadcast_buffers, requeue, warning_signal, stop_after;
+    int allow_tf32, bf16, conv_search, gpu_workspace_mb;
+    const char *conv_search_text;
     float mean[3], stdv[3];
 
     /* runtime */
@@ -155,6 +181,12 @@ typedef struct {
     int rank, world;
     ch_pg_t *pg;
     ch_compute_t *cx;
+    /* GPU ranks (env.device >= 0): the model, gradients and SyncBN live on
+     * the device, collectives on them go through the NCCL group; the loss
+     * and accuracy all-reduces stay on the MPI group (host values) */
+    int on_gpu;
+    ch_pg_t *nccl;
+    ch_tensor_t x_dev[2], y_dev[2]; /* device input slots (double buffer) */
     ch_dataset_t *train_base, *test_base, *train_ds, *test_ds;
     ch_loader_t *train_loader, *test_loader;
     ch_model_t *model;
@@ -249,6 +281,15 @@ static ch_status read_config(job_t *j)
     CH_TRY(ch_config_get_bool(c, "dist.broadcast_buffers", &j->broadcast_buffers));
     CH_TRY(ch_config_get_string(c, "dist.warning_signal", &j->warning_signal_text));
     CH_TRY(ch_config_get_bool(c, "dist.requeue", &j->requeue));
+    CH_TRY(ch_config_get_bool(c, "compute.allow_tf32", &j->allow_tf32));
+    CH_TRY(ch_config_get_bool(c, "compute.bf16", &j->bf16));
+    CH_TRY(ch_config_get_string(c, "compute.conv_search", &j->conv_search_text));
+    CH_TRY(ch_config_get_int(c, "compute.gpu_workspace_mb", &j->gpu_workspace_mb));
+    if (!strcmp(j->conv_search_text, "heuristics")) j->conv_search = 0;
+    else if (!strcmp(j->conv_search_text, "timed")) j->conv_search = 1;
+    else
+        return CH_ERROR(CH_ERR_CONFIG, "compute.conv_search: '%s' is not one of heuristics, timed",
+                        j->conv_search_text);
     CH_TRY(read_floats(j, "data.mean", j->mean, j->in_channels));
     CH_TRY(read_floats(j, "data.std", j->stdv, j->in_channels));
     for (int ch = 0; ch < j->in_channels; ch++)
@@ -502,6 +543,12 @@ static ch_status sync_allgather(void *ctx, const float *in, float *out, size_t n
     return ch_pg_allgather((ch_pg_t *)ctx, in, out, (int64_t)n, CH_DIST_FLOAT32);
 }
 
+/* SyncBN on a GPU: the per-rank element counts travel on the host. */
+static ch_status sync_count_gather(void *ctx, int64_t local, int64_t *all)
+{
+    return ch_pg_allgather((ch_pg_t *)ctx, &local, all, 1, CH_DIST_INT64);
+}
+
 static ch_status build_model(job_t *j)
 {
     ch_model_options_t mo;
@@ -516,21 +563,32 @@ static ch_status build_model(job_t *j)
         CH_TRY(ch_model_freeze(j->model, "fc", &nf));
         ch_log_info("freeze_layers: %d parameters frozen, training only 'fc'", nf);
     }
+    /* GPU: parameters, gradients and buffers to the device (the host blocks
+     * stay as the mirror for checkpoints); collectives on device memory go
+     * through the NCCL group */
+    ch_pg_t *grad_pg = j->pg;
+    if (j->on_gpu) {
+        CH_TRY(ch_model_to_device(j->model, CH_DEV_CUDA, j->env.device));
+        grad_pg = j->nccl;
+    }
     if (j->sync_bn && !j->freeze && j->world > 1) {
-        ch_nn_sync_t sync = {sync_allreduce, sync_allgather, j->pg, j->rank, j->world};
+        ch_nn_sync_t sync = {sync_allreduce, sync_allgather, grad_pg, j->rank, j->world};
         CH_TRY(ch_model_convert_sync_bn(j->model, &sync, &j->converted_sync_bn));
+        if (j->on_gpu) CH_TRY(ch_model_set_sync_count_gather(j->model, sync_count_gather, j->pg));
     }
     ch_ddp_options_t dopt;
     ch_ddp_options_default(&dopt);
     dopt.bucket_cap_bytes = (size_t)(j->bucket_mb * 1048576.0);
     dopt.broadcast_buffers = j->broadcast_buffers && !j->converted_sync_bn;
-    CH_TRY(ch_ddp_create(j->model, j->pg, &dopt, &j->ddp));
+    CH_TRY(ch_ddp_create(j->model, grad_pg, &dopt, &j->ddp));
+    CH_TRY(ch_ddp_set_compute(j->ddp, j->cx));
     ch_sgd_options_t so = {.lr = j->lr * j->world,
                            .momentum = j->momentum,
                            .dampening = j->dampening,
                            .weight_decay = j->weight_decay,
                            .nesterov = j->nesterov};
     CH_TRY(ch_sgd_create(&so, &j->sgd));
+    ch_sgd_set_compute(j->sgd, j->cx);
     CH_TRY(ch_sgd_add_model(j->sgd, j->model));
     CH_TRY(ch_lr_cosine_init(&j->sched, j->lr * j->world, j->lrf, j->epochs));
     return CH_OK;
@@ -655,6 +713,8 @@ static ch_status load_resume(job_t *j, const char *path)
                          (unsigned long long)info.sampler_seed, j->seed);
     }
     ch_safetensors_close(st);
+    /* read into the host mirror: on to the device */
+    if (s == CH_OK) s = ch_model_sync_to_device(j->model);
     return s;
 }
 
@@ -699,6 +759,153 @@ typedef struct {
     int64_t loss_steps;
 } epoch_result_t;
 
+/* GPU ranks: queue the host -> device copy of batch b (page-locked loader
+ * slot) into device input slot `slot` on the copy stream, and describe the
+ * device views in *x / *y (the first b->n samples of the slot). */
+static ch_status upload_batch(job_t *j, const ch_batch_t *b, int slot, ch_tensor_t *x,
+                              ch_tensor_t *y)
+{
+    int64_t xs[4] = {b->n, b->c, b->h, b->w}, ys[1] = {b->n};
+    ch_tensor_t hx, hy;
+    const int64_t need = b->n * b->c * b->h * b->w;
+    if (need > ch_tensor_numel(&j->x_dev[slot]) || b->n > ch_tensor_numel(&j->y_dev[slot]))
+        return CH_ERROR(CH_ERR_INTERNAL, "batch of %lld x %dx%dx%d does not fit the device input "
+                        "slot of %lld floats", (long long)b->n, b->c, b->h, b->w,
+                        (long long)ch_tensor_numel(&j->x_dev[slot]));
+    CH_TRY(ch_tensor_wrap(&hx, b->images, CH_F32, 4, xs, CH_LAYOUT_PLAIN, CH_DEV_CPU, 0));
+    CH_TRY(ch_tensor_wrap(&hy, b->labels, CH_I64, 1, ys, CH_LAYOUT_PLAIN, CH_DEV_CPU, 0));
+    CH_TRY(ch_tensor_wrap(x, j->x_dev[slot].data, CH_F32, 4, xs, CH_LAYOUT_PLAIN, CH_DEV_CUDA,
+                          j->env.device));
+    CH_TRY(ch_tensor_wrap(y, j->y_dev[slot].data, CH_I64, 1, ys, CH_LAYOUT_PLAIN, CH_DEV_CUDA,
+                          j->env.device));
+    if (b->n == 0) return CH_OK;
+    CH_TRY(ch_op_upload_async(j->cx, &hx, x));
+    return ch_op_upload_async(j->cx, &hy, y);
+}
+
+/* Device input slots for the larger of the train and test batches. */
+static ch_status alloc_device_inputs(job_t *j)
+{
+    int c, h, w;
+    ch_loader_sample_shape(j->train_loader, &c, &h, &w);
+    int64_t per = (int64_t)c * h * w;
+    if (j->test_loader) {
+        ch_loader_sample_shape(j->test_loader, &c, &h, &w);
+        if ((int64_t)c * h * w > per) per = (int64_t)c * h * w;
+    }
+    int64_t nx = (int64_t)j->batch_size * per, ny = j->batch_size;
+    for (int k = 0; k < 2; k++) {
+        CH_TRY(ch_tensor_alloc(&j->x_dev[k], CH_F32, 1, &nx, CH_LAYOUT_PLAIN, CH_DEV_CUDA,
+                               j->env.device));
+        CH_TRY(ch_tensor_alloc(&j->y_dev[k], CH_I64, 1, &ny, CH_LAYOUT_PLAIN, CH_DEV_CUDA,
+                               j->env.device));
+    }
+    return CH_OK;
+}
+
+/* One training epoch on a GPU rank. Batch k+1 is fetched from the loader
+ * and its copy queued on the copy stream right after step k's kernels are
+ * queued, so the copy overlaps step k's compute. The device slot it
+ * overwrites was read by step k-1, which has finished: every step ends with
+ * ch_model_loss_value, a host wait for all queued work. At the top of each
+ * step ch_compute_wait_upload makes the compute stream wait for the copy
+ * and the host for the reads of the pinned slot, which then goes back to
+ * the loader. Errors end the whole job (ch_fatal). */
+static void train_epoch_gpu(job_t *j, int epoch, int64_t first_step, int64_t steps,
+                            epoch_result_t *r)
+{
+    double t0 = ch_time_now();
+    int64_t images = 0;
+    ch_batch_t *next = NULL;
+    ch_tensor_t xv[2], yv[2];
+    int slot = 0;
+    if (first_step < steps) {
+        ch_prof_begin(j->prof, PH_DATA);
+        if (ch_loader_next(j->train_loader, &next)) ch_fatal("reading training data", EXIT_ERROR);
+        if (next) ch_check_fatal(upload_batch(j, next, slot, &xv[slot], &yv[slot]), "batch upload");
+        ch_prof_end(j->prof, PH_DATA);
+    }
+    for (int64_t step = first_step; step < steps; step++) {
+        ch_batch_t *b = next;
+        next = NULL;
+        if (!b) break;
+        ch_prof_begin(j->prof, PH_DATA);
+        ch_check_fatal(ch_compute_wait_upload(j->cx), "batch upload");
+        const int64_t n = b->n;
+        ch_loader_release(j->train_loader, b);
+        ch_prof_end(j->prof, PH_DATA);
+        const ch_tensor_t *logits = NULL;
+        ch_prof_begin(j->prof, PH_FORWARD);
+        ch_check_fatal(ch_ddp_before_forward(j->ddp), "DDP");
+        ch_check_fatal(ch_model_forward(j->model, j->cx, &xv[slot], &logits), "forward");
+        ch_check_fatal(ch_model_loss(j->model, j->cx, &yv[slot], NULL), "loss");
+        ch_prof_end(j->prof, PH_FORWARD);
+        ch_prof_begin(j->prof, PH_BACKWARD);
+        ch_check_fatal(ch_model_backward(j->model, j->cx, NULL), "backward");
+        ch_prof_end(j->prof, PH_BACKWARD);
+        double wait = 0;
+        ch_check_fatal(ch_ddp_finish(j->ddp, &wait), "gradient all-reduce");
+        ch_prof_add(j->prof, PH_ALLREDUCE, wait);
+        ch_prof_begin(j->prof, PH_OPTIM);
+        ch_check_fatal(ch_sgd_step(j->sgd), "optimizer");
+        ch_prof_end(j->prof, PH_OPTIM);
+        /* the next batch's copy overlaps this step's kernels */
+        if (step + 1 < steps) {
+            ch_prof_begin(j->prof, PH_DATA);
+            if (ch_loader_next(j->train_loader, &next))
+                ch_fatal("reading training data", EXIT_ERROR);
+            if (next)
+                ch_check_fatal(upload_batch(j, next, slot ^ 1, &xv[slot ^ 1], &yv[slot ^ 1]),
+                               "batch upload");
+            ch_prof_end(j->prof, PH_DATA);
+        }
+        /* waits for the step (and thereby frees slot `slot` for step k+2) */
+        float loss = 0;
+        ch_prof_begin(j->prof, PH_GPU_WAIT);
+        ch_check_fatal(ch_model_loss_value(j->model, j->cx, &loss), "loss");
+        ch_prof_end(j->prof, PH_GPU_WAIT);
+        slot ^= 1;
+        images += n;
+        j->global_step++;
+        double v[2] = {loss, ch_preempt_pending() ? 1.0 : 0.0}, out[2];
+        ch_prof_begin(j->prof, PH_ALLREDUCE);
+        ch_check_fatal(ch_pg_allreduce(j->pg, v, out, 2, CH_DIST_FLOAT64, CH_REDUCE_SUM),
+                       "loss all-reduce");
+        ch_prof_end(j->prof, PH_ALLREDUCE);
+        double lmean = out[0] / j->world;
+        if (!isfinite(lmean)) {
+            if (j->rank == 0)
+                ch_log_error("non-finite loss %g at epoch %d, step %lld of %lld (global step "
+                             "%lld): stopping every rank", lmean, epoch, (long long)step + 1,
+                             (long long)steps, (long long)j->global_step);
+            ch_prof_destroy(j->prof);
+            MPI_Finalize();
+            exit(EXIT_ERROR);
+        }
+        r->loss_sum += lmean;
+        r->loss_steps++;
+        r->steps_done = step + 1;
+        progress(j, epoch, step + 1, steps, lmean, r->loss_sum / (double)r->loss_steps,
+                 ch_time_now() - t0, images * j->world, 0);
+        if (out[1] > 0) {
+            r->preempted = ch_preempt_pending() ? ch_preempt_pending() : 1;
+            break;
+        }
+    }
+    if (next) {
+        /* fetched and uploading but not trained on (preemption): let the
+         * copy finish reading the slot before it goes back */
+        ch_check_fatal(ch_compute_wait_upload(j->cx), "batch upload");
+        ch_loader_release(j->train_loader, next);
+    }
+    r->seconds = ch_time_now() - t0;
+    r->loss = r->loss_steps ? r->loss_sum / (double)r->loss_steps : 0;
+    r->images_per_s = r->seconds > 0 ? (double)(images * j->world) / r->seconds : 0;
+    if (r->steps_done == 0) r->steps_done = first_step;
+    if (!r->preempted)
+        progress(j, epoch, r->steps_done, steps, r->loss, r->loss, r->seconds, images * j->world, 1);
+}
+
 /* One training epoch. Errors inside the step loop end the whole job
  * (ch_fatal): other ranks would otherwise wait in a collective. */
 static void train_epoch(job_t *j, int epoch, int64_t first_step, epoch_result_t *r)
@@ -712,6 +919,10 @@ static void train_epoch(job_t *j, int epoch, int64_t first_step, epoch_result_t 
     /* resuming mid-epoch: the same batches from first_step on, the skipped
      * ones not even loaded */
     ch_check_fatal(ch_loader_start_epoch_at(j->train_loader, epoch, first_step), "loader");
+    if (j->on_gpu) {
+        train_epoch_gpu(j, epoch, first_step, steps, r);
+        return;
+    }
     double t0 = ch_time_now();
     int64_t images = 0;
     for (int64_t step = first_step; step < steps; step++) {
@@ -797,6 +1008,34 @@ static void evaluate(job_t *j, int epoch, double *acc_seed, double *acc_exact)
         int64_t xs[4] = {b->n, b->c, b->h, b->w};
         ch_tensor_t x;
         const ch_tensor_t *logits = NULL;
+        if (j->on_gpu) {
+            /* accuracy on the device: count_correct returns host values */
+            ch_tensor_t y, lr, yr;
+            ch_check_fatal(upload_batch(j, b, 0, &x, &y), "batch upload");
+            ch_check_fatal(ch_compute_wait_upload(j->cx), "batch upload");
+            const int64_t n = b->n, n_real = b->n_real;
+            ch_loader_release(j->test_loader, b);
+            if (n == 0) continue;
+            int64_t all = 0, real = 0;
+            ch_check_fatal(ch_model_forward(j->model, j->cx, &x, &logits), "eval forward");
+            ch_check_fatal(ch_op_count_correct(j->cx, logits, &y, &all), "accuracy");
+            real = all;
+            if (n_real < n) {
+                /* the first n_real rows are the real samples */
+                int64_t ls[2] = {n_real, logits->shape[1]}, ys1[1] = {n_real};
+                real = 0;
+                if (n_real > 0) {
+                    ch_check_fatal(ch_tensor_wrap(&lr, logits->data, CH_F32, 2, ls, CH_LAYOUT_PLAIN,
+                                                  logits->dev, logits->dev_index), "accuracy");
+                    ch_check_fatal(ch_tensor_wrap(&yr, y.data, CH_I64, 1, ys1, CH_LAYOUT_PLAIN,
+                                                  y.dev, y.dev_index), "accuracy");
+                    ch_check_fatal(ch_op_count_correct(j->cx, &lr, &yr, &real), "accuracy");
+                }
+            }
+            counts[0] += (double)all;
+            counts[1] += (double)real;
+            continue;
+        }
         ch_check_fatal(ch_tensor_wrap(&x, b->images, CH_F32, 4, xs, CH_LAYOUT_PLAIN, CH_DEV_CPU, 0),
                        "batch");
         ch_check_fatal(ch_model_forward(j->model, j->cx, &x, &logits), "eval forward");
@@ -827,7 +1066,9 @@ static void checkpoint(job_t *j, int model_epoch, int resume_epoch, int64_t glob
     ch_status s = CH_OK;
     ch_prof_begin(j->prof, PH_CKPT);
     if (j->rank == 0) {
-        if (write_model) {
+        /* GPU: the state dict views point into the host mirror */
+        s = ch_model_sync_to_host(j->model);
+        if (s == CH_OK && write_model) {
             char path[4200];
             snprintf(path, sizeof path, "%s/model-%d.safetensors", j->out_dir, model_epoch);
             s = save_model_file(j, path);
@@ -876,11 +1117,53 @@ static int setup(job_t *j)
     s = ch_env_check_devices_status(&j->env, s, MPI_COMM_WORLD);
     if (agree(j, s, "device selection")) return EXIT_BAD_INPUT;
 
+    /* GPU ranks: all or none (the gradient collectives are NCCL or MPI for
+     * the whole world) */
+    j->on_gpu = j->env.device >= 0;
+    {
+        int mine[2] = {j->on_gpu, -j->on_gpu}, red[2] = {0, 0};
+        s = CH_OK;
+        if (MPI_Allreduce(mine, red, 2, MPI_INT, MPI_MIN, ch_pg_mpi_comm(j->pg)) != MPI_SUCCESS)
+            s = CH_ERROR(CH_ERR_MPI, "MPI_Allreduce of the GPU flags failed");
+        else if (red[0] != -red[1])
+            s = CH_ERROR(CH_ERR_INVALID, "some ranks have a GPU and others do not (this rank: %s); "
+                         "run every rank on GPUs or every rank on CPUs",
+                         j->on_gpu ? "GPU" : "no GPU");
+        if (s == CH_OK && j->bf16 && !j->on_gpu)
+            s = CH_ERROR(CH_ERR_CONFIG, "compute.bf16 = true needs a GPU, but this rank has none "
+                         "(%s); bf16 autocast is implemented by the GPU backend only",
+                         ch_device_backend_compiled() ? "no GPU visible"
+                                                      : "cohort was built without CUDA");
+        if (s == CH_OK && j->on_gpu) s = ch_device_set(j->env.device);
+    }
+    if (agree(j, s, "compute device")) return EXIT_BAD_INPUT;
+
     ch_compute_opts_t co;
     ch_compute_opts_default(&co);
     co.num_threads = j->threads;
+    co.gpu_device = j->on_gpu ? j->env.device : -1;
+    co.allow_tf32 = j->allow_tf32;
+    co.bf16 = j->bf16;
+    co.conv_search = j->conv_search;
+    co.gpu_workspace_bytes = (size_t)j->gpu_workspace_mb << 20;
     s = ch_compute_create(&j->cx, &co);
+    /* GPU state now (streams, handles), so failures show up here */
+    if (s == CH_OK && j->on_gpu) {
+        ch_error_clear();
+        if (!ch_compute_stream(j->cx, CH_DEV_CUDA))
+            s = ch_error_code() != CH_OK
+                    ? ch_error_context("GPU %d: setting up the compute backend", j->env.device)
+                    : CH_ERROR(CH_ERR_CUDA, "GPU %d: the compute backend could not set up its "
+                               "streams and handles", j->env.device);
+    }
     if (agree(j, s, "compute backend")) return EXIT_ERROR;
+    if (j->on_gpu) {
+        /* NCCL over the MPI world for gradients and SyncBN; a failure may
+         * leave peers inside ncclCommInitRank, so it is fatal */
+        ch_check_fatal(ch_pg_create_nccl(j->pg, j->env.device, &j->nccl), "NCCL process group");
+        s = ch_pg_nccl_set_stream(j->nccl, ch_compute_stream(j->cx, CH_DEV_CUDA));
+        if (agree(j, s, "NCCL compute stream")) return EXIT_ERROR;
+    }
 
     /* output directory: rank 0 creates and probes it */
     s = CH_OK;
@@ -902,6 +1185,10 @@ static int setup(job_t *j)
     s = open_datasets(j);
     if (s == CH_OK) s = make_loaders(j);
     if (agree(j, s, "data")) return EXIT_BAD_INPUT;
+    if (j->on_gpu) {
+        s = alloc_device_inputs(j);
+        if (agree(j, s, "device input buffers")) return EXIT_ERROR;
+    }
 
     s = build_model(j);
     if (agree(j, s, "model")) return EXIT_BAD_INPUT;
@@ -942,6 +1229,14 @@ static void describe(job_t *j)
                 j->env.note, j->env.device >= 0 ? "GPU" : "CPU");
     ch_log_info("compute: %s; %d thread%s per rank", cxd, ch_compute_num_threads(j->cx),
                 ch_compute_num_threads(j->cx) == 1 ? "" : "s");
+    if (j->on_gpu) {
+        char name[256] = "?";
+        if (ch_device_name(j->env.device, name, sizeof name) != CH_OK) ch_error_clear();
+        ch_log_info("GPU: rank 0 on device %d (%s); %s, TF32 convolutions %s, conv algorithms by "
+                    "%s, workspace cap %d MiB; gradients and SyncBN over NCCL",
+                    j->env.device, name, j->bf16 ? "bf16 autocast" : "fp32",
+                    j->allow_tf32 ? "on" : "off", j->conv_search_text, j->gpu_workspace_mb);
+    }
     ch_log_info("data: %s (%s): %lld train / %lld test samples, batch %d per rank (%d global), "
                 "%lld steps per epoch, %d workers",
                 j->data_path, j->data_format, (long long)(j->train_ds)->length,
@@ -991,8 +1286,13 @@ static void cleanup(job_t *j)
     if (j->test_ds != j->test_base) ch_dataset_destroy(j->test_ds);
     ch_dataset_destroy(j->train_base);
     ch_dataset_destroy(j->test_base);
+    for (int k = 0; k < 2; k++) {
+        ch_tensor_free(&j->x_dev[k]);
+        ch_tensor_free(&j->y_dev[k]);
+    }
     ch_compute_destroy(j->cx);
     ch_prof_destroy(j->prof);
+    ch_pg_destroy(j->nccl);
     ch_pg_destroy(j->pg);
     ch_config_destroy(j->cfg);
 }

@@ -25,6 +25,32 @@ echo "$out" | diag
 rank 0 of 1 procid 1" ]
 ok $? "srun -n 2 --mpi=none: two MPI singletons 'rank 0 of 1' (SLURM_PROCID 0 and 1): the mismatch a job must detect"
 
+# The PMI2 KVS bootstrap of the NCCL unique id (framework/pmi2.h), without
+# MPI: rank 0's 128 bytes reach rank 1 through slurmd's key-value space.
+kvs_prog=$builddir/tests/pmi2_kvs_helper
+out=$(srun -Q -n 2 --mpi=pmi2 -t 1 "$kvs_prog" 2>&1 | sort)
+echo "$out" | diag
+id0=$(echo "$out" | sed -n 's/^kvs rank 0 of 2 id \([0-9a-f]*\) again same$/\1/p')
+id1=$(echo "$out" | sed -n 's/^kvs rank 1 of 2 id \([0-9a-f]*\) again same$/\1/p')
+[ ${#id0} -eq 256 ] && [ "$id0" = "$id1" ] && [ "$id0" != "$(printf 'ee%.0s' $(seq 128))" ]
+ok $? "srun -n 2 --mpi=pmi2: PMI2 ranks 0 and 1 of 2; rank 0's 128-byte id reaches rank 1 through the KVS (twice, two keys)"
+
+out=$(srun -Q -n 2 --mpi=pmi2 -t 1 "$kvs_prog" fail 2>&1 | sort)
+echo "$out" | diag
+echo "$out" | grep -q "^kvs rank 0 of 2 status CH_ERR_IO: rank 0 could not make the id" &&
+  echo "$out" | grep -q "^kvs rank 1 of 2 status CH_ERR_REMOTE: rank 0 failed before publishing 'cohort-test-fail' (CH_ERR_IO)"
+ok $? "PMI2 KVS: a failure on rank 0 reaches rank 1 as CH_ERR_REMOTE naming it (no rank waits)"
+
+out=$(srun -Q -n 1 --mpi=none -t 1 "$kvs_prog" 2>&1); rc=$?
+echo "$out" | diag
+[ $rc -eq 2 ] && echo "$out" | grep -q "not started by \`srun --mpi=pmi2\`"
+ok $? "PMI2 KVS under srun --mpi=none: exit 2 with 'not started by srun --mpi=pmi2'"
+
+out=$(timeout 20 "$kvs_prog" 2>&1); rc=$?
+echo "$out" | diag
+[ $rc -eq 2 ] && echo "$out" | grep -q "not started by"
+ok $? "PMI2 KVS with no launcher (PMI2 singleton): exit 2, clear message, no hang"
+
 # A batch job: completes, output file right.
 make_workdir w
 cat >"$w/batch.sh" <<EOF
@@ -118,6 +144,13 @@ echo "$out" | diag
 [ "$(echo "$out" | cut -d' ' -f1-10)" = "rank 0 of 2 procid 0 nodeid 0 localid 0
 rank 1 of 2 procid 1 nodeid 1 localid 0" ]
 ok $? "srun -N 2 --ntasks-per-node=1: ranks 0,1 of 2 on nodes 0,1, local id 0 on each"
+
+out=$(srun -Q -N 2 --ntasks-per-node=1 --mpi=pmi2 -t 1 "$kvs_prog" 2>&1 | sort)
+echo "$out" | diag
+id0=$(echo "$out" | sed -n 's/^kvs rank 0 of 2 id \([0-9a-f]*\) again same$/\1/p')
+id1=$(echo "$out" | sed -n 's/^kvs rank 1 of 2 id \([0-9a-f]*\) again same$/\1/p')
+[ ${#id0} -eq 256 ] && [ "$id0" = "$id1" ]
+ok $? "PMI2 KVS across two simulated nodes: rank 1 on node 1 gets rank 0's id"
 
 cluster_down "$c2"
 ok $? "2-node cluster goes down"

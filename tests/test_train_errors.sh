@@ -6,7 +6,7 @@
 # without a single training step.
 . "${COHORT_SRCDIR:-.}/tests/train_lib.sh"
 need_data
-echo "1..10"
+echo "1..12"
 small="--model.arch=smallcnn --data.train_subset=256 --train.eval=false --schedule.epochs=1"
 
 # expect_error NAME NEEDLE NP ARGS...: non-zero exit, NEEDLE in the output, no step run
@@ -41,6 +41,10 @@ CFG
 expect_error "wrong type names the key" "train.batch_size" 2 --config "$tmp/type.cfg" $small
 expect_error "out-of-range override names the key and range" "schedule.lrf" 2 $small \
   --schedule.lrf=1.5
+# GPU-only options: bf16 on a rank without a GPU, an unknown algorithm search
+expect_error "compute.bf16 on a CPU rank names the key" "compute.bf16" 2 $small --compute.bf16=true
+expect_error "unknown compute.conv_search names the key and the choices" "heuristics, timed" 2 \
+  $small --compute.conv_search=fast
 # a smallcnn state dict is not a resnet18 one
 train 1 "$tmp/small" $small || show "$tmp/small.log"
 expect_error "mismatched pretrained file is reported" "no tensor matching" 2 \

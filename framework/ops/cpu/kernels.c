@@ -1,5 +1,5 @@
 /* cohort: CPU ops in plain C — fill/copy/add/scale, ReLU, max pooling,
- * global average pooling, softmax cross-entropy, argmax.
+ * global average pooling, softmax cross-entropy, argmax, fused SGD step.
  *
  * Activations may be in any layout (cpu.h's channel view covers all of them);
  * the loops run over contiguous blocks of B channels so that the blocked
@@ -375,5 +375,65 @@ ch_status ch_cpu_count_correct(void *st, const ch_tensor_t *logits, const ch_ten
     const int64_t *L = labels->data;
     for (int64_t n = 0; n < N; n++) c += row_argmax(X + n * K, K) == L[n];
     *correct = c;
+    return CH_OK;
+}
+
+/* ------------------------------------------------------------- optimizer */
+
+/* Momentum update of one parameter: framework/optim.c step_momentum,
+ * operation for operation (float32; no target clones here, so no FMA
+ * contraction either: the result equals ch_sgd_step bit for bit). */
+static void sgd_momentum(float *restrict w, const float *restrict g, float *restrict b, size_t n,
+                         float lr, float wd, float mom, float damp1, int first, int nesterov)
+{
+    if (first) {
+        if (nesterov) {
+            for (size_t i = 0; i < n; i++) {
+                float d = g[i] + wd * w[i];
+                b[i] = d;
+                w[i] = w[i] - lr * (d + mom * d);
+            }
+        } else {
+            for (size_t i = 0; i < n; i++) {
+                float d = g[i] + wd * w[i];
+                b[i] = d;
+                w[i] = w[i] - lr * d;
+            }
+        }
+    } else if (nesterov) {
+        for (size_t i = 0; i < n; i++) {
+            float d = g[i] + wd * w[i];
+            float nb = mom * b[i] + damp1 * d;
+            b[i] = nb;
+            w[i] = w[i] - lr * (d + mom * nb);
+        }
+    } else {
+        for (size_t i = 0; i < n; i++) {
+            float d = g[i] + wd * w[i];
+            float nb = mom * b[i] + damp1 * d;
+            b[i] = nb;
+            w[i] = w[i] - lr * nb;
+        }
+    }
+}
+
+ch_status ch_cpu_sgd_step(void *st, const ch_sgd_tensor_t *ts, int n, const ch_sgd_hparams_t *h)
+{
+    (void)st;
+    const float lr = h->lr, wd = h->weight_decay, mom = h->momentum;
+    const float damp1 = (float)(1.0 - (double)h->dampening); /* as optim.c */
+    for (int k = 0; k < n; k++) {
+        const ch_sgd_tensor_t *t = &ts[k];
+        if (t->numel == 0) continue;
+        float *restrict w = t->param;
+        const float *restrict g = t->grad;
+        size_t m = (size_t)t->numel;
+        if (mom == 0.0f) { /* torch: no momentum buffer at all */
+            for (size_t i = 0; i < m; i++) w[i] = w[i] - lr * (g[i] + wd * w[i]);
+            continue;
+        }
+        sgd_momentum(w, g, t->momentum_buffer, m, lr, wd, mom, damp1, !t->buffer_started,
+                     h->nesterov);
+    }
     return CH_OK;
 }

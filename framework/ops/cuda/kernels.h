@@ -1,0 +1,57 @@
+/* cohort: entry points of the CUDA "kernels" half of the GPU ops backend
+ * (batch norm / SyncBN pieces, softmax cross-entropy, argmax, accuracy,
+ * fused SGD). Not installed. Each function has the signature of its
+ * ch_ops_backend_t field (framework/ops/backend.h) and the contract of the
+ * matching ch_op_* in framework/ops.h; arguments were validated by
+ * framework/ops.c. ch_cuda_table_kernels (kernels.cu) puts them in the table.
+ *
+ * Layouts: activations PLAIN (NCHW, or 2-D (N,C)) or NHWC; the blocked
+ * oneDNN layouts give CH_ERR_UNSUPPORTED naming the layout.
+ * All work is queued on the compute stream (ch_cuda_stream); the host
+ * waits only in cross_entropy (label check, see loss.cu) and count_correct
+ * (host result).
+ */
+#ifndef COHORT_OPS_CUDA_KERNELS_H
+#define COHORT_OPS_CUDA_KERNELS_H
+
+#include "framework/ops/cuda/cuda_internal.h"
+
+/* batchnorm.cu */
+ch_status ch_cuda_bn_stats(void *st, const ch_tensor_t *x, ch_tensor_t *mean, ch_tensor_t *var);
+ch_status ch_cuda_bn_apply(void *st, const ch_tensor_t *x, const ch_tensor_t *mean,
+                           const ch_tensor_t *var, const ch_tensor_t *weight,
+                           const ch_tensor_t *bias, float eps, ch_tensor_t *y);
+ch_status ch_cuda_bn_update_running(void *st, ch_tensor_t *rm, ch_tensor_t *rv,
+                                    const ch_tensor_t *mean, const ch_tensor_t *var,
+                                    int64_t count, float momentum);
+ch_status ch_cuda_bn_gather_stats(void *st, const ch_tensor_t *means, const ch_tensor_t *vars,
+                                  const int64_t *counts, int nranks, ch_tensor_t *mean,
+                                  ch_tensor_t *var);
+ch_status ch_cuda_bn_backward_reduce(void *st, const ch_tensor_t *x, const ch_tensor_t *dy,
+                                     const ch_tensor_t *mean, ch_tensor_t *sum_dy,
+                                     ch_tensor_t *sum_dy_xmu);
+ch_status ch_cuda_bn_param_grads(void *st, const ch_tensor_t *sum_dy,
+                                 const ch_tensor_t *sum_dy_xmu, const ch_tensor_t *var,
+                                 float eps, ch_tensor_t *dweight, ch_tensor_t *dbias);
+ch_status ch_cuda_bn_backward_elemt(void *st, const ch_tensor_t *x, const ch_tensor_t *dy,
+                                    const ch_tensor_t *mean, const ch_tensor_t *var, float eps,
+                                    const ch_tensor_t *weight, const ch_tensor_t *sum_dy,
+                                    const ch_tensor_t *sum_dy_xmu, int64_t total,
+                                    ch_tensor_t *dx);
+ch_status ch_cuda_bn_backward(void *st, const ch_tensor_t *x, const ch_tensor_t *dy,
+                              const ch_tensor_t *mean, const ch_tensor_t *var, float eps,
+                              const ch_tensor_t *weight, ch_tensor_t *dx, ch_tensor_t *dweight,
+                              ch_tensor_t *dbias);
+
+/* loss.cu */
+ch_status ch_cuda_cross_entropy(void *st, const ch_tensor_t *logits, const ch_tensor_t *labels,
+                                ch_tensor_t *loss, ch_tensor_t *dlogits);
+ch_status ch_cuda_argmax(void *st, const ch_tensor_t *logits, ch_tensor_t *out);
+ch_status ch_cuda_count_correct(void *st, const ch_tensor_t *logits, const ch_tensor_t *labels,
+                                int64_t *correct);
+
+/* sgd.cu */
+ch_status ch_cuda_sgd_step(void *st, const ch_sgd_tensor_t *ts, int n,
+                           const ch_sgd_hparams_t *h);
+
+#endif /* COHORT_OPS_CUDA_KERNELS_H */
