@@ -517,6 +517,8 @@ static ch_status check_mpi(const ch_env_t *env, int failed, MPI_Comm comm)
                     : MPI_ERR_NO_MEM;
     MPI_Comm_free(&node);
     choice_t a, b;
+    memset(&a, 0, sizeof a);
+    memset(&b, 0, sizeof b);
     int local_dup = rc == MPI_SUCCESS && find_duplicate(all, nsize, &a, &b);
     free(all);
     /* [duplicate on some node, lowest failed rank as INT_MAX - rank, error] */
@@ -581,6 +583,8 @@ static ch_status check_pmi2(const ch_env_t *env, int failed)
     }
     int failed_rank = first_failed(all, env->world_size);
     choice_t a, b;
+    memset(&a, 0, sizeof a);
+    memset(&b, 0, sizeof b);
     int dup = find_duplicate(all, env->world_size, &a, &b);
     free(all);
     if (failed) return CH_ERR_INTERNAL; /* caller restores its own status */
