@@ -957,7 +957,7 @@ ch_status ch_op_sgd_step(ch_compute_t *cx, ch_devkind_t dev, int dev_index,
                          const ch_sgd_tensor_t *ts, int n, const ch_sgd_hparams_t *h)
 {
 #define OP "ch_op_sgd_step"
-    CH_REQUIRE(cx, OP ": compute context is NULL");
+    CH_REQUIRE(cx || dev == CH_DEV_CPU, OP ": compute context is NULL");
     CH_REQUIRE(h, OP ": hyperparameters are NULL");
     CH_REQUIRE(n >= 0, OP ": %d tensors, expected >= 0", n);
     CH_REQUIRE(n == 0 || ts, OP ": tensor list is NULL");
@@ -971,6 +971,8 @@ ch_status ch_op_sgd_step(ch_compute_t *cx, ch_devkind_t dev, int dev_index,
                    (double)h->momentum);
     }
     if (n == 0) return CH_OK;
+    if (!cx) /* the CPU loop needs no context (optimizers without one) */
+        return ch_ops_cpu_backend()->sgd_step(NULL, ts, n, h);
     ch_tensor_t probe;
     int64_t one = 1;
     CH_TRY(ch_tensor_wrap(&probe, ts[0].param, CH_F32, 1, &one, CH_LAYOUT_PLAIN, dev,

@@ -452,7 +452,8 @@ typedef struct ch_sgd_hparams {
  * (like torch._foreach / apex multi_tensor_apply), float32 arithmetic per
  * element. dev/dev_index say where the pointers live. The tensor list
  * (pointers, numel) is cached by content, so calling it every step with the
- * same list uploads nothing. Errors: CH_ERR_INVALID (n < 0, NULL pointers,
+ * same list uploads nothing. cx may be NULL for CH_DEV_CPU (the CPU loop
+ * keeps no state). Errors: CH_ERR_INVALID (n < 0, NULL pointers,
  * momentum buffer missing with momentum != 0), CH_ERR_UNSUPPORTED (GPU
  * pointers in a CPU-only build), CH_ERR_CUDA. */
 ch_status ch_op_sgd_step(ch_compute_t *cx, ch_devkind_t dev, int dev_index,

@@ -152,53 +152,20 @@ ch_status ch_sgd_add_model(ch_sgd_t *s, ch_model_t *model)
     return CH_OK;
 }
 
-/* The per-element arithmetic follows PyTorch's order of float32 operations:
- * d = grad + wd*p; buf = mom*buf + (1-damp)*d; d = d + mom*buf (nesterov);
- * p = p + (-lr)*d. */
-static void step_momentum(float *restrict w, const float *restrict g, float *restrict b, size_t n,
-                          float lr, float wd, float mom, float damp1, int first, int nesterov)
-{
-    if (first) {
-        if (nesterov) {
-            for (size_t i = 0; i < n; i++) {
-                float d = g[i] + wd * w[i];
-                b[i] = d;
-                w[i] = w[i] - lr * (d + mom * d);
-            }
-        } else {
-            for (size_t i = 0; i < n; i++) {
-                float d = g[i] + wd * w[i];
-                b[i] = d;
-                w[i] = w[i] - lr * d;
-            }
-        }
-    } else if (nesterov) {
-        for (size_t i = 0; i < n; i++) {
-            float d = g[i] + wd * w[i];
-            float nb = mom * b[i] + damp1 * d;
-            b[i] = nb;
-            w[i] = w[i] - lr * (d + mom * nb);
-        }
-    } else {
-        for (size_t i = 0; i < n; i++) {
-            float d = g[i] + wd * w[i];
-            float nb = mom * b[i] + damp1 * d;
-            b[i] = nb;
-            w[i] = w[i] - lr * nb;
-        }
-    }
-}
-
 void ch_sgd_set_compute(ch_sgd_t *s, ch_compute_t *cx)
 {
     if (s) s->cx = cx;
 }
 
-/* GPU: one fused ch_op_sgd_step over every parameter (queued on the compute
- * stream after backward and the gradient all-reduce). */
-static ch_status step_device(ch_sgd_t *s)
+/* One fused ch_op_sgd_step over every parameter: the CPU backend's loop
+ * (PyTorch's order of float32 operations: d = grad + wd*p; buf = mom*buf +
+ * (1-damp)*d; d = d + mom*buf (nesterov); p = p - lr*d), or on the GPU one
+ * multi-tensor kernel queued on the compute stream after backward and the
+ * gradient all-reduce. */
+static ch_status step_fused(ch_sgd_t *s)
 {
-    CH_REQUIRE(s->cx, "SGD: the parameters are on GPU %d but no compute context was given "
+    CH_REQUIRE(s->cx || s->dev == CH_DEV_CPU,
+               "SGD: the parameters are on GPU %d but no compute context was given "
                "(ch_sgd_set_compute)", s->dev_index);
     int n = 0;
     for (int k = 0; k < s->n; k++) {
@@ -217,7 +184,7 @@ static ch_status step_device(ch_sgd_t *s)
                           .weight_decay = (float)s->o.weight_decay,
                           .nesterov = s->o.nesterov != 0};
     ch_status st = ch_op_sgd_step(s->cx, s->dev, s->dev_index, s->ts, n, &h);
-    if (st) return ch_error_context("SGD step of %d parameters on GPU %d", n, s->dev_index);
+    if (st) return ch_error_context("SGD step of %d parameters", n);
     for (int k = 0; k < s->n; k++)
         if (s->p[k].buf) s->p[k].has_buf = 1;
     return CH_OK;
@@ -226,21 +193,7 @@ static ch_status step_device(ch_sgd_t *s)
 ch_status ch_sgd_step(ch_sgd_t *s)
 {
     CH_REQUIRE(s, "ch_sgd_step: NULL optimizer");
-    if (s->dev != CH_DEV_CPU) return step_device(s);
-    const float lr = (float)s->o.lr, wd = (float)s->o.weight_decay;
-    const float mom = (float)s->o.momentum, damp1 = (float)(1.0 - s->o.dampening);
-    for (int k = 0; k < s->n; k++) {
-        sgd_param *p = &s->p[k];
-        float *restrict w = p->data;
-        const float *restrict g = p->grad;
-        if (!p->buf) {
-            for (size_t i = 0; i < p->numel; i++) w[i] = w[i] - lr * (g[i] + wd * w[i]);
-            continue;
-        }
-        step_momentum(w, g, p->buf, p->numel, lr, wd, mom, damp1, !p->has_buf, s->o.nesterov);
-        p->has_buf = 1;
-    }
-    return CH_OK;
+    return step_fused(s);
 }
 
 void ch_sgd_set_lr(ch_sgd_t *s, double lr) { s->o.lr = lr; }

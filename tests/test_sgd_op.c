@@ -1,6 +1,7 @@
 /* Tests of ch_op_sgd_step (framework/ops.h) on the CPU backend: the fused
- * step must equal the optimizer (framework/optim.c ch_sgd_step, which is
- * torch.optim.SGD's update) bit for bit, for plain SGD, momentum, Nesterov,
+ * step must equal an independent float32 transcription of torch.optim.SGD's
+ * update written here (ref_step) bit for bit, and so must the optimizer
+ * (framework/optim.c ch_sgd_step, which calls the same fused op), for plain SGD, momentum, Nesterov,
  * weight decay, dampening, the first step (buf = g) and later steps, and a
  * list where only some buffers are started. Also the chunk table the GPU
  * kernel uses (framework/ops/cuda/kernel_index.h) and argument errors. */
@@ -92,6 +93,26 @@ typedef struct {
     const char *name;
 } cfg_t;
 
+/* torch.optim.SGD (PyTorch 1.13 _single_tensor_sgd), element by element in
+ * float32, written independently of framework/: d_p = grad + wd*p;
+ * buf = clone(d_p) on the first step, else buf*mom + (1-damp)*d_p;
+ * d_p = d_p + mom*buf (nesterov) or buf; p = p - lr*d_p. */
+static void ref_step(float *w, const float *g, float *buf, int64_t n, const cfg_t *c, float lr,
+                     int first)
+{
+    const float wd = (float)c->weight_decay, mom = (float)c->momentum;
+    const float one_minus_damp = (float)(1.0 - c->dampening);
+    for (int64_t k = 0; k < n; k++) {
+        float d = g[k] + wd * w[k];
+        if (mom != 0.0f) {
+            float nb = first ? d : mom * buf[k] + one_minus_damp * d;
+            buf[k] = nb;
+            d = c->nesterov ? d + mom * nb : nb;
+        }
+        w[k] = w[k] - lr * d;
+    }
+}
+
 static void run_cfg(ch_compute_t *cx, const cfg_t *c)
 {
     bufs_t b;
@@ -106,6 +127,15 @@ static void run_cfg(ch_compute_t *cx, const cfg_t *c)
         assert_ch_ok(ch_sgd_add_param(sgd, name, b.w_ref[i], b.g[i], (size_t)sizes[i]));
     }
     ch_sgd_tensor_t ts[NP];
+    float *w_ind[NP], *b_ind[NP];
+    for (int i = 0; i < NP; i++) {
+        size_t n = (size_t)(sizes[i] > 0 ? sizes[i] : 1);
+        w_ind[i] = malloc(n * sizeof(float));
+        b_ind[i] = calloc(n, sizeof(float));
+        assert_non_null(w_ind[i]);
+        assert_non_null(b_ind[i]);
+        memcpy(w_ind[i], b.w_op[i], n * sizeof(float));
+    }
     for (int step = 0; step < 4; step++) {
         new_grads(&b);
         if (step == 2) ch_sgd_set_lr(sgd, c->lr * 0.5);
@@ -121,6 +151,16 @@ static void run_cfg(ch_compute_t *cx, const cfg_t *c)
         assert_ch_ok(ch_sgd_step(sgd));
         assert_ch_ok(ch_op_sgd_step(cx, CH_DEV_CPU, 0, ts, NP, &h));
         compare(&b, sgd, step, c->name);
+        for (int i = 0; i < NP; i++) {
+            ref_step(w_ind[i], b.g[i], b_ind[i], sizes[i], c, h.lr, step == 0);
+            if (sizes[i] && memcmp(w_ind[i], b.w_op[i], (size_t)sizes[i] * sizeof(float)))
+                fail_msg("%s: step %d: parameter %d differs from the reference transcription of "
+                         "torch.optim.SGD", c->name, step, i);
+        }
+    }
+    for (int i = 0; i < NP; i++) {
+        free(w_ind[i]);
+        free(b_ind[i]);
     }
     /* the update did something (a test that cannot fail is a defect) */
     int moved = 0;
