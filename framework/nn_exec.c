@@ -207,6 +207,24 @@ ch_status ch_model_set_sync_count_gather(ch_model_t *M, ch_nn_count_gather_fn fn
     return CH_OK;
 }
 
+/* SyncBN forward after the per-rank statistics have been gathered into
+ * g_means / g_vars / g_counts (R ranks): global mean and biased var,
+ * running statistics with the global count, and y = normalize(x). */
+static ch_status sync_bn_combine(ch_compute_t *cx, ch_module_t *m, const ch_tensor_t *x, int64_t R,
+                                 int64_t count)
+{
+    int64_t total = 0;
+    CH_TRY(ch_op_batchnorm_gather_stats(cx, &m->g_means, &m->g_vars, m->g_counts, (int)R, &m->mean,
+                                        &m->var, &total));
+    CH_TRY(ch_op_batchnorm_update_running(cx, &m->rmean, &m->rvar, &m->mean, &m->var, total,
+                                          NN_BN_MOMENTUM));
+    (*m->nbt)++;
+    m->count_total = total;
+    if (count > 0)
+        CH_TRY(ch_op_batchnorm_apply(cx, x, &m->mean, &m->var, &m->w, &m->b, NN_BN_EPS, &m->y));
+    return CH_OK;
+}
+
 /* SyncBN training forward on a GPU model: statistics stay on the device
  * (this rank's rows of g_means / g_vars, all-gathered in place by the
  * process group, whose collectives are ordered against the compute stream);
@@ -248,16 +266,7 @@ static ch_status syncbn_forward_train_dev(ch_model_t *M, ch_compute_t *cx, ch_mo
         ch_status s = M->count_gather(M->count_gather_ctx, count, m->g_counts);
         if (s) return ch_error_context("SyncBN '%s': all-gather of counts", m->path);
     }
-    int64_t total = 0;
-    CH_TRY(ch_op_batchnorm_gather_stats(cx, &m->g_means, &m->g_vars, m->g_counts, (int)R, &m->mean,
-                                        &m->var, &total));
-    CH_TRY(ch_op_batchnorm_update_running(cx, &m->rmean, &m->rvar, &m->mean, &m->var, total,
-                                          NN_BN_MOMENTUM));
-    (*m->nbt)++;
-    m->count_total = total;
-    if (count > 0)
-        CH_TRY(ch_op_batchnorm_apply(cx, x, &m->mean, &m->var, &m->w, &m->b, NN_BN_EPS, &m->y));
-    return CH_OK;
+    return sync_bn_combine(cx, m, x, R, count);
 }
 
 ch_status ch_model_convert_sync_bn(ch_model_t *M, const ch_nn_sync_t *sync, int *n_converted)
@@ -317,16 +326,7 @@ static ch_status syncbn_forward_train(ch_model_t *M, ch_compute_t *cx, ch_module
         if (s) return ch_error_context("SyncBN '%s': all-reduce of statistics", m->path);
     }
     for (int64_t r = 0; r < R; r++) m->g_counts[r] = (int64_t)packed[2 * R * C + r];
-    int64_t total = 0;
-    CH_TRY(ch_op_batchnorm_gather_stats(cx, &m->g_means, &m->g_vars, m->g_counts, (int)R, &m->mean,
-                                        &m->var, &total));
-    CH_TRY(ch_op_batchnorm_update_running(cx, &m->rmean, &m->rvar, &m->mean, &m->var, total,
-                                          NN_BN_MOMENTUM));
-    (*m->nbt)++;
-    m->count_total = total;
-    if (count > 0)
-        CH_TRY(ch_op_batchnorm_apply(cx, x, &m->mean, &m->var, &m->w, &m->b, NN_BN_EPS, &m->y));
-    return CH_OK;
+    return sync_bn_combine(cx, m, x, R, count);
 }
 
 /* ------------------------------------------------------------ forward */

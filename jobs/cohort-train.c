@@ -759,6 +759,52 @@ typedef struct {
     int64_t loss_steps;
 } epoch_result_t;
 
+/* After a step's optimizer update: the loss for logging (mean over ranks)
+ * and the preemption flag in one all-reduce, so every rank stops at the
+ * same step; a non-finite loss ends every rank; the progress line. Returns
+ * 1 when the job is being preempted (stop the epoch here). */
+static int end_step(job_t *j, int epoch, int64_t step, int64_t steps, float loss, double t0,
+                    int64_t images, epoch_result_t *r)
+{
+    double v[2] = {loss, ch_preempt_pending() ? 1.0 : 0.0}, out[2];
+    ch_prof_begin(j->prof, PH_ALLREDUCE);
+    ch_check_fatal(ch_pg_allreduce(j->pg, v, out, 2, CH_DIST_FLOAT64, CH_REDUCE_SUM),
+                   "loss all-reduce");
+    ch_prof_end(j->prof, PH_ALLREDUCE);
+    double lmean = out[0] / j->world;
+    if (!isfinite(lmean)) {
+        if (j->rank == 0)
+            ch_log_error("non-finite loss %g at epoch %d, step %lld of %lld (global step "
+                         "%lld): stopping every rank", lmean, epoch, (long long)step + 1,
+                         (long long)steps, (long long)j->global_step);
+        ch_prof_destroy(j->prof);
+        MPI_Finalize();
+        exit(EXIT_ERROR);
+    }
+    r->loss_sum += lmean;
+    r->loss_steps++;
+    r->steps_done = step + 1;
+    progress(j, epoch, step + 1, steps, lmean, r->loss_sum / (double)r->loss_steps,
+             ch_time_now() - t0, images * j->world, 0);
+    if (out[1] > 0) {
+        r->preempted = ch_preempt_pending() ? ch_preempt_pending() : 1;
+        return 1;
+    }
+    return 0;
+}
+
+/* Epoch totals and the epoch's last progress line. */
+static void end_epoch(job_t *j, int epoch, int64_t first_step, int64_t steps, double t0,
+                      int64_t images, epoch_result_t *r)
+{
+    r->seconds = ch_time_now() - t0;
+    r->loss = r->loss_steps ? r->loss_sum / (double)r->loss_steps : 0;
+    r->images_per_s = r->seconds > 0 ? (double)(images * j->world) / r->seconds : 0;
+    if (r->steps_done == 0) r->steps_done = first_step;
+    if (!r->preempted)
+        progress(j, epoch, r->steps_done, steps, r->loss, r->loss, r->seconds, images * j->world, 1);
+}
+
 /* GPU ranks: queue the host -> device copy of batch b (page-locked loader
  * slot) into device input slot `slot` on the copy stream, and describe the
  * device views in *x / *y (the first b->n samples of the slot). */
@@ -867,30 +913,7 @@ static void train_epoch_gpu(job_t *j, int epoch, int64_t first_step, int64_t ste
         slot ^= 1;
         images += n;
         j->global_step++;
-        double v[2] = {loss, ch_preempt_pending() ? 1.0 : 0.0}, out[2];
-        ch_prof_begin(j->prof, PH_ALLREDUCE);
-        ch_check_fatal(ch_pg_allreduce(j->pg, v, out, 2, CH_DIST_FLOAT64, CH_REDUCE_SUM),
-                       "loss all-reduce");
-        ch_prof_end(j->prof, PH_ALLREDUCE);
-        double lmean = out[0] / j->world;
-        if (!isfinite(lmean)) {
-            if (j->rank == 0)
-                ch_log_error("non-finite loss %g at epoch %d, step %lld of %lld (global step "
-                             "%lld): stopping every rank", lmean, epoch, (long long)step + 1,
-                             (long long)steps, (long long)j->global_step);
-            ch_prof_destroy(j->prof);
-            MPI_Finalize();
-            exit(EXIT_ERROR);
-        }
-        r->loss_sum += lmean;
-        r->loss_steps++;
-        r->steps_done = step + 1;
-        progress(j, epoch, step + 1, steps, lmean, r->loss_sum / (double)r->loss_steps,
-                 ch_time_now() - t0, images * j->world, 0);
-        if (out[1] > 0) {
-            r->preempted = ch_preempt_pending() ? ch_preempt_pending() : 1;
-            break;
-        }
+        if (end_step(j, epoch, step, steps, loss, t0, images, r)) break;
     }
     if (next) {
         /* fetched and uploading but not trained on (preemption): let the
@@ -898,12 +921,7 @@ static void train_epoch_gpu(job_t *j, int epoch, int64_t first_step, int64_t ste
         ch_check_fatal(ch_compute_wait_upload(j->cx), "batch upload");
         ch_loader_release(j->train_loader, next);
     }
-    r->seconds = ch_time_now() - t0;
-    r->loss = r->loss_steps ? r->loss_sum / (double)r->loss_steps : 0;
-    r->images_per_s = r->seconds > 0 ? (double)(images * j->world) / r->seconds : 0;
-    if (r->steps_done == 0) r->steps_done = first_step;
-    if (!r->preempted)
-        progress(j, epoch, r->steps_done, steps, r->loss, r->loss, r->seconds, images * j->world, 1);
+    end_epoch(j, epoch, first_step, steps, t0, images, r);
 }
 
 /* One training epoch. Errors inside the step loop end the whole job
@@ -957,40 +975,9 @@ static void train_epoch(job_t *j, int epoch, int64_t first_step, epoch_result_t 
         images += b->n;
         ch_loader_release(j->train_loader, b);
         j->global_step++;
-        /* loss for logging (mean over ranks) and the preemption flag, in
-         * one all-reduce so every rank stops at the same step */
-        double v[2] = {loss, ch_preempt_pending() ? 1.0 : 0.0}, out[2];
-        ch_prof_begin(j->prof, PH_ALLREDUCE);
-        ch_check_fatal(ch_pg_allreduce(j->pg, v, out, 2, CH_DIST_FLOAT64, CH_REDUCE_SUM),
-                       "loss all-reduce");
-        ch_prof_end(j->prof, PH_ALLREDUCE);
-        double lsum = out[0];
-        double lmean = lsum / j->world;
-        if (!isfinite(lmean)) {
-            if (j->rank == 0)
-                ch_log_error("non-finite loss %g at epoch %d, step %lld of %lld (global step "
-                             "%lld): stopping every rank", lmean, epoch, (long long)step + 1,
-                             (long long)steps, (long long)j->global_step);
-            ch_prof_destroy(j->prof);
-            MPI_Finalize();
-            exit(EXIT_ERROR);
-        }
-        r->loss_sum += lmean;
-        r->loss_steps++;
-        r->steps_done = step + 1;
-        progress(j, epoch, step + 1, steps, lmean, r->loss_sum / (double)r->loss_steps,
-                 ch_time_now() - t0, images * j->world, 0);
-        if (out[1] > 0) {
-            r->preempted = ch_preempt_pending() ? ch_preempt_pending() : 1;
-            break;
-        }
+        if (end_step(j, epoch, step, steps, loss, t0, images, r)) break;
     }
-    r->seconds = ch_time_now() - t0;
-    r->loss = r->loss_steps ? r->loss_sum / (double)r->loss_steps : 0;
-    r->images_per_s = r->seconds > 0 ? (double)(images * j->world) / r->seconds : 0;
-    if (r->steps_done == 0) r->steps_done = first_step;
-    if (!r->preempted)
-        progress(j, epoch, r->steps_done, steps, r->loss, r->loss, r->seconds, images * j->world, 1);
+    end_epoch(j, epoch, first_step, steps, t0, images, r);
 }
 
 /* Evaluation: correct counts all-reduced. Returns the seed's accuracy
