@@ -62,11 +62,23 @@ static ch_status cuda_tensor_alloc(void *ctx, int dev_index, size_t bytes, void 
     return CH_OK;
 }
 
+/* cudaFree "may perform implicit synchronization" (cuda_runtime_api.h) but
+ * does not promise it, while storage is freed with kernels possibly still
+ * queued on the ops' non-blocking streams (an arena re-planned for a new
+ * batch shape, a model moved between devices, a tensor freed right after
+ * the op that used it). Wait for the device first, as the ops' own
+ * workspace regrowth does; frees are rare (plans, teardown). */
 static void cuda_tensor_free(void *ctx, int dev_index, void *ptr)
 {
     (void)ctx;
-    (void)dev_index;
-    if (ptr) cudaFree(ptr);
+    if (!ptr) return;
+    int prev = -1;
+    if (cudaGetDevice(&prev) != cudaSuccess) prev = -1;
+    if (prev != dev_index) (void)cudaSetDevice(dev_index);
+    (void)cudaDeviceSynchronize();
+    (void)cudaFree(ptr);
+    (void)cudaGetLastError(); /* a teardown after an error must not poison later checks */
+    if (prev >= 0 && prev != dev_index) (void)cudaSetDevice(prev);
 }
 
 extern "C" ch_status ch_device_enable_tensors(void)

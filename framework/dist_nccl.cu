@@ -289,6 +289,7 @@ extern "C" ch_status ch_nccl_buffer_alloc_(ch_pg_t *pg, size_t bytes, void **ptr
     CH_TRY(use_device(pg->nccl));
     cudaError_t e = cudaMalloc(ptr, bytes ? bytes : 64);
     if (e != cudaSuccess) {
+        (void)cudaGetLastError(); /* not left for the next launch check */
         *ptr = NULL;
         return CH_ERROR(CH_ERR_CUDA, "ch_pg_buffer_alloc: cudaMalloc of %zu bytes on GPU %d "
                         "(rank %d) failed: %s", bytes, pg->nccl->device, pg->rank,

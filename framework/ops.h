@@ -139,6 +139,11 @@ void *ch_compute_stream(ch_compute_t *cx, ch_devkind_t dev);
  * dtype and shape (layouts may differ only as ch_op_reorder allows: the
  * layout change runs on the compute stream after the copy). Returns after
  * queueing; src must stay unchanged until ch_compute_wait_upload returns.
+ * The copy is NOT ordered after work already queued on the compute stream
+ * (that is what lets it overlap a step): when dst has the same layout as
+ * src it is written directly by the copy stream, so the caller must know
+ * that no queued compute work still reads or writes dst (cohort-train: two
+ * device slots, each step ends with a device-wide wait).
  * CPU-only builds: CH_ERR_UNSUPPORTED. */
 ch_status ch_op_upload_async(ch_compute_t *cx, const ch_tensor_t *src, ch_tensor_t *dst);
 

@@ -121,12 +121,18 @@ void ch_check_fatal(ch_status s, const char *what);
         }                                                                    \
     } while (0)
 
+/* A failed runtime call also becomes the thread's "last error", which the
+ * next CH_CUDA_CHECK_LAUNCH (cudaGetLastError after a kernel launch) would
+ * report as a failed launch once the caller has handled this failure (an
+ * OOM a caller falls back from, say): reset it here. Sticky errors stay. */
 #define CH_CHECK_CUDA(call)                                                  \
     do {                                                                     \
         cudaError_t ch_e_ = (call);                                          \
-        if (ch_e_ != cudaSuccess)                                            \
+        if (ch_e_ != cudaSuccess) {                                          \
+            (void)cudaGetLastError();                                        \
             return CH_ERROR(CH_ERR_CUDA, "%s failed: %s (%s)", #call,        \
                             cudaGetErrorString(ch_e_), cudaGetErrorName(ch_e_)); \
+        }                                                                    \
     } while (0)
 
 #define CH_CHECK_CUDNN(call)                                                 \

@@ -187,9 +187,13 @@ static size_t cuda_scratchpad_bytes(const void *st)
     return ((const ch_cuda_state_t *)st)->ws_bytes;
 }
 
+/* ch_compute_sync: "all queued work on the context", which includes the
+ * host->device copies ch_op_upload_async queued on the copy stream (they do
+ * not wait for the compute stream, nor it for them, until wait_upload). */
 static ch_status cuda_sync(void *st)
 {
     CH_CHECK_CUDA(cudaStreamSynchronize(S(st)->compute));
+    CH_CHECK_CUDA(cudaStreamSynchronize(S(st)->copy));
     return CH_OK;
 }
 

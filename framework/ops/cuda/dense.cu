@@ -563,10 +563,18 @@ static ch_status upload_slot_get(void *st, upload_slot **out)
     if (!u) {
         u = (upload_slot *)calloc(1, sizeof *u);
         if (!u) return CH_ERROR(CH_ERR_NOMEM, "ch_op_upload_async: out of memory");
+        /* register the slot only once its events exist: a half-built slot
+         * would be found by the next call and record / wait on NULL events */
+        cudaError_t e = cudaEventCreateWithFlags(&u->copied, cudaEventDisableTiming);
+        for (int i = 0; e == cudaSuccess && i < UP_MAX; i++)
+            e = cudaEventCreateWithFlags(&u->freed[i], cudaEventDisableTiming);
+        if (e != cudaSuccess) {
+            (void)cudaGetLastError();
+            upload_slot_destroy(st, u);
+            return CH_ERROR(CH_ERR_CUDA, "ch_op_upload_async: cudaEventCreateWithFlags failed: %s",
+                            cudaGetErrorString(e));
+        }
         ch_cuda_slot_set(st, CH_CUDA_SLOT_DENSE, u, &upload_slot_ops);
-        CH_CHECK_CUDA(cudaEventCreateWithFlags(&u->copied, cudaEventDisableTiming));
-        for (int i = 0; i < UP_MAX; i++)
-            CH_CHECK_CUDA(cudaEventCreateWithFlags(&u->freed[i], cudaEventDisableTiming));
     }
     *out = u;
     return CH_OK;
