@@ -692,6 +692,22 @@ ch_status ch_env_pmi2_probe(ch_env_pmi2_t *out)
 
 /* ---------------------------------------------------------------- wrapper */
 
+/* Tasks the launcher says it started: SLURM_STEP_NUM_TASKS (the step),
+ * else SLURM_NTASKS / SLURM_NPROCS, else PMI_SIZE; 0 when none is set or
+ * readable. */
+static long launcher_task_count(void)
+{
+    const char *names[] = {"SLURM_STEP_NUM_TASKS", "SLURM_NTASKS", "SLURM_NPROCS", "PMI_SIZE"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        const char *v = getenv(names[i]);
+        if (!v || !*v) continue;
+        char *end = NULL;
+        long n = strtol(v, &end, 10);
+        if (end && *end == 0 && n >= 1) return n;
+    }
+    return 0;
+}
+
 ch_status ch_env_discover(const ch_env_options_t *opt, ch_env_t *out)
 {
     CH_REQUIRE(opt != NULL && out != NULL, "ch_env_discover: NULL options or output");
@@ -702,7 +718,12 @@ ch_status ch_env_discover(const ch_env_options_t *opt, ch_env_t *out)
                         "MPI_Init_thread first)");
     ch_env_pmi2_t pmi2;
     memset(&pmi2, 0, sizeof pmi2);
-    if (mpi.size <= 1 && getenv("PMI_FD")) {
+    /* MPI sees one process but a PMI2 launcher is there: ask it how many
+     * tasks it started (an MPI that ignored PMI2 gives N singletons). Not
+     * when the launcher's own variables already say one task: MPI has then
+     * used PMI_FD itself, and Slurm's PMI2 server rejects a second
+     * PMI2_Init on it ("invalid pmi1 command") and cancels the step. */
+    if (mpi.size <= 1 && getenv("PMI_FD") && launcher_task_count() != 1) {
         if (ch_env_pmi2_probe(&pmi2) != CH_OK) {
             ch_log_warn("%s; using the Slurm variables", ch_error_message());
             ch_error_clear();

@@ -78,6 +78,15 @@ echo "$out" | grep -v '^ ' | diag
 1 of 2 on n1 procid 1 ntasks 2" ] && echo "$out" | grep -q '^cohort-train: smallcnn, 2 ranks'
 ok $? "srun --mpi=pmi2 -n 2 cohort-train: ranks 0 and 1 of 2 = SLURM_PROCID 0, 1 of SLURM_NTASKS 2 (exit $rc)"
 
+# ---- srun --mpi=pmi2 -n 1: one task (MPI has used PMI_FD; no second PMI2_Init)
+out=$(timeout 60 srun -Q -N 1 -n 1 --mpi=pmi2 -t 2 "$train_prog" --config "$w/train.cfg" $short \
+      --set output.dir="$w/pmi2-1" 2>&1)
+rc=$?
+echo "$out" | grep -v '^ ' | diag
+[ $rc = 0 ] && echo "$out" | grep -q '^cohort-train: smallcnn, 1 rank' \
+    && [ -e "$w/pmi2-1/model-0.safetensors" ]
+ok $? "srun --mpi=pmi2 -n 1 cohort-train: one rank trains and exits 0 (exit $rc; no hang)"
+
 # ---- srun --mpi=none -n 2: every task an MPI singleton; stops at once
 t0=$SECONDS
 out=$(srun -Q -N 1 -n 2 --mpi=none -t 2 "$train_prog" --config "$w/train.cfg" $short \
