@@ -293,7 +293,8 @@ static ch_status read_config(job_t *j)
         if (!(j->stdv[ch] > 0))
             return CH_ERROR(CH_ERR_CONFIG, "data.std: value %g for channel %d must be > 0",
                             (double)j->stdv[ch], ch);
-    CH_TRY(ch_signal_parse(j->warning_signal_text, &j->warning_signal));
+    if (ch_signal_parse(j->warning_signal_text, &j->warning_signal) != CH_OK)
+        return ch_error_context("%s: dist.warning_signal", ch_config_source(c, "dist.warning_signal"));
     static const char *const format_names[] = {"idx", "cifar10", "imagefolder"};
     int format_index;
     CH_TRY(ch_config_get_choice(c, "data.format", format_names, 3, &format_index));
