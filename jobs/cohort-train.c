@@ -285,22 +285,19 @@ static ch_status read_config(job_t *j)
     CH_TRY(ch_config_get_bool(c, "compute.bf16", &j->bf16));
     CH_TRY(ch_config_get_string(c, "compute.conv_search", &j->conv_search_text));
     CH_TRY(ch_config_get_int(c, "compute.gpu_workspace_mb", &j->gpu_workspace_mb));
-    if (!strcmp(j->conv_search_text, "heuristics")) j->conv_search = 0;
-    else if (!strcmp(j->conv_search_text, "timed")) j->conv_search = 1;
-    else
-        return CH_ERROR(CH_ERR_CONFIG, "compute.conv_search: '%s' is not one of heuristics, timed",
-                        j->conv_search_text);
+    static const char *const conv_search_names[] = {"heuristics", "timed"};
+    CH_TRY(ch_config_get_choice(c, "compute.conv_search", conv_search_names, 2, &j->conv_search));
     CH_TRY(read_floats(j, "data.mean", j->mean, j->in_channels));
     CH_TRY(read_floats(j, "data.std", j->stdv, j->in_channels));
     for (int ch = 0; ch < j->in_channels; ch++)
         if (!(j->stdv[ch] > 0))
             return CH_ERROR(CH_ERR_CONFIG, "data.std: value %g for channel %d must be > 0",
                             (double)j->stdv[ch], ch);
-    CH_TRY(ch_signal_parse(j->warning_signal_text, &j->warning_signal));
-    if (strcmp(j->data_format, "idx") && strcmp(j->data_format, "cifar10") &&
-        strcmp(j->data_format, "imagefolder"))
-        return CH_ERROR(CH_ERR_CONFIG, "data.format: '%s' is not one of idx, cifar10, imagefolder",
-                        j->data_format);
+    if (ch_signal_parse(j->warning_signal_text, &j->warning_signal) != CH_OK)
+        return ch_error_context("%s: dist.warning_signal", ch_config_source(c, "dist.warning_signal"));
+    static const char *const format_names[] = {"idx", "cifar10", "imagefolder"};
+    int format_index;
+    CH_TRY(ch_config_get_choice(c, "data.format", format_names, 3, &format_index));
     if (j->nesterov && (j->momentum <= 0 || j->dampening != 0))
         return CH_ERROR(CH_ERR_CONFIG, "optimizer.nesterov needs momentum > 0 and dampening 0 "
                         "(got momentum %g, dampening %g)", j->momentum, j->dampening);
