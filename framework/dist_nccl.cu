@@ -449,42 +449,43 @@ extern "C" ch_status ch_pg_create_nccl_pmi2(int rank, int size, int device, ch_p
     *out = NULL;
     CH_REQUIRE(size >= 1 && rank >= 0 && rank < size,
                "ch_pg_create_nccl_pmi2: rank %d of world size %d is not valid", rank, size);
+    /* fails the same way on every task when there is no PMI2 job */
     int prank = -1, psize = -1, inited_here = 0;
     CH_TRY(ch_pmi2_init(&prank, &psize, &inited_here));
-    if (psize != size || prank != rank) {
-        ch_pmi2_finalize(inited_here);
-        return CH_ERROR(CH_ERR_INVALID, "ch_pg_create_nccl_pmi2: PMI2 says rank %d of %d "
-                        "but the caller gave rank %d of %d", prank, psize, rank, size);
-    }
+    /* From here on every failure goes through the exchange below, so that
+     * all ranks learn of it and none waits in ncclCommInitRank. */
+    ch_status s = CH_OK;
+    if (psize != size || prank != rank)
+        s = CH_ERROR(CH_ERR_INVALID, "ch_pg_create_nccl_pmi2: PMI2 says rank %d of %d "
+                     "but the caller gave rank %d of %d", prank, psize, rank, size);
     ch_pg_t *pg = NULL;
-    ch_status s = new_group(rank, size, &pg);
-    if (s != CH_OK) {
-        ch_pmi2_finalize(inited_here);
-        return s;
-    }
-    pg->nccl->pmi2_inited = inited_here;
-
-    char key[64];
+    if (s == CH_OK) s = new_group(rank, size, &pg);
+    if (pg) pg->nccl->pmi2_inited = inited_here;
+    if (s == CH_OK) s = prepare(pg, device);
     ncclUniqueId id;
     memset(&id, 0, sizeof id);
-    snprintf(key, sizeof key, "cohort-nccl-id-%d", seq++);
-    s = prepare(pg, device);
-    if (rank == 0 && s == CH_OK) {
+    if (prank == 0 && s == CH_OK) {
         ncclResult_t r = ncclGetUniqueId(&id);
         if (r != ncclSuccess)
             s = CH_ERROR(CH_ERR_NCCL, "ncclGetUniqueId failed on rank 0: %s",
                          ncclGetErrorString(r));
     }
-    /* Rank 0 publishes the id, or why it has none, so that no peer waits in
-     * ncclCommInitRank for a rank 0 that will never come. A peer whose own
-     * prepare failed still takes part in the fence. */
-    ch_status b = ch_pmi2_kvs_bcast(key, rank, &id, sizeof id, s);
-    if (s == CH_OK) s = b;
-    if (s == CH_OK) s = init_comm(pg, &id);
-    if (s != CH_OK) {
-        char msg[CH_ERROR_MAX];
+    char key[48];
+    snprintf(key, sizeof key, "cohort-nccl-id-%d", seq++);
+    char msg[CH_ERROR_MAX] = "";
+    if (s != CH_OK) snprintf(msg, sizeof msg, "%s", ch_error_message());
+    ch_status b = ch_pmi2_kvs_bcast(key, prank, psize, &id, sizeof id, s);
+    if (s == CH_OK && b != CH_OK) {
+        s = b;
         snprintf(msg, sizeof msg, "%s", ch_error_message());
-        ch_pg_destroy(pg); /* PMI2_Finalize if we initialised it */
+    }
+    if (s == CH_OK) {
+        s = init_comm(pg, &id);
+        if (s != CH_OK) snprintf(msg, sizeof msg, "%s", ch_error_message());
+    }
+    if (s != CH_OK) {
+        if (pg) ch_pg_destroy(pg); /* PMI2_Finalize if we initialised it */
+        else ch_pmi2_finalize(inited_here);
         return ch_error_adopt(s, msg);
     }
     *out = pg;

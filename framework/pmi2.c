@@ -4,6 +4,7 @@
 #include "framework/pmi2.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #ifdef HAVE_PMI2
@@ -76,42 +77,89 @@ static int hex_decode(const char *in, unsigned char *out, size_t n)
     return 0;
 }
 
-ch_status ch_pmi2_kvs_bcast(const char *key, int rank, void *buf, size_t n,
-                            ch_status root_status)
+static ch_status kvs_put(const char *key, const char *val)
 {
-    CH_REQUIRE(key && *key && strlen(key) <= 60,
-               "ch_pmi2_kvs_bcast: key must be 1..60 characters, got '%s'", key ? key : "(null)");
+    int pr = PMI2_KVS_Put(key, val);
+    if (pr != PMI2_SUCCESS)
+        return CH_ERROR(CH_ERR_PMI, "PMI2_KVS_Put(%s) failed: PMI2 error %d", key, pr);
+    return CH_OK;
+}
+
+static ch_status kvs_fence(int rank)
+{
+    int pr = PMI2_KVS_Fence();
+    if (pr != PMI2_SUCCESS)
+        return CH_ERROR(CH_ERR_PMI, "PMI2_KVS_Fence failed on rank %d: PMI2 error %d", rank, pr);
+    return CH_OK;
+}
+
+static ch_status kvs_get(const char *key, int rank, char *val, int len)
+{
+    int got = 0;
+    int pr = PMI2_KVS_Get(NULL, PMI2_ID_NULL, key, val, len, &got);
+    if (pr != PMI2_SUCCESS)
+        return CH_ERROR(CH_ERR_PMI, "PMI2_KVS_Get(%s) failed on rank %d: PMI2 error %d", key,
+                        rank, pr);
+    return CH_OK;
+}
+
+ch_status ch_pmi2_kvs_bcast(const char *key, int rank, int size, void *buf, size_t n,
+                            ch_status local_status)
+{
+    CH_REQUIRE(key && *key && strlen(key) <= 40,
+               "ch_pmi2_kvs_bcast: key must be 1..40 characters, got '%s'", key ? key : "(null)");
     CH_REQUIRE(buf, "ch_pmi2_kvs_bcast: buffer is NULL");
     CH_REQUIRE(n >= 1 && n <= CH_PMI2_BCAST_MAX,
                "ch_pmi2_kvs_bcast: %zu bytes, expected 1..%d", n, CH_PMI2_BCAST_MAX);
-    CH_REQUIRE(rank >= 0, "ch_pmi2_kvs_bcast: rank %d < 0", rank);
-    char val[PMI2_MAX_VALLEN];
-    ch_status s = CH_OK;
+    CH_REQUIRE(size >= 1 && rank >= 0 && rank < size,
+               "ch_pmi2_kvs_bcast: rank %d of %d is not valid", rank, size);
+    char skey[64], val[PMI2_MAX_VALLEN];
+    /* round 1: every rank's status */
+    snprintf(skey, sizeof skey, "%s-s%d", key, rank);
+    ch_status s = kvs_put(skey, local_status == CH_OK ? "ok" : ch_status_name(local_status));
+    ch_status f = kvs_fence(rank);
+    if (s == CH_OK) s = f;
+    /* round 2: rank 0's verdict (data, or the lowest failed rank) */
     if (rank == 0) {
-        s = root_status;
-        if (s == CH_OK) hex_encode((const unsigned char *)buf, n, val);
-        else snprintf(val, sizeof val, "fail:%s", ch_status_name(s));
-        int pr = PMI2_KVS_Put(key, val);
-        if (pr != PMI2_SUCCESS && s == CH_OK)
-            s = CH_ERROR(CH_ERR_PMI, "PMI2_KVS_Put(%s) failed: PMI2 error %d", key, pr);
+        int failed = local_status != CH_OK ? 0 : -1;
+        char why[64] = "";
+        if (failed == 0) snprintf(why, sizeof why, "%s", ch_status_name(local_status));
+        for (int r = 1; r < size && failed < 0 && s == CH_OK; r++) {
+            snprintf(skey, sizeof skey, "%s-s%d", key, r);
+            s = kvs_get(skey, rank, val, (int)sizeof val);
+            if (s == CH_OK && strcmp(val, "ok")) {
+                failed = r;
+                snprintf(why, sizeof why, "%.60s", val);
+            }
+        }
+        if (s != CH_OK) snprintf(val, sizeof val, "fail:0:%s", ch_status_name(s));
+        else if (failed >= 0) snprintf(val, sizeof val, "fail:%d:%s", failed, why);
+        else hex_encode((const unsigned char *)buf, n, val);
+        ch_status p = kvs_put(key, val);
+        if (s == CH_OK) s = p;
+        f = kvs_fence(rank);
+        if (s == CH_OK) s = f;
+        if (local_status != CH_OK) return local_status;
+        if (s == CH_OK && failed > 0)
+            s = CH_ERROR(CH_ERR_REMOTE, "rank %d failed before the exchange of '%s' (%s)", failed,
+                         key, why);
+        return s;
     }
-    int pr = PMI2_KVS_Fence();
-    if (pr != PMI2_SUCCESS && s == CH_OK)
-        s = CH_ERROR(CH_ERR_PMI, "PMI2_KVS_Fence failed on rank %d: PMI2 error %d", rank, pr);
-    if (rank != 0 && s == CH_OK) {
-        int len = 0;
-        pr = PMI2_KVS_Get(NULL, PMI2_ID_NULL, key, val, (int)sizeof val, &len);
-        if (pr != PMI2_SUCCESS)
-            s = CH_ERROR(CH_ERR_PMI, "PMI2_KVS_Get(%s) failed on rank %d: PMI2 error %d", key,
-                         rank, pr);
-        else if (!strncmp(val, "fail:", 5))
-            s = CH_ERROR(CH_ERR_REMOTE, "rank 0 failed before publishing '%s' (%s)", key,
-                         val + 5);
-        else if (hex_decode(val, (unsigned char *)buf, n))
-            s = CH_ERROR(CH_ERR_PMI, "PMI2 key %s holds '%.40s...', not %zu bytes of hex", key,
-                         val, n);
+    f = kvs_fence(rank);
+    if (s == CH_OK) s = f;
+    if (s == CH_OK) s = kvs_get(key, rank, val, (int)sizeof val);
+    if (local_status != CH_OK) return local_status;
+    if (s != CH_OK) return s;
+    if (!strncmp(val, "fail:", 5)) {
+        int r = atoi(val + 5);
+        const char *why = strchr(val + 5, ':');
+        return CH_ERROR(CH_ERR_REMOTE, "rank %d failed before the exchange of '%s' (%s)", r, key,
+                        why ? why + 1 : "?");
     }
-    return s;
+    if (hex_decode(val, (unsigned char *)buf, n))
+        return CH_ERROR(CH_ERR_PMI, "PMI2 key %s holds '%.40s...', not %zu bytes of hex", key,
+                        val, n);
+    return CH_OK;
 }
 
 #else /* !HAVE_PMI2 */
@@ -130,14 +178,15 @@ ch_status ch_pmi2_init(int *rank, int *size, int *inited_here)
 
 void ch_pmi2_finalize(int inited_here) { (void)inited_here; }
 
-ch_status ch_pmi2_kvs_bcast(const char *key, int rank, void *buf, size_t n,
-                            ch_status root_status)
+ch_status ch_pmi2_kvs_bcast(const char *key, int rank, int size, void *buf, size_t n,
+                            ch_status local_status)
 {
     (void)key;
     (void)rank;
+    (void)size;
     (void)buf;
     (void)n;
-    (void)root_status;
+    (void)local_status;
     return CH_ERROR(CH_ERR_UNSUPPORTED, "ch_pmi2_kvs_bcast: " NO_PMI2);
 }
 

@@ -36,18 +36,23 @@ ch_status ch_pmi2_init(int *rank, int *size, int *inited_here);
 /* PMI2_Finalize (only if ch_pmi2_init initialised it: pass its inited_here). */
 void ch_pmi2_finalize(int inited_here);
 
-/* Collective over all tasks of the PMI2 job: rank 0's `n` bytes at buf
- * (1 <= n <= CH_PMI2_BCAST_MAX) reach every rank's buf, through
- * PMI2_KVS_Put under `key` (unique per use, same on every rank; at most 60
- * characters), PMI2_KVS_Fence and PMI2_KVS_Get. root_status is rank 0's own
- * state: when it is not CH_OK, rank 0 publishes the failure instead of data,
- * so no peer waits for data that will never come; the peers then return
- * CH_ERR_REMOTE naming rank 0's status, and rank 0 returns root_status.
- * Every rank must call it (the fence is collective) even after a local
- * failure. Errors: CH_ERR_INVALID (arguments), CH_ERR_PMI (a PMI2 call
- * failed, or the value read is not n bytes of hex), CH_ERR_REMOTE. */
-ch_status ch_pmi2_kvs_bcast(const char *key, int rank, void *buf, size_t n,
-                            ch_status root_status);
+/* Collective over all `size` tasks of the PMI2 job: rank 0's `n` bytes at
+ * buf (1 <= n <= CH_PMI2_BCAST_MAX) reach every rank's buf, unless some rank
+ * failed. local_status is each rank's own state before the exchange (e.g.
+ * whether it could select its GPU). Two rounds through the KVS:
+ *   1. every rank puts its status under "<key>-s<rank>"; PMI2_KVS_Fence;
+ *   2. rank 0 reads all statuses and puts under "<key>" either its data (as
+ *      hex) or "fail:" + the lowest failed rank and its status; fence; the
+ *      other ranks read "<key>".
+ * So a failure on ANY rank reaches every rank, and no rank waits for data
+ * or peers that will never come (e.g. in ncclCommInitRank). Rank 0 does
+ * size - 1 gets, the others one. key: unique per use, the same on every
+ * rank, at most 40 characters. Every rank must call it, also after a local
+ * failure. Returns CH_OK, the rank's own local_status when it failed itself,
+ * CH_ERR_REMOTE naming the failed rank and its status, CH_ERR_INVALID
+ * (arguments), or CH_ERR_PMI (a PMI2 call failed, or a value is malformed). */
+ch_status ch_pmi2_kvs_bcast(const char *key, int rank, int size, void *buf, size_t n,
+                            ch_status local_status);
 
 #ifdef __cplusplus
 }

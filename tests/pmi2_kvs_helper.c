@@ -7,8 +7,9 @@
  *                              of an ncclUniqueId) twice under two keys;
  *                              every rank prints
  *                                kvs rank R of W id <hex of 128 bytes> again <same|DIFF>
- *   pmi2_kvs_helper fail       rank 0 reports a local failure (CH_ERR_IO)
- *                              instead of data; every rank prints
+ *   pmi2_kvs_helper fail [R]   rank R (default 0) reports a local failure
+ *                              (CH_ERR_IO) instead of taking part normally;
+ *                              every rank prints
  *                                kvs rank R of W status <CH_ERR_...>: <message>
  * Exit status: 0 when the broadcasts did what was asked, 2 when PMI2 is not
  * usable (the message says why: e.g. not started by srun --mpi=pmi2), 1 for
@@ -19,6 +20,7 @@
 
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
@@ -33,6 +35,7 @@ static void to_hex(const unsigned char *b, size_t n, char *out)
 int main(int argc, char **argv)
 {
     int fail_mode = argc > 1 && !strcmp(argv[1], "fail");
+    int fail_rank = fail_mode && argc > 2 ? atoi(argv[2]) : 0;
     int rank = -1, size = -1, inited = 0;
     ch_status s = ch_pmi2_init(&rank, &size, &inited);
     if (s != CH_OK) {
@@ -54,14 +57,16 @@ int main(int argc, char **argv)
     char hex[2 * ID_BYTES + 1];
     int rc = 0;
     if (fail_mode) {
-        ch_status root = rank == 0 ? CH_ERROR(CH_ERR_IO, "rank 0 could not make the id") : CH_OK;
-        s = ch_pmi2_kvs_bcast("cohort-test-fail", rank, id, sizeof id, root);
+        ch_status mine = rank == fail_rank
+                             ? CH_ERROR(CH_ERR_IO, "rank %d could not take part", rank)
+                             : CH_OK;
+        s = ch_pmi2_kvs_bcast("cohort-test-fail", rank, size, id, sizeof id, mine);
         printf("kvs rank %d of %d status %s: %s\n", rank, size, ch_status_name(s),
                s == CH_OK ? "ok" : ch_error_message());
         rc = s == CH_OK ? 1 : 0;
     } else {
-        s = ch_pmi2_kvs_bcast("cohort-test-id-0", rank, id, sizeof id, CH_OK);
-        if (s == CH_OK) s = ch_pmi2_kvs_bcast("cohort-test-id-1", rank, again, sizeof again, CH_OK);
+        s = ch_pmi2_kvs_bcast("cohort-test-id-0", rank, size, id, sizeof id, CH_OK);
+        if (s == CH_OK) s = ch_pmi2_kvs_bcast("cohort-test-id-1", rank, size, again, sizeof again, CH_OK);
         if (s != CH_OK) {
             printf("kvs rank %d of %d error %s: %s\n", rank, size, ch_status_name(s),
                    ch_error_message());

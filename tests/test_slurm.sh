@@ -37,8 +37,8 @@ ok $? "srun -n 2 --mpi=pmi2: PMI2 ranks 0 and 1 of 2; rank 0's 128-byte id reach
 
 out=$(srun -Q -n 2 --mpi=pmi2 -t 1 "$kvs_prog" fail 2>&1 | sort)
 echo "$out" | diag
-echo "$out" | grep -q "^kvs rank 0 of 2 status CH_ERR_IO: rank 0 could not make the id" &&
-  echo "$out" | grep -q "^kvs rank 1 of 2 status CH_ERR_REMOTE: rank 0 failed before publishing 'cohort-test-fail' (CH_ERR_IO)"
+echo "$out" | grep -q "^kvs rank 0 of 2 status CH_ERR_IO: rank 0 could not take part" &&
+  echo "$out" | grep -q "^kvs rank 1 of 2 status CH_ERR_REMOTE: rank 0 failed before the exchange of 'cohort-test-fail' (CH_ERR_IO)"
 ok $? "PMI2 KVS: a failure on rank 0 reaches rank 1 as CH_ERR_REMOTE naming it (no rank waits)"
 
 out=$(srun -Q -n 1 --mpi=none -t 1 "$kvs_prog" 2>&1); rc=$?
@@ -151,6 +151,12 @@ id0=$(echo "$out" | sed -n 's/^kvs rank 0 of 2 id \([0-9a-f]*\) again same$/\1/p
 id1=$(echo "$out" | sed -n 's/^kvs rank 1 of 2 id \([0-9a-f]*\) again same$/\1/p')
 [ ${#id0} -eq 256 ] && [ "$id0" = "$id1" ]
 ok $? "PMI2 KVS across two simulated nodes: rank 1 on node 1 gets rank 0's id"
+
+out=$(timeout 60 srun -Q -N 2 -n 3 --mpi=pmi2 -t 1 "$kvs_prog" fail 2 2>&1 | sort)
+echo "$out" | diag
+echo "$out" | grep -q "^kvs rank 2 of 3 status CH_ERR_IO: rank 2 could not take part" &&
+  [ "$(echo "$out" | grep -c "status CH_ERR_REMOTE: rank 2 failed before the exchange of 'cohort-test-fail' (CH_ERR_IO)")" = 2 ]
+ok $? "PMI2 KVS: a failure on rank 2 of 3 (2 nodes) reaches ranks 0 and 1 as CH_ERR_REMOTE naming rank 2 (no rank waits)"
 
 cluster_down "$c2"
 ok $? "2-node cluster goes down"
