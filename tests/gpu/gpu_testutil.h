@@ -50,8 +50,7 @@ static inline const char *gt_no_gpu_reason(void)
  * backend too (CPU vs CPU; NCCL replaced by the MPI group), so shapes,
  * arguments and comparisons of the test code itself are exercised before
  * GPU time is spent. Tests that need a real GPU (bf16, async uploads, blocked
- * layouts) still SKIP; test_sgd_step needs a CPU ch_op_sgd_step (added with
- * the CUDA kernels). Not a mode make check uses. */
+ * layouts) still SKIP. Not a mode make check uses. */
 static inline int gt_cpu_mode(void)
 {
     const char *e = getenv("COHORT_GPU_TESTS_ON_CPU");
