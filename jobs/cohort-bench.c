@@ -377,7 +377,8 @@ static ch_status bench(const bench_opts *o)
         if (!all_enough) {
             ch_pg_destroy(mpi_pg);
             return CH_ERROR(CH_ERR_UNSUPPORTED, "--backend nccl needs one GPU per rank: a "
-                            "node runs %d ranks but rank %d sees %d GPU(s)", local_size,
+                            "node runs %d rank%s but rank %d sees %d GPU(s)", local_size,
+                            local_size == 1 ? "" : "s",
                             g_rank, ndev);
         }
         ch_check_fatal(ch_pg_create_nccl(mpi_pg, local_rank, &pg), "creating the NCCL group");

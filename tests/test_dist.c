@@ -559,8 +559,10 @@ static void test_nccl(void **state)
             assert_int_equal(s, CH_ERR_UNSUPPORTED);
             assert_non_null(strstr(msg, "without CUDA"));
         }
-        ch_test_skip("no GPU visible (ch_device_count() = 0): NCCL collectives not run; "
-                     "creation failed cleanly with %s", ch_status_name(s));
+        ch_test_skip("%s: NCCL collectives not run; creation failed cleanly with %s",
+                     ch_device_backend_compiled() ? "no GPU visible (ch_device_count() = 0)"
+                                                  : "built without CUDA",
+                     ch_status_name(s));
     }
     /* ranks 0..ndev-1 each get their own GPU; the others sit this out */
     MPI_Comm sub;
