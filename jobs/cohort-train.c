@@ -756,6 +756,29 @@ typedef struct {
     int64_t loss_steps;
 } epoch_result_t;
 
+/* Forward, loss, backward (DDP buckets all-reduced as gradients become
+ * ready), the wait for the buckets, and the SGD update, each timed in the
+ * profile. *loss receives the local loss on CPU ranks; GPU ranks pass NULL
+ * (read later with ch_model_loss_value, so the step is not stalled). */
+static void train_step(job_t *j, const ch_tensor_t *x, const ch_tensor_t *y, float *loss)
+{
+    const ch_tensor_t *logits = NULL;
+    ch_prof_begin(j->prof, PH_FORWARD);
+    ch_check_fatal(ch_ddp_before_forward(j->ddp), "DDP");
+    ch_check_fatal(ch_model_forward(j->model, j->cx, x, &logits), "forward");
+    ch_check_fatal(ch_model_loss(j->model, j->cx, y, loss), "loss");
+    ch_prof_end(j->prof, PH_FORWARD);
+    ch_prof_begin(j->prof, PH_BACKWARD);
+    ch_check_fatal(ch_model_backward(j->model, j->cx, NULL), "backward");
+    ch_prof_end(j->prof, PH_BACKWARD);
+    double wait = 0;
+    ch_check_fatal(ch_ddp_finish(j->ddp, &wait), "gradient all-reduce");
+    ch_prof_add(j->prof, PH_ALLREDUCE, wait);
+    ch_prof_begin(j->prof, PH_OPTIM);
+    ch_check_fatal(ch_sgd_step(j->sgd), "optimizer");
+    ch_prof_end(j->prof, PH_OPTIM);
+}
+
 /* After a step's optimizer update: the loss for logging (mean over ranks)
  * and the preemption flag in one all-reduce, so every rank stops at the
  * same step; a non-finite loss ends every rank; the progress line. Returns
@@ -877,21 +900,7 @@ static void train_epoch_gpu(job_t *j, int epoch, int64_t first_step, int64_t ste
         const int64_t n = b->n;
         ch_loader_release(j->train_loader, b);
         ch_prof_end(j->prof, PH_DATA);
-        const ch_tensor_t *logits = NULL;
-        ch_prof_begin(j->prof, PH_FORWARD);
-        ch_check_fatal(ch_ddp_before_forward(j->ddp), "DDP");
-        ch_check_fatal(ch_model_forward(j->model, j->cx, &xv[slot], &logits), "forward");
-        ch_check_fatal(ch_model_loss(j->model, j->cx, &yv[slot], NULL), "loss");
-        ch_prof_end(j->prof, PH_FORWARD);
-        ch_prof_begin(j->prof, PH_BACKWARD);
-        ch_check_fatal(ch_model_backward(j->model, j->cx, NULL), "backward");
-        ch_prof_end(j->prof, PH_BACKWARD);
-        double wait = 0;
-        ch_check_fatal(ch_ddp_finish(j->ddp, &wait), "gradient all-reduce");
-        ch_prof_add(j->prof, PH_ALLREDUCE, wait);
-        ch_prof_begin(j->prof, PH_OPTIM);
-        ch_check_fatal(ch_sgd_step(j->sgd), "optimizer");
-        ch_prof_end(j->prof, PH_OPTIM);
+        train_step(j, &xv[slot], &yv[slot], NULL);
         /* the next batch's copy overlaps this step's kernels */
         if (step + 1 < steps) {
             ch_prof_begin(j->prof, PH_DATA);
@@ -953,22 +962,8 @@ static void train_epoch(job_t *j, int epoch, int64_t first_step, epoch_result_t 
                        "batch");
         ch_check_fatal(ch_tensor_wrap(&y, b->labels, CH_I64, 1, ys, CH_LAYOUT_PLAIN, CH_DEV_CPU, 0),
                        "batch");
-        const ch_tensor_t *logits = NULL;
         float loss = 0;
-        ch_prof_begin(j->prof, PH_FORWARD);
-        ch_check_fatal(ch_ddp_before_forward(j->ddp), "DDP");
-        ch_check_fatal(ch_model_forward(j->model, j->cx, &x, &logits), "forward");
-        ch_check_fatal(ch_model_loss(j->model, j->cx, &y, &loss), "loss");
-        ch_prof_end(j->prof, PH_FORWARD);
-        ch_prof_begin(j->prof, PH_BACKWARD);
-        ch_check_fatal(ch_model_backward(j->model, j->cx, NULL), "backward");
-        ch_prof_end(j->prof, PH_BACKWARD);
-        double wait = 0;
-        ch_check_fatal(ch_ddp_finish(j->ddp, &wait), "gradient all-reduce");
-        ch_prof_add(j->prof, PH_ALLREDUCE, wait);
-        ch_prof_begin(j->prof, PH_OPTIM);
-        ch_check_fatal(ch_sgd_step(j->sgd), "optimizer");
-        ch_prof_end(j->prof, PH_OPTIM);
+        train_step(j, &x, &y, &loss);
         images += b->n;
         ch_loader_release(j->train_loader, b);
         j->global_step++;
