@@ -465,6 +465,20 @@ static ch_status cd_scale(void *st, ch_tensor_t *t, float alpha)
 
 /* ---------------------------------------------------------------- reorder */
 
+/* Checks shared by reorder and upload: both tensors usable here; a layout
+ * change (*relayout = 1) only for float32 (int64 labels have one layout). */
+static ch_status check_copy(void *st, const char *op, const ch_tensor_t *src,
+                            const ch_tensor_t *dst, int *relayout)
+{
+    CH_TRY(ch_cd_check_tensor(st, op, "src", src));
+    CH_TRY(ch_cd_check_tensor(st, op, "dst", dst));
+    *relayout = src->layout != dst->layout;
+    if (*relayout && src->dtype != CH_F32)
+        return CH_ERROR(CH_ERR_INVALID, "%s: layouts of %s tensors are fixed", op,
+                        ch_dtype_name(src->dtype));
+    return CH_OK;
+}
+
 /* dst = src in dst's layout. Device <-> device: a copy or one layout kernel,
  * queued. Host <-> device: the copy (through a device temporary in the
  * workspace when the layout changes: host -> temp -> layout kernel -> dst,
@@ -475,12 +489,8 @@ static ch_status cd_scale(void *st, ch_tensor_t *t, float alpha)
 static ch_status cd_reorder(void *st, const ch_tensor_t *src, ch_tensor_t *dst)
 {
     const char *op = "ch_op_reorder";
-    CH_TRY(ch_cd_check_tensor(st, op, "src", src));
-    CH_TRY(ch_cd_check_tensor(st, op, "dst", dst));
-    int relayout = src->layout != dst->layout;
-    if (relayout && src->dtype != CH_F32)
-        return CH_ERROR(CH_ERR_INVALID, "%s: layouts of %s tensors are fixed", op,
-                        ch_dtype_name(src->dtype));
+    int relayout = 0;
+    CH_TRY(check_copy(st, op, src, dst, &relayout));
     size_t bytes = src->nbytes;
     if (bytes == 0) return CH_OK;
     int64_t N, C, HW;
@@ -583,12 +593,8 @@ static ch_status upload_slot_get(void *st, upload_slot **out)
 static ch_status cd_upload_async(void *st, const ch_tensor_t *src, ch_tensor_t *dst)
 {
     const char *op = "ch_op_upload_async";
-    CH_TRY(ch_cd_check_tensor(st, op, "src", src));
-    CH_TRY(ch_cd_check_tensor(st, op, "dst", dst));
-    int relayout = src->layout != dst->layout;
-    if (relayout && src->dtype != CH_F32)
-        return CH_ERROR(CH_ERR_INVALID, "%s: layouts of %s tensors are fixed", op,
-                        ch_dtype_name(src->dtype));
+    int relayout = 0;
+    CH_TRY(check_copy(st, op, src, dst, &relayout));
     size_t bytes = src->nbytes;
     if (bytes == 0) return CH_OK;
     upload_slot *u = NULL;
