@@ -19,7 +19,7 @@
 #ifndef COHORT_IO_ATOMIC_FILE_H
 #define COHORT_IO_ATOMIC_FILE_H
 
-#include "framework/status.h"
+#include "framework/core/status.h"
 
 #include <stddef.h>
 

@@ -19,7 +19,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "framework/log.h"
+#include "framework/core/log.h"
 #include "io/dataset.h"
 #include "io/loader.h"
 
@@ -93,8 +93,8 @@ int main(int argc, char **argv)
     }
     ops[nops++] = ch_tf_normalize(use->channels, use->channels == 1 ? mean1 : mean3,
                                   use->channels == 1 ? std1 : std3);
-    ch_loader_config_t cfg;
-    ch_loader_config_default(&cfg);
+    ch_loader_options_t cfg;
+    ch_loader_options_default(&cfg);
     cfg.batch_size = batch;
     cfg.num_workers = workers;
     cfg.prefetch = prefetch;

@@ -226,7 +226,7 @@ ch_status ch_checkpoint_read_resume(const char *path, ch_safetensors_t **st, ch_
     memset(&tmp, 0, sizeof tmp);
     s = validate_resume(*st, &tmp);
     if (s) {
-        ch_safetensors_close(*st);
+        ch_safetensors_destroy(*st);
         *st = NULL;
         return s;
     }

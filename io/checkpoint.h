@@ -28,7 +28,7 @@
 #ifndef COHORT_IO_CHECKPOINT_H
 #define COHORT_IO_CHECKPOINT_H
 
-#include "framework/status.h"
+#include "framework/core/status.h"
 #include "io/safetensors.h"
 
 #include <stdint.h>
@@ -74,7 +74,7 @@ ch_status ch_checkpoint_write_resume(const char *path, const ch_st_view_t *state
                                      size_t nextra);
 
 /* Open and validate a resume file. *st gets the loaded file (close it with
- * ch_safetensors_close); *info the parsed progress, whose strings point into
+ * ch_safetensors_destroy); *info the parsed progress, whose strings point into
  * *st. Errors: those of ch_safetensors_open, and CH_ERR_FORMAT naming path
  * and key for a file that is not a cohort resume file, a missing or
  * malformed key, an unsupported version, or a momentum buffer without

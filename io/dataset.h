@@ -38,7 +38,7 @@
 
 #include <stdint.h>
 
-#include "framework/status.h"
+#include "framework/core/status.h"
 #include "io/image.h"
 
 #ifdef __cplusplus

@@ -13,7 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "framework/status.h"
+#include "framework/core/status.h"
 #include "io/dataset.h"
 
 #ifdef __cplusplus

@@ -27,7 +27,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "framework/status.h"
+#include "framework/core/status.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -8,9 +8,9 @@
 #include <string.h>
 #include <time.h>
 
-#include "framework/device.h"
-#include "framework/log.h"
-#include "framework/threadpool.h"
+#include "framework/tensor/device.h"
+#include "framework/core/log.h"
+#include "framework/core/threadpool.h"
 
 enum { SLOT_FREE = 0, SLOT_QUEUED, SLOT_HELD };
 
@@ -44,7 +44,7 @@ struct ch_loader {
     double wait_s;
 };
 
-void ch_loader_config_default(ch_loader_config_t *cfg)
+void ch_loader_options_default(ch_loader_options_t *cfg)
 {
     memset(cfg, 0, sizeof *cfg);
     cfg->batch_size = 32;
@@ -113,7 +113,7 @@ static void drain(ch_loader_t *l)
     atomic_store(&l->stop, 0);
 }
 
-ch_status ch_loader_create(ch_loader_t **out, ch_dataset_t *ds, const ch_loader_config_t *cfg)
+ch_status ch_loader_create(ch_loader_t **out, ch_dataset_t *ds, const ch_loader_options_t *cfg)
 {
     CH_REQUIRE(out != NULL && ds != NULL && cfg != NULL, "ch_loader_create: NULL argument");
     *out = NULL;
@@ -318,7 +318,7 @@ void ch_loader_destroy(ch_loader_t *l)
 
 ch_status ch_loader_fashion_mnist_create(ch_loader_t **loader, ch_dataset_t **dataset,
                                          const char *dir, int train,
-                                         const ch_loader_config_t *cfg)
+                                         const ch_loader_options_t *cfg)
 {
     CH_REQUIRE(loader != NULL && dataset != NULL && cfg != NULL,
                "ch_loader_fashion_mnist_create: NULL argument");
@@ -333,7 +333,7 @@ ch_status ch_loader_fashion_mnist_create(ch_loader_t **loader, ch_dataset_t **da
         ops[n++] = ch_tf_random_hflip(0.5);
     }
     ops[n++] = ch_tf_normalize(1, mean, std);
-    ch_loader_config_t c = *cfg;
+    ch_loader_options_t c = *cfg;
     if (!c.transforms) {
         c.transforms = ops;
         c.n_transforms = n;

@@ -40,7 +40,7 @@
 
 #include <stdint.h>
 
-#include "framework/status.h"
+#include "framework/core/status.h"
 #include "io/dataset.h"
 #include "io/sampler.h"
 #include "io/transforms.h"
@@ -49,7 +49,7 @@
 extern "C" {
 #endif
 
-typedef struct ch_loader_config {
+typedef struct ch_loader_options {
     int64_t batch_size;      /* per rank (DataLoader batch_size), >= 1 */
     int drop_last;           /* DataLoader drop_last: drop the partial last batch */
     int num_workers;         /* worker threads, 0 = load in ch_loader_next */
@@ -61,12 +61,12 @@ typedef struct ch_loader_config {
     int sampler_drop_last;   /* DistributedSampler drop_last */
     const ch_transform_t *transforms; /* ops, ending with Normalize (transforms.h) */
     int n_transforms;
-} ch_loader_config_t;
+} ch_loader_options_t;
 
 /* Defaults: batch_size 32, drop_last 0, num_workers 2, prefetch 0 (auto),
  * pinned 0, world_size 1, rank 0, shuffle 1, seed 0, sampler_drop_last 0,
  * no transforms (must be set). */
-void ch_loader_config_default(ch_loader_config_t *cfg);
+void ch_loader_options_default(ch_loader_options_t *cfg);
 
 typedef struct ch_batch {
     float *images;          /* [n, c, h, w] float32, NCHW contiguous */
@@ -91,7 +91,7 @@ typedef struct ch_loader ch_loader_t;
  * (slot allocation), CH_ERR_INTERNAL (threads). A dataset smaller than the
  * world size without sampler_drop_last is allowed (PyTorch pads by
  * repeating samples) and logged as a warning. */
-ch_status ch_loader_create(ch_loader_t **out, ch_dataset_t *ds, const ch_loader_config_t *cfg);
+ch_status ch_loader_create(ch_loader_t **out, ch_dataset_t *ds, const ch_loader_options_t *cfg);
 
 /* Stop any epoch in progress, set the sampler's epoch and queue the first
  * batches. Batches of the previous epoch must not be used afterwards. */
@@ -144,7 +144,7 @@ void ch_loader_destroy(ch_loader_t *l);
  * ch_loader_create; nothing is left allocated on error. */
 ch_status ch_loader_fashion_mnist_create(ch_loader_t **loader, ch_dataset_t **dataset,
                                          const char *dir, int train,
-                                         const ch_loader_config_t *cfg);
+                                         const ch_loader_options_t *cfg);
 
 #ifdef __cplusplus
 }

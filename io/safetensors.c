@@ -334,7 +334,7 @@ static ch_status finish_open(ch_safetensors_t *st, ch_safetensors_t **out)
 {
     ch_status s = parse(st);
     if (s) {
-        ch_safetensors_close(st);
+        ch_safetensors_destroy(st);
         return s;
     }
     *out = st;
@@ -388,13 +388,13 @@ ch_status ch_safetensors_open(ch_safetensors_t **out, const char *path)
         if (st->size >= 8 && pread(fd, h, 8, 0) != 8) {
             s = CH_ERROR(CH_ERR_IO, "reading '%s' failed: %s", path, strerror(errno ? errno : EIO));
             close(fd);
-            ch_safetensors_close(st);
+            ch_safetensors_destroy(st);
             return s;
         }
         s = check_prefix(path, st->size, h, &hlen);
         if (s) {
             close(fd);
-            ch_safetensors_close(st);
+            ch_safetensors_destroy(st);
             return s;
         }
     }
@@ -415,7 +415,7 @@ ch_status ch_safetensors_open(ch_safetensors_t **out, const char *path)
     if (posix_memalign((void **)&st->owned, 64, st->size ? st->size : 1) != 0) {
         close(fd);
         s = CH_ERROR(CH_ERR_NOMEM, "%s: out of memory reading %zu bytes", path, st->size);
-        ch_safetensors_close(st);
+        ch_safetensors_destroy(st);
         return s;
     }
     while (got < st->size) {
@@ -424,7 +424,7 @@ ch_status ch_safetensors_open(ch_safetensors_t **out, const char *path)
             if (errno == EINTR) continue;
             s = CH_ERROR(CH_ERR_IO, "reading '%s' failed: %s", path, strerror(errno));
             close(fd);
-            ch_safetensors_close(st);
+            ch_safetensors_destroy(st);
             return s;
         }
         if (r == 0) break; /* shrank while reading */
@@ -434,7 +434,7 @@ ch_status ch_safetensors_open(ch_safetensors_t **out, const char *path)
     if (got != st->size) {
         s = CH_ERROR(CH_ERR_IO, "reading '%s': file shrank from %zu to %zu bytes while being read", path,
                      st->size, got);
-        ch_safetensors_close(st);
+        ch_safetensors_destroy(st);
         return s;
     }
     st->buf = st->owned;
@@ -452,7 +452,7 @@ ch_status ch_safetensors_from_memory(ch_safetensors_t **out, const void *buf, si
     st->size = size;
     if (copy) {
         if (posix_memalign((void **)&st->owned, 64, size ? size : 1) != 0) {
-            ch_safetensors_close(st);
+            ch_safetensors_destroy(st);
             return CH_ERROR(CH_ERR_NOMEM, "%s: out of memory copying %zu bytes", label ? label : "<memory>",
                             size);
         }
@@ -464,7 +464,7 @@ ch_status ch_safetensors_from_memory(ch_safetensors_t **out, const void *buf, si
     return finish_open(st, out);
 }
 
-void ch_safetensors_close(ch_safetensors_t *st)
+void ch_safetensors_destroy(ch_safetensors_t *st)
 {
     if (!st) return;
     if (st->root) json_decref(st->root);

@@ -44,7 +44,7 @@
 #ifndef COHORT_IO_SAFETENSORS_H
 #define COHORT_IO_SAFETENSORS_H
 
-#include "framework/status.h"
+#include "framework/core/status.h"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -67,7 +67,7 @@ typedef enum {
 /* One named tensor: where its bytes are and what they mean.
  * data: nbytes bytes, C-contiguous, little-endian. Views returned by the
  * reader point into the loaded file's buffer (valid until
- * ch_safetensors_close); that data is NOT necessarily aligned to the element
+ * ch_safetensors_destroy); that data is NOT necessarily aligned to the element
  * size (files written by other tools need not align it): copy it with
  * memcpy or ch_safetensors_read_into before using it as float/int64_t. */
 typedef struct {
@@ -117,13 +117,13 @@ ch_status ch_safetensors_open(ch_safetensors_t **out, const char *path);
 /* Same from a memory buffer holding a whole file. label names the buffer in
  * error messages (e.g. "<broadcast state dict>"). copy != 0: the buffer is
  * copied (the caller may free it at once); copy == 0: views point into buf,
- * which must stay valid and unchanged until ch_safetensors_close. */
+ * which must stay valid and unchanged until ch_safetensors_destroy. */
 ch_status ch_safetensors_from_memory(ch_safetensors_t **out, const void *buf,
                                      size_t size, const char *label, int copy);
 
 /* Free everything (NULL is a no-op). Views and strings obtained from st
  * become invalid. */
-void ch_safetensors_close(ch_safetensors_t *st);
+void ch_safetensors_destroy(ch_safetensors_t *st);
 
 /* The path or label given when opening. */
 const char *ch_safetensors_source(const ch_safetensors_t *st);

@@ -22,7 +22,7 @@
 
 #include <stdint.h>
 
-#include "framework/status.h"
+#include "framework/core/status.h"
 
 #ifdef __cplusplus
 extern "C" {

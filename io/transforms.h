@@ -37,7 +37,7 @@
 
 #include <stdint.h>
 
-#include "framework/status.h"
+#include "framework/core/status.h"
 #include "io/image.h"
 #include "io/resample.h"
 

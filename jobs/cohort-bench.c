@@ -29,10 +29,10 @@
  * buffers. --backend forces one. Only rank 0 prints. */
 #include "config.h"
 
-#include "framework/device.h"
-#include "framework/dist.h"
-#include "framework/log.h"
-#include "framework/status.h"
+#include "framework/tensor/device.h"
+#include "framework/dist/dist.h"
+#include "framework/core/log.h"
+#include "framework/core/status.h"
 
 #include <getopt.h>
 #include <math.h>

@@ -25,22 +25,22 @@
  */
 #include "config.h"
 
-#include "framework/configuration.h"
-#include "framework/ddp.h"
-#include "framework/device.h"
-#include "framework/dist.h"
-#include "framework/env.h"
-#include "framework/log.h"
-#include "framework/lr_schedule.h"
-#include "framework/metrics.h"
-#include "framework/nn.h"
-#include "framework/nn_exec.h"
-#include "framework/ops.h"
-#include "framework/optim.h"
-#include "framework/profiler.h"
-#include "framework/signals.h"
-#include "framework/status.h"
-#include "framework/tensor.h"
+#include "framework/core/configuration.h"
+#include "framework/train/ddp.h"
+#include "framework/tensor/device.h"
+#include "framework/dist/dist.h"
+#include "framework/launch/env.h"
+#include "framework/core/log.h"
+#include "framework/train/lr_schedule.h"
+#include "framework/train/metrics.h"
+#include "framework/nn/nn.h"
+#include "framework/nn/nn_exec.h"
+#include "framework/ops/ops.h"
+#include "framework/train/optim.h"
+#include "framework/runtime/profiler.h"
+#include "framework/launch/signals.h"
+#include "framework/core/status.h"
+#include "framework/tensor/tensor.h"
 #include "io/atomic_file.h"
 #include "io/checkpoint.h"
 #include "io/dataset.h"
@@ -418,8 +418,8 @@ static ch_status make_loaders(job_t *j)
     train_tf[ntr++] = norm;
     test_tf[nte++] = norm;
 
-    ch_loader_config_t lc;
-    ch_loader_config_default(&lc);
+    ch_loader_options_t lc;
+    ch_loader_options_default(&lc);
     lc.batch_size = j->batch_size;
     lc.num_workers = j->workers;
     lc.prefetch = j->prefetch;
@@ -526,7 +526,7 @@ done:
     for (int i = 0; i < nv; i++) free(copies[i]);
     free(copies);
     free(views);
-    ch_safetensors_close(st);
+    ch_safetensors_destroy(st);
     return s;
 }
 
@@ -709,7 +709,7 @@ static ch_status load_resume(job_t *j, const char *path)
             s = CH_ERROR(CH_ERR_INVALID, "%s used train.seed %llu but this run has %lld", path,
                          (unsigned long long)info.sampler_seed, j->seed);
     }
-    ch_safetensors_close(st);
+    ch_safetensors_destroy(st);
     /* read into the host mirror: on to the device */
     if (s == CH_OK) s = ch_model_sync_to_device(j->model);
     return s;
@@ -1117,8 +1117,8 @@ static int setup(job_t *j)
     }
     if (agree(j, s, "compute device")) return EXIT_BAD_INPUT;
 
-    ch_compute_opts_t co;
-    ch_compute_opts_default(&co);
+    ch_compute_options_t co;
+    ch_compute_options_default(&co);
     co.num_threads = j->threads;
     co.gpu_device = j->on_gpu ? j->env.device : -1;
     co.allow_tf32 = j->allow_tf32;
@@ -1255,7 +1255,7 @@ static void cleanup(job_t *j)
     /* The preemption handlers stay installed (they only set a flag): a
      * warning signal that arrives during the final cleanup must not kill a
      * job that has finished its work. */
-    if (j->metrics) (void)ch_metrics_close(j->metrics);
+    if (j->metrics) (void)ch_metrics_destroy(j->metrics);
     ch_ddp_destroy(j->ddp);
     ch_sgd_destroy(j->sgd);
     ch_model_destroy(j->model);

@@ -24,8 +24,8 @@
 
 #include <stdint.h>
 
-#include "framework/nn.h"
-#include "framework/status.h"
+#include "framework/nn/nn.h"
+#include "framework/core/status.h"
 
 #ifdef __cplusplus
 extern "C" {

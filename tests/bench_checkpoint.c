@@ -92,7 +92,7 @@ int main(int argc, char **argv)
         double t0 = now();
         if (ch_safetensors_open(&x, argv[1])) die("open");
         t[r] = now() - t0;
-        ch_safetensors_close(x);
+        ch_safetensors_destroy(x);
     }
     report("open", t, reps, bytes / 1e6);
     {
@@ -108,7 +108,7 @@ int main(int argc, char **argv)
                 memcpy(dst + off, v->data, v->nbytes);
                 off += v->nbytes;
             }
-            ch_safetensors_close(x);
+            ch_safetensors_destroy(x);
             t[r] = now() - t0;
         }
         free(dst);
@@ -137,7 +137,7 @@ int main(int argc, char **argv)
     report("memory", t, reps, bytes / 1e6);
     unlink(model);
     unlink(resume);
-    ch_safetensors_close(st);
+    ch_safetensors_destroy(st);
     free(state);
     free(mom);
     free(t);

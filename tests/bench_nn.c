@@ -8,10 +8,10 @@
  */
 #include "config.h"
 
-#include "framework/nn.h"
-#include "framework/nn_exec.h"
-#include "framework/ops.h"
-#include "framework/optim.h"
+#include "framework/nn/nn.h"
+#include "framework/nn/nn_exec.h"
+#include "framework/ops/ops.h"
+#include "framework/train/optim.h"
 #include "models/models.h"
 
 #include <math.h>
@@ -55,8 +55,8 @@ int main(int argc, char **argv)
         fprintf(stderr, "bench_nn: bad option value\n");
         return 2;
     }
-    ch_compute_opts_t co;
-    ch_compute_opts_default(&co);
+    ch_compute_options_t co;
+    ch_compute_options_default(&co);
     co.num_threads = threads;
     ch_compute_t *cx;
     ch_model_t *m;

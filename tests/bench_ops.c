@@ -11,7 +11,7 @@
  */
 #include "config.h"
 
-#include "framework/ops.h"
+#include "framework/ops/ops.h"
 
 #include <oneapi/dnnl/dnnl.h>
 
@@ -221,8 +221,8 @@ int main(int argc, char **argv)
     int steps = argc > 2 ? atoi(argv[2]) : 20;
     int threads = argc > 3 ? atoi(argv[3]) : 1;
     const char *lay = argc > 4 ? argv[4] : "auto";
-    ch_compute_opts_t o;
-    ch_compute_opts_default(&o);
+    ch_compute_options_t o;
+    ch_compute_options_default(&o);
     o.num_threads = threads;
     if (!strcmp(lay, "plain")) o.cpu_layout = CH_LAYOUT_PLAIN;
     else if (!strcmp(lay, "nhwc")) o.cpu_layout = CH_LAYOUT_NHWC;

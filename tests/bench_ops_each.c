@@ -9,7 +9,7 @@
  */
 #include "config.h"
 
-#include "framework/ops.h"
+#include "framework/ops/ops.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -214,8 +214,8 @@ int main(int argc, char **argv)
     int threads = argc > 1 ? atoi(argv[1]) : 1;
     trials = argc > 2 ? atoi(argv[2]) : 7;
     if (trials < 1 || trials > 64) trials = 7;
-    ch_compute_opts_t o;
-    ch_compute_opts_default(&o);
+    ch_compute_options_t o;
+    ch_compute_options_default(&o);
     o.num_threads = threads;
     DIE(ch_compute_create(&cx, &o));
     char d[256];

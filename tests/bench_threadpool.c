@@ -7,8 +7,8 @@
  */
 #include "config.h"
 
-#include "framework/status.h"
-#include "framework/threadpool.h"
+#include "framework/core/status.h"
+#include "framework/core/threadpool.h"
 
 #include <stdint.h>
 #include <stdio.h>

@@ -15,9 +15,9 @@
  * "UNEXPECTED" on stderr. */
 #include "config.h"
 
-#include "framework/dist.h"
-#include "framework/log.h"
-#include "framework/status.h"
+#include "framework/dist/dist.h"
+#include "framework/core/log.h"
+#include "framework/core/status.h"
 
 #include <mpi.h>
 #include <stdio.h>

@@ -3,7 +3,7 @@
 
 #include "tests/harness.h"
 
-#include "framework/log.h"
+#include "framework/core/log.h"
 
 #include <mpi.h>
 #include <stdio.h>

@@ -1,4 +1,4 @@
-/* cohort: exercises the PMI2 KVS bootstrap (framework/pmi2.h) the NCCL
+/* cohort: exercises the PMI2 KVS bootstrap (framework/launch/pmi2.h) the NCCL
  * process group uses to hand out its unique id when MPI is not initialised.
  * Run by tests/test_slurm.sh under `srun --mpi=pmi2` on the local test
  * cluster; needs no GPU and never initialises MPI.
@@ -16,7 +16,7 @@
  * any other failure. */
 #include "config.h"
 
-#include "framework/pmi2.h"
+#include "framework/launch/pmi2.h"
 
 #include <stdint.h>
 #include <stdio.h>

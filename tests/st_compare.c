@@ -14,7 +14,7 @@
  * Used by the training tests (equivalence, resume, PyTorch parity). */
 #include "config.h"
 
-#include "framework/status.h"
+#include "framework/core/status.h"
 #include "io/safetensors.h"
 
 #include <math.h>
@@ -49,7 +49,7 @@ int main(int argc, char **argv)
     ch_safetensors_t *a = NULL, *b = NULL;
     if (ch_safetensors_open(&a, pa) || ch_safetensors_open(&b, pb)) {
         fprintf(stderr, "st_compare: %s\n", ch_error_message());
-        ch_safetensors_close(a);
+        ch_safetensors_destroy(a);
         return 2;
     }
     double worst = 0;
@@ -116,7 +116,7 @@ int main(int argc, char **argv)
     else printf("%zu tensors, relative L2 error %.3g, max per-tensor relative error %.3g (%s); "
                 "tolerance %.3g on the %s: %s\n", compared, nrel, worst, worst_name, rtol,
                 norm ? "L2 error" : "per-tensor error", bad ? "FAIL" : "ok");
-    ch_safetensors_close(a);
-    ch_safetensors_close(b);
+    ch_safetensors_destroy(a);
+    ch_safetensors_destroy(b);
     return bad;
 }

@@ -159,7 +159,7 @@ static void test_resume_roundtrip(void **state)
     assert_true(ch_checkpoint_is_momentum(ch_safetensors_at(st, 9)->name));
     assert_false(ch_checkpoint_is_momentum("fc.weight"));
     assert_int_equal(ch_safetensors_count(st), 10);
-    ch_safetensors_close(st);
+    ch_safetensors_destroy(st);
 
     /* A model file is a plain state dict and not a resume file. */
     p = path_in("model-3.safetensors");
@@ -168,7 +168,7 @@ static void test_resume_roundtrip(void **state)
     assert_int_equal(ch_safetensors_count(st), 8);
     assert_int_equal(ch_safetensors_meta_count(st), 1);
     check_model_equal(st, &m);
-    ch_safetensors_close(st);
+    ch_safetensors_destroy(st);
     assert_ch_error(ch_checkpoint_read_resume(p, &st, &got), CH_ERR_FORMAT, "not a cohort resume file");
     assert_non_null(strstr(ch_error_message(), p));
     assert_null(st);
@@ -244,7 +244,7 @@ static void test_resume_read_rejects(void **state)
     assert_ch_ok(ch_checkpoint_read_resume(p, &st, &info));
     assert_int_equal(info.world_size, 4);
     assert_string_equal(info.rng_state, "");
-    ch_safetensors_close(st);
+    ch_safetensors_destroy(st);
 
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         ch_st_meta_t mm[10];
@@ -407,7 +407,7 @@ static void check_file_is(const char *p, const model_t *m, int64_t epoch)
     assert_ch_ok(ch_checkpoint_read_resume(p, &st, &info));
     assert_int_equal(info.epoch, epoch);
     check_model_equal(st, m);
-    ch_safetensors_close(st);
+    ch_safetensors_destroy(st);
 }
 
 /* A writer killed with SIGKILL in the middle of writing the replacement
@@ -502,7 +502,7 @@ static void test_killed_resume_writer_race(void **state)
                 olds++;
             else
                 news++;
-            ch_safetensors_close(st);
+            ch_safetensors_destroy(st);
         }
         assert_ch_ok(ch_atomic_file_remove_stale(p, NULL));
         /* back to the old version for the next round */

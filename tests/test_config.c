@@ -5,8 +5,8 @@
 
 #include "tests/harness.h"
 
-#include "framework/configuration.h"
-#include "framework/status.h"
+#include "framework/core/configuration.h"
+#include "framework/core/status.h"
 
 #include <fcntl.h>
 #include <math.h>

@@ -9,7 +9,7 @@
 
 #include "tests/harness.h"
 
-#include "framework/ops.h"
+#include "framework/ops/ops.h"
 #include "framework/ops/cuda/kernel_index.h"
 
 #include <math.h>

@@ -20,8 +20,8 @@
 
 #include "tests/harness.h"
 
-#include "framework/device.h"
-#include "framework/ops.h"
+#include "framework/tensor/device.h"
+#include "framework/ops/ops.h"
 
 #include <cuda_runtime_api.h>
 #include <math.h>

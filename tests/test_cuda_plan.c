@@ -11,9 +11,9 @@
 
 #include "tests/harness.h"
 
-#include "framework/ops.h"
+#include "framework/ops/ops.h"
 #include "framework/ops/cuda/dense_plan.h"
-#include "framework/tensor.h"
+#include "framework/tensor/tensor.h"
 
 #include <limits.h>
 #include <math.h>

@@ -4,12 +4,12 @@
 
 #include "tests/harness.h"
 
-#include "framework/ddp.h"
-#include "framework/dist.h"
-#include "framework/nn.h"
-#include "framework/nn_exec.h"
-#include "framework/ops.h"
-#include "framework/tensor.h"
+#include "framework/train/ddp.h"
+#include "framework/dist/dist.h"
+#include "framework/nn/nn.h"
+#include "framework/nn/nn_exec.h"
+#include "framework/ops/ops.h"
+#include "framework/tensor/tensor.h"
 #include "models/models.h"
 
 #include <math.h>

@@ -7,10 +7,10 @@
 
 #include "tests/harness.h"
 
-#include "framework/device.h"
-#include "framework/dist.h"
-#include "framework/dist_internal.h" /* work-pool size, for the no-malloc check */
-#include "framework/status.h"
+#include "framework/tensor/device.h"
+#include "framework/dist/dist.h"
+#include "framework/dist/dist_internal.h" /* work-pool size, for the no-malloc check */
+#include "framework/core/status.h"
 
 #include <math.h>
 #include <mpi.h>

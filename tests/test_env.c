@@ -7,9 +7,9 @@
 
 #include "tests/harness.h"
 
-#include "framework/env.h"
-#include "framework/log.h"
-#include "framework/status.h"
+#include "framework/launch/env.h"
+#include "framework/core/log.h"
+#include "framework/core/status.h"
 
 #include <mpi.h>
 #include <stdio.h>

@@ -7,8 +7,8 @@
 
 #include "tests/harness.h"
 
-#include "framework/events.h"
-#include "framework/metrics.h"
+#include "framework/train/events.h"
+#include "framework/train/metrics.h"
 
 #include <dirent.h>
 #include <math.h>
@@ -242,7 +242,7 @@ static void test_event_file(void **state)
     assert_int_equal(evs[4].step, 1234567890123456789LL);
     assert_true(evs[4].value == 1e-38f);
     assert_true(evs[4].wall_time >= before);
-    assert_ch_ok(ch_events_close(ev));
+    assert_ch_ok(ch_events_destroy(ev));
 
     /* a second writer in the same directory gets its own file */
     {
@@ -250,8 +250,8 @@ static void test_event_file(void **state)
         assert_ch_ok(ch_events_open(&e2, logdir));
         assert_ch_ok(ch_events_open(&ev, logdir));
         assert_string_not_equal(ch_events_path(e2), ch_events_path(ev));
-        assert_ch_ok(ch_events_close(ev));
-        assert_ch_ok(ch_events_close(e2));
+        assert_ch_ok(ch_events_destroy(ev));
+        assert_ch_ok(ch_events_destroy(e2));
     }
     assert_ch_error(ch_events_open(&ev, "/proc/cohort-events"), CH_ERR_IO, "/proc/cohort-events");
 }
@@ -307,7 +307,7 @@ static void test_metrics_csv_and_resume(void **state)
         assert_true(evs[10].value == (float)(1.0 / 3));
         assert_true(evs[10].wall_time == 1700000002.5);
     }
-    assert_ch_ok(ch_metrics_close(m));
+    assert_ch_ok(ch_metrics_destroy(m));
 
     /* a torn last line (killed mid-write) is dropped on resume */
     {
@@ -325,7 +325,7 @@ static void test_metrics_csv_and_resume(void **state)
         assert_int_equal(evs[1].session_status, 1);
         assert_int_equal(evs[1].step, 2); /* TensorBoard drops older points of epochs >= 2 */
     }
-    assert_ch_ok(ch_metrics_close(m));
+    assert_ch_ok(ch_metrics_destroy(m));
     assert_string_equal(read_text(csv),
                         "epoch,step,wall_time,loss,accuracy,learning_rate,images_per_sec\n"
                         "0,938,1700000000.500,1,0.8,0.02,527.25\n"
@@ -339,7 +339,7 @@ static void test_metrics_csv_and_resume(void **state)
     assert_non_null(strstr(read_text(csv), "2,2814,1700000009.000"));
     /* a fresh run starts the CSV anew */
     assert_ch_ok(ch_metrics_open(&m, dir, "metrics.csv", cols, 4, 0));
-    assert_ch_ok(ch_metrics_close(m));
+    assert_ch_ok(ch_metrics_destroy(m));
     assert_string_equal(read_text(csv), "epoch,step,wall_time,loss,accuracy,learning_rate,images_per_sec\n");
     /* a malformed row */
     {
@@ -405,11 +405,11 @@ static void test_tensorboard_reads_files(void **state)
     rm_rf(logdir);
     assert_ch_ok(ch_metrics_open(&m, logdir, "metrics.csv", cols, 4, 0));
     for (int e = 0; e < 3; e++) assert_ch_ok(ch_metrics_log_epoch(m, e, 100 * (e + 1), -1, e == 2 ? first2 : vals[e]));
-    assert_ch_ok(ch_metrics_close(m));
+    assert_ch_ok(ch_metrics_destroy(m));
     sleep(1); /* TensorBoard reads event files in name order (timestamp first) */
     assert_ch_ok(ch_metrics_open(&m, logdir, "metrics.csv", cols, 4, 2));
     for (int e = 2; e < 4; e++) assert_ch_ok(ch_metrics_log_epoch(m, e, 100 * (e + 1), -1, vals[e]));
-    assert_ch_ok(ch_metrics_close(m));
+    assert_ch_ok(ch_metrics_destroy(m));
 
     snprintf(expect, sizeof expect, "%s/expected.json", logdir);
     f = fopen(expect, "w");

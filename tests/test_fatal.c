@@ -9,7 +9,7 @@
 
 #include "tests/harness.h"
 
-#include "framework/status.h"
+#include "framework/core/status.h"
 
 #include <errno.h>
 #include <fcntl.h>

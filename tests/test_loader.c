@@ -34,12 +34,12 @@ static ch_dataset_t *synthetic(int64_t n)
 
 static const float MEAN1[1] = {0.2860f}, STD1[1] = {0.3530f};
 
-static void train_config(ch_loader_config_t *cfg, ch_transform_t *ops)
+static void train_config(ch_loader_options_t *cfg, ch_transform_t *ops)
 {
     ops[0] = ch_tf_random_crop(28, 4);
     ops[1] = ch_tf_random_hflip(0.5);
     ops[2] = ch_tf_normalize(1, MEAN1, STD1);
-    ch_loader_config_default(cfg);
+    ch_loader_options_default(cfg);
     cfg->transforms = ops;
     cfg->n_transforms = 3;
     cfg->batch_size = 16;
@@ -75,7 +75,7 @@ static void test_order_and_content_independent_of_workers(void **state)
     enum { N = 1000 };
     ch_dataset_t *ds = synthetic(N);
     ch_transform_t ops[3];
-    ch_loader_config_t cfg;
+    ch_loader_options_t cfg;
     train_config(&cfg, ops);
     cfg.world_size = 3;
     cfg.rank = 1;
@@ -134,8 +134,8 @@ static void test_padding_and_partial_batches(void **state)
 {
     ch_dataset_t *ds = synthetic(10);
     ch_transform_t ops[1] = {ch_tf_normalize(1, NULL, NULL)};
-    ch_loader_config_t cfg;
-    ch_loader_config_default(&cfg);
+    ch_loader_options_t cfg;
+    ch_loader_options_default(&cfg);
     cfg.transforms = ops;
     cfg.n_transforms = 1;
     cfg.world_size = 4;
@@ -191,8 +191,8 @@ static void test_bad_configs_and_holding(void **state)
 {
     ch_dataset_t *ds = synthetic(100);
     ch_transform_t ops[2] = {ch_tf_resize(30), ch_tf_normalize(3, NULL, NULL)};
-    ch_loader_config_t cfg;
-    ch_loader_config_default(&cfg);
+    ch_loader_options_t cfg;
+    ch_loader_options_default(&cfg);
     ch_loader_t *l = NULL;
     assert_ch_error(ch_loader_create(&l, ds, &cfg), CH_ERR_INVALID, "no transforms");
     cfg.transforms = ops + 1;
@@ -252,8 +252,8 @@ static void test_worker_error_reaches_consumer(void **state)
     assert_ch_ok(ch_dataset_imagefolder_open(&ds, dir, 1));
     assert_int_equal(ds->length, 40);
     ch_transform_t ops[2] = {ch_tf_resize(4), ch_tf_normalize(1, NULL, NULL)};
-    ch_loader_config_t cfg;
-    ch_loader_config_default(&cfg);
+    ch_loader_options_t cfg;
+    ch_loader_options_default(&cfg);
     cfg.transforms = ops;
     cfg.n_transforms = 2;
     cfg.batch_size = 4;
@@ -299,8 +299,8 @@ static void test_fashion_mnist_epoch(void **state)
     ch_dataset_t *ds;
     assert_ch_ok(ch_dataset_fashion_mnist_open(&ds, FMNIST_DIR, 0));
     ch_transform_t ops[1] = {ch_tf_normalize(1, MEAN1, STD1)};
-    ch_loader_config_t cfg;
-    ch_loader_config_default(&cfg);
+    ch_loader_options_t cfg;
+    ch_loader_options_default(&cfg);
     cfg.transforms = ops;
     cfg.n_transforms = 1;
     cfg.batch_size = 256;
@@ -335,8 +335,8 @@ static void test_fashion_mnist_epoch(void **state)
 
 static void test_fashion_mnist_helper(void **state)
 {
-    ch_loader_config_t cfg;
-    ch_loader_config_default(&cfg);
+    ch_loader_options_t cfg;
+    ch_loader_options_default(&cfg);
     cfg.batch_size = 128;
     cfg.drop_last = 1;
     cfg.world_size = 4;
@@ -376,8 +376,8 @@ static void test_ranks_cover_dataset(void **state)
     enum { N = 240 };
     ch_dataset_t *ds = synthetic(N);
     ch_transform_t ops[1] = {ch_tf_normalize(1, NULL, NULL)};
-    ch_loader_config_t cfg;
-    ch_loader_config_default(&cfg);
+    ch_loader_options_t cfg;
+    ch_loader_options_default(&cfg);
     cfg.transforms = ops;
     cfg.n_transforms = 1;
     cfg.batch_size = 7;

@@ -5,7 +5,7 @@
 
 #include "tests/nn_testutil.h"
 
-#include "framework/nn.h"
+#include "framework/nn/nn.h"
 #include "models/models.h"
 
 static ch_model_t *make(const char *arch, int in_ch, int classes)

@@ -6,17 +6,17 @@
 
 #include "tests/nn_testutil.h"
 
-#include "framework/nn.h"
-#include "framework/nn_exec.h"
-#include "framework/nn_rng.h"
-#include "framework/ops.h"
-#include "framework/optim.h"
+#include "framework/nn/nn.h"
+#include "framework/nn/nn_exec.h"
+#include "framework/nn/nn_rng.h"
+#include "framework/ops/ops.h"
+#include "framework/train/optim.h"
 #include "models/models.h"
 
 static ch_compute_t *make_cx(void)
 {
-    ch_compute_opts_t o;
-    ch_compute_opts_default(&o);
+    ch_compute_options_t o;
+    ch_compute_options_default(&o);
     o.num_threads = 1;
     ch_compute_t *cx = NULL;
     assert_ch_ok(ch_compute_create(&cx, &o));
@@ -226,7 +226,7 @@ static void golden_step(const char *arch, int batch, int size)
     ch_tensor_free(&y);
     free(p0);
     golden_sd_free(&g);
-    ch_safetensors_close(st);
+    ch_safetensors_destroy(st);
     ch_model_destroy(m);
 }
 
@@ -356,7 +356,7 @@ static void test_golden_resnet50_summary(void **state)
     ch_compute_destroy(cx);
     ch_tensor_free(&x);
     ch_tensor_free(&y);
-    ch_safetensors_close(st);
+    ch_safetensors_destroy(st);
     ch_model_destroy(m);
 }
 

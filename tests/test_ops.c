@@ -15,9 +15,9 @@
 
 #include "tests/harness.h"
 
-#include "framework/arena.h"
-#include "framework/ops.h"
-#include "framework/tensor.h"
+#include "framework/tensor/arena.h"
+#include "framework/ops/ops.h"
+#include "framework/tensor/tensor.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -173,8 +173,8 @@ static void load(ch_tensor_t *t, const char *pre, const char *what)
 static ch_compute_t *new_cx(void)
 {
     ch_compute_t *cx = NULL;
-    ch_compute_opts_t o;
-    ch_compute_opts_default(&o);
+    ch_compute_options_t o;
+    ch_compute_options_default(&o);
     o.num_threads = 1;
     assert_ch_ok(ch_compute_create(&cx, &o));
     return cx;

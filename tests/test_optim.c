@@ -4,8 +4,8 @@
 
 #include "tests/nn_testutil.h"
 
-#include "framework/lr_schedule.h"
-#include "framework/optim.h"
+#include "framework/train/lr_schedule.h"
+#include "framework/train/optim.h"
 
 /* same table as optim_golden.py: momentum, dampening, weight_decay, nesterov */
 static const ch_sgd_options_t combos[] = {
@@ -187,7 +187,7 @@ static void test_sgd_golden(void **state)
     free(p0); free(p1); free(g0); free(g1);
     free(init0); free(init1); free(lrs);
     for (int s = 0; s < 5; s++) { free(grads[s][0]); free(grads[s][1]); }
-    ch_safetensors_close(st);
+    ch_safetensors_destroy(st);
 }
 
 static void test_cosine(void **state)

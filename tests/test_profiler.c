@@ -3,8 +3,8 @@
 
 #include "tests/harness.h"
 
-#include "framework/profiler.h"
-#include "framework/signals.h"
+#include "framework/runtime/profiler.h"
+#include "framework/launch/signals.h"
 
 #include <mpi.h>
 #include <pthread.h>

@@ -155,11 +155,11 @@ static void test_roundtrip_memory_and_file(void **state)
     assert_int_equal((8 + (size_t)((unsigned char *)buf)[0] + ((size_t)((unsigned char *)buf)[1] << 8)) % 8, 0);
     assert_ch_ok(ch_safetensors_from_memory(&st, buf, size, "rt", 0));
     check_state(st);
-    ch_safetensors_close(st);
+    ch_safetensors_destroy(st);
     assert_ch_ok(ch_safetensors_from_memory(&st, buf, size, "rt", 1));
     memset(buf, 0, size); /* copy=1: independent of buf */
     check_state(st);
-    ch_safetensors_close(st);
+    ch_safetensors_destroy(st);
     free(buf);
 
     assert_ch_ok(ch_safetensors_write(path, sd, 5, meta2, 2));
@@ -168,7 +168,7 @@ static void test_roundtrip_memory_and_file(void **state)
     assert_ch_ok(ch_safetensors_open(&st, path));
     unsetenv("COHORT_SAFETENSORS_NO_MMAP");
     check_state(st);
-    ch_safetensors_close(st);
+    ch_safetensors_destroy(st);
     /* the mmap path (default) */
     assert_ch_ok(ch_safetensors_open(&st, path));
     assert_string_equal(ch_safetensors_source(st), path);
@@ -192,14 +192,14 @@ static void test_roundtrip_memory_and_file(void **state)
                         CH_ERR_INVALID, "no tensor named 'fc.weight'");
         assert_non_null(strstr(ch_error_message(), path));
     }
-    ch_safetensors_close(st);
+    ch_safetensors_destroy(st);
 
     /* Overwrite with fewer tensors: the file is replaced, no temporaries left. */
     assert_ch_ok(ch_safetensors_write(path, sd, 1, NULL, 0));
     assert_ch_ok(ch_safetensors_open(&st, path));
     assert_int_equal(ch_safetensors_count(st), 1);
     assert_int_equal(ch_safetensors_meta_count(st), 0);
-    ch_safetensors_close(st);
+    ch_safetensors_destroy(st);
     {
         DIR *d = opendir(tmpdir);
         struct dirent *e;
@@ -264,7 +264,7 @@ static void test_writer_rejects(void **state)
         v[1].nbytes = 16;
         assert_ch_ok(ch_safetensors_open(&st, p));
         assert_int_equal(ch_safetensors_count(st), 1);
-        ch_safetensors_close(st);
+        ch_safetensors_destroy(st);
         unlink(p);
     }
 }
@@ -405,7 +405,7 @@ static void test_every_truncation(void **state)
         free(copy);
     }
     assert_ch_ok(ch_safetensors_from_memory(&st, buf, size, "whole", 0));
-    ch_safetensors_close(st);
+    ch_safetensors_destroy(st);
     free(buf);
 }
 
@@ -467,7 +467,7 @@ static void test_fuzz_corpus_replay(void **state)
         LLVMFuzzerTestOneInput(b, size);
         if (ch_safetensors_from_memory(&st, b, size, e->d_name, 0) == CH_OK) {
             loaded++;
-            ch_safetensors_close(st);
+            ch_safetensors_destroy(st);
         }
         for (int m = 0; m < 400; m++) {
             size_t n = size + 1;
@@ -550,7 +550,7 @@ static void check_against_manifest(const char *path, const json_t *tensors, int 
         if (fabs(mysum - sum) > 1e-6 * (1 + fabs(sum)))
             fail_msg("%s: tensor %s sum %.9g, torch says %.9g", path, name, mysum, sum);
     }
-    ch_safetensors_close(st);
+    ch_safetensors_destroy(st);
 }
 
 static void test_pytorch_interop(void **state)
@@ -594,7 +594,7 @@ static void test_pytorch_interop(void **state)
     snprintf(path, sizeof path, "%s/cohort.safetensors", out);
     assert_ch_ok(ch_safetensors_write(path, views, n, meta, 2));
     free(views);
-    ch_safetensors_close(st);
+    ch_safetensors_destroy(st);
     snprintf(args, sizeof args, "check '%s' '%s/torch_hand.safetensors'", path, out);
     assert_int_equal(run_script(args), 0);
     json_decref(man);

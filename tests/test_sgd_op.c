@@ -1,7 +1,7 @@
-/* Tests of ch_op_sgd_step (framework/ops.h) on the CPU backend: the fused
+/* Tests of ch_op_sgd_step (framework/ops/ops.h) on the CPU backend: the fused
  * step must equal an independent float32 transcription of torch.optim.SGD's
  * update written here (ref_step) bit for bit, and so must the optimizer
- * (framework/optim.c ch_sgd_step, which calls the same fused op), for plain SGD, momentum, Nesterov,
+ * (framework/train/optim.c ch_sgd_step, which calls the same fused op), for plain SGD, momentum, Nesterov,
  * weight decay, dampening, the first step (buf = g) and later steps, and a
  * list where only some buffers are started. Also the chunk table the GPU
  * kernel uses (framework/ops/cuda/kernel_index.h) and argument errors. */
@@ -9,9 +9,9 @@
 
 #include "tests/harness.h"
 
-#include "framework/ops.h"
+#include "framework/ops/ops.h"
 #include "framework/ops/cuda/kernel_index.h"
-#include "framework/optim.h"
+#include "framework/train/optim.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -25,7 +25,7 @@ echo "$out" | diag
 rank 0 of 1 procid 1" ]
 ok $? "srun -n 2 --mpi=none: two MPI singletons 'rank 0 of 1' (SLURM_PROCID 0 and 1): the mismatch a job must detect"
 
-# The PMI2 KVS bootstrap of the NCCL unique id (framework/pmi2.h), without
+# The PMI2 KVS bootstrap of the NCCL unique id (framework/launch/pmi2.h), without
 # MPI: rank 0's 128 bytes reach rank 1 through slurmd's key-value space.
 kvs_prog=$builddir/tests/pmi2_kvs_helper
 out=$(srun -Q -n 2 --mpi=pmi2 -t 1 "$kvs_prog" 2>&1 | sort)

@@ -3,8 +3,8 @@
 
 #include "tests/harness.h"
 
-#include "framework/log.h"
-#include "framework/status.h"
+#include "framework/core/log.h"
+#include "framework/core/status.h"
 
 #include <mpi.h>
 #include <pthread.h>

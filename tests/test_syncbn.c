@@ -6,9 +6,9 @@
 
 #include "tests/nn_testutil.h"
 
-#include "framework/nn.h"
-#include "framework/nn_exec.h"
-#include "framework/ops.h"
+#include "framework/nn/nn.h"
+#include "framework/nn/nn_exec.h"
+#include "framework/ops/ops.h"
 #include "models/models.h"
 
 #include <mpi.h>
@@ -68,8 +68,8 @@ static void run_case(const char *arch, int hw, int B, int empty_rank, int use_ga
     MPI_Comm_size(comm, &W);
     memset(res, 0, sizeof *res);
     res->status_ok = 1;
-    ch_compute_opts_t co;
-    ch_compute_opts_default(&co);
+    ch_compute_options_t co;
+    ch_compute_options_default(&co);
     co.num_threads = 1;
     ch_compute_t *cx = NULL;
     RUN(ch_compute_create(&cx, &co));

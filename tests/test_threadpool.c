@@ -3,8 +3,8 @@
 
 #include "tests/harness.h"
 
-#include "framework/status.h"
-#include "framework/threadpool.h"
+#include "framework/core/status.h"
+#include "framework/core/threadpool.h"
 
 #include <pthread.h>
 #include <stdatomic.h>

@@ -1,7 +1,7 @@
 #include "config.h"
-#include "framework/nn.h"
-#include "framework/nn_exec.h"
-#include "framework/ops.h"
+#include "framework/nn/nn.h"
+#include "framework/nn/nn_exec.h"
+#include "framework/ops/ops.h"
 #include "io/safetensors.h"
 #include "models/models.h"
 #include <stdio.h>

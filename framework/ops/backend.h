@@ -1,4 +1,4 @@
-/* cohort: internal interface between framework/ops.c (backend-neutral
+/* cohort: internal interface between framework/ops/ops.c (backend-neutral
  * argument checking and dispatch) and the backends under framework/ops/.
  *
  * Not installed. ops.c validates every argument (shapes, dtypes, devices,
@@ -6,12 +6,12 @@
  * input. A backend fills a ch_ops_backend_t; ops.c picks the table by the
  * device of the op's tensors. The CPU table is ch_ops_cpu_backend()
  * (framework/ops/cpu/); the GPU one is ch_ops_cuda_backend(), which a build
- * without CUDA defines to return NULL (framework/ops/cuda_none.c).
+ * without CUDA defines to return NULL (framework/ops/cuda_nocuda.c).
  */
 #ifndef COHORT_OPS_BACKEND_H
 #define COHORT_OPS_BACKEND_H
 
-#include "framework/ops.h"
+#include "framework/ops/ops.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -19,7 +19,7 @@ extern "C" {
 
 typedef struct ch_ops_backend {
     const char *name;
-    ch_status (*create)(void **state, const ch_compute_opts_t *opts);
+    ch_status (*create)(void **state, const ch_compute_options_t *opts);
     void (*destroy)(void *state);
     ch_status (*set_num_threads)(void *state, int n);
     int (*num_threads)(const void *state);

@@ -5,7 +5,7 @@
  * its dump, read back as a file, loads and dumps to the same text. */
 #include "config.h"
 
-#include "framework/configuration.h"
+#include "framework/core/configuration.h"
 #include "tests/fuzz/fuzz.h"
 
 #include <math.h>

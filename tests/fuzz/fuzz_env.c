@@ -5,7 +5,7 @@
  * world size, local rank below local size, and a chosen device in range. */
 #include "config.h"
 
-#include "framework/env.h"
+#include "framework/launch/env.h"
 #include "tests/fuzz/fuzz.h"
 
 #include <stdlib.h>

@@ -34,6 +34,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         sink += (unsigned)strlen(m->key) + (unsigned)strlen(m->value);
     }
     (void)sink;
-    ch_safetensors_close(st);
+    ch_safetensors_destroy(st);
     return 0;
 }

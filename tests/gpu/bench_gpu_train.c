@@ -27,13 +27,13 @@
  */
 #include "config.h"
 
-#include "framework/device.h"
-#include "framework/nn.h"
-#include "framework/nn_exec.h"
-#include "framework/ops.h"
-#include "framework/optim.h"
-#include "framework/status.h"
-#include "framework/tensor.h"
+#include "framework/tensor/device.h"
+#include "framework/nn/nn.h"
+#include "framework/nn/nn_exec.h"
+#include "framework/ops/ops.h"
+#include "framework/train/optim.h"
+#include "framework/core/status.h"
+#include "framework/tensor/tensor.h"
 #include "models/models.h"
 
 #include <errno.h>
@@ -97,8 +97,8 @@ static ch_status run_one(const opts_t *o, const char *arch, const char *prec, do
     memset(&xd, 0, sizeof xd);
     memset(&yd, 0, sizeof yd);
 
-    ch_compute_opts_t co;
-    ch_compute_opts_default(&co);
+    ch_compute_options_t co;
+    ch_compute_options_default(&co);
     co.gpu_device = o->device;
     co.conv_search = o->conv_search;
     co.allow_tf32 = !strcmp(prec, "tf32");

@@ -15,9 +15,9 @@
 
 #include "tests/harness.h"
 
-#include "framework/device.h"
-#include "framework/ops.h"
-#include "framework/tensor.h"
+#include "framework/tensor/device.h"
+#include "framework/ops/ops.h"
+#include "framework/tensor/tensor.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -1,4 +1,4 @@
-/* NCCL process group (framework/dist.h ch_pg_create_nccl over the MPI
+/* NCCL process group (framework/dist/dist.h ch_pg_create_nccl over the MPI
  * world) and SyncBN's pieces on the GPU.
  *
  * Runs alone and as -np2.mpi. Each rank uses GPU `rank` (one node), so the
@@ -25,11 +25,11 @@
 
 #include "tests/gpu/gpu_testutil.h"
 
-#include "framework/device.h"
-#include "framework/dist.h"
-#include "framework/ops.h"
-#include "framework/status.h"
-#include "framework/tensor.h"
+#include "framework/tensor/device.h"
+#include "framework/dist/dist.h"
+#include "framework/ops/ops.h"
+#include "framework/core/status.h"
+#include "framework/tensor/tensor.h"
 
 #include <math.h>
 #include <mpi.h>
@@ -216,8 +216,8 @@ static void test_nccl_compute_stream_order(void **state)
     int rank = ch_test_rank(), W = ch_test_world_size();
     ch_pg_t *mpi = NULL, *nc = NULL;
     ch_compute_t *cx = NULL;
-    ch_compute_opts_t co;
-    ch_compute_opts_default(&co);
+    ch_compute_options_t co;
+    ch_compute_options_default(&co);
     co.gpu_device = rank % ndev;
     STEP(&o, set_device(rank % ndev));
     STEP(&o, ch_compute_create(&cx, &co));
@@ -269,8 +269,8 @@ static void test_nccl_buckets(void **state)
     const ch_reduce_op op[NB] = {CH_REDUCE_AVG, CH_REDUCE_SUM, CH_REDUCE_SUM, CH_REDUCE_AVG};
     ch_pg_t *mpi = NULL, *nc = NULL;
     ch_compute_t *cx = NULL;
-    ch_compute_opts_t co;
-    ch_compute_opts_default(&co);
+    ch_compute_options_t co;
+    ch_compute_options_default(&co);
     co.gpu_device = dev;
     STEP(&o, set_device(dev));
     STEP(&o, ch_compute_create(&cx, &co));
@@ -425,8 +425,8 @@ static void test_syncbn_gpu_vs_cpu(void **state)
     const float eps = 1e-5f;
     ch_pg_t *mpi = NULL, *nc = NULL;
     ch_compute_t *cx = NULL;
-    ch_compute_opts_t co;
-    ch_compute_opts_default(&co);
+    ch_compute_options_t co;
+    ch_compute_options_default(&co);
     co.gpu_device = dev;
     co.allow_tf32 = 0;
     STEP(&o, set_device(dev));

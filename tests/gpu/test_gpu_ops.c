@@ -23,9 +23,9 @@
 
 #include "tests/gpu/gpu_testutil.h"
 
-#include "framework/device.h"
-#include "framework/ops.h"
-#include "framework/tensor.h"
+#include "framework/tensor/device.h"
+#include "framework/ops/ops.h"
+#include "framework/tensor/tensor.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -48,8 +48,8 @@ static void contexts(void)
     GT_NEED_GPU();
     if (cx32) return;
     if (!gt_cpu_mode()) assert_ch_ok(ch_device_set(0));
-    ch_compute_opts_t o;
-    ch_compute_opts_default(&o);
+    ch_compute_options_t o;
+    ch_compute_options_default(&o);
     o.gpu_device = 0;
     o.allow_tf32 = 0;
     o.bf16 = 0;
@@ -279,8 +279,8 @@ static void test_conv_bf16(void **state)
 static void test_conv_search(void **state)
 {
     contexts();
-    ch_compute_opts_t o;
-    ch_compute_opts_default(&o);
+    ch_compute_options_t o;
+    ch_compute_options_default(&o);
     o.gpu_device = 0;
     o.allow_tf32 = 0;
     o.conv_search = 1;
@@ -952,8 +952,8 @@ static void test_blocked_layout_rejected(void **state)
 static void test_errors(void **state)
 {
     ch_compute_t *cx = NULL;
-    ch_compute_opts_t o;
-    ch_compute_opts_default(&o);
+    ch_compute_options_t o;
+    ch_compute_options_default(&o);
     o.num_threads = 1;
     assert_ch_ok(ch_compute_create(&cx, &o));
     int64_t s[4] = {2, 3, 4, 4};

@@ -27,12 +27,12 @@
 
 #include "tests/harness.h"
 
-#include "framework/device.h"
-#include "framework/nn.h"
-#include "framework/nn_exec.h"
-#include "framework/ops.h"
-#include "framework/optim.h"
-#include "framework/tensor.h"
+#include "framework/tensor/device.h"
+#include "framework/nn/nn.h"
+#include "framework/nn/nn_exec.h"
+#include "framework/ops/ops.h"
+#include "framework/train/optim.h"
+#include "framework/tensor/tensor.h"
 #include "models/models.h"
 
 #include <math.h>
@@ -156,8 +156,8 @@ static void compare_step(int bf16, double tol_fwd, double tol_grad, int per_tens
     }
     assert_ch_ok(ch_device_set(0));
     ch_compute_t *ccpu = NULL, *cgpu = NULL;
-    ch_compute_opts_t o;
-    ch_compute_opts_default(&o);
+    ch_compute_options_t o;
+    ch_compute_options_default(&o);
     assert_ch_ok(ch_compute_create(&ccpu, &o));
     o.gpu_device = 0;
     o.allow_tf32 = 0; /* full fp32 convolutions for the 1e-4 comparison */

@@ -21,7 +21,7 @@ static ch_layout_t auto_layout(void)
 
 static void cpu_destroy(void *state);
 
-static ch_status cpu_create(void **state, const ch_compute_opts_t *o)
+static ch_status cpu_create(void **state, const ch_compute_options_t *o)
 {
     ch_cpu_t *c = calloc(1, sizeof *c);
     if (!c) return CH_ERROR(CH_ERR_NOMEM, "cpu backend: out of memory");

@@ -112,7 +112,7 @@ ch_status ch_cpu_cross_entropy(void *st, const ch_tensor_t *logits, const ch_ten
 ch_status ch_cpu_argmax(void *st, const ch_tensor_t *logits, ch_tensor_t *out);
 ch_status ch_cpu_count_correct(void *st, const ch_tensor_t *logits, const ch_tensor_t *labels,
                                int64_t *correct);
-/* fused SGD (ops.h ch_op_sgd_step): framework/optim.c's per-element float
+/* fused SGD (ops.h ch_op_sgd_step): framework/train/optim.c's per-element float
  * arithmetic, one loop per parameter */
 ch_status ch_cpu_sgd_step(void *st, const ch_sgd_tensor_t *ts, int n, const ch_sgd_hparams_t *h);
 

@@ -380,7 +380,7 @@ ch_status ch_cpu_count_correct(void *st, const ch_tensor_t *logits, const ch_ten
 
 /* ------------------------------------------------------------- optimizer */
 
-/* Momentum update of one parameter: framework/optim.c step_momentum,
+/* Momentum update of one parameter: framework/train/optim.c step_momentum,
  * operation for operation (float32; no target clones here, so no FMA
  * contraction either: the result equals ch_sgd_step bit for bit). */
 static void sgd_momentum(float *restrict w, const float *restrict g, float *restrict b, size_t n,

@@ -6,14 +6,14 @@
 
 #include "framework/ops/cuda/cuda_internal.h"
 
-#include "framework/device.h"
+#include "framework/tensor/device.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 struct ch_cuda_state {
-    ch_compute_opts_t opts;
+    ch_compute_options_t opts;
     int device;
     int sm_count;
     char name[256];
@@ -33,7 +33,7 @@ cudaStream_t ch_cuda_copy_stream(void *st) { return S(st)->copy; }
 cudnnHandle_t ch_cuda_cudnn(void *st) { return S(st)->cudnn; }
 cublasHandle_t ch_cuda_cublas(void *st) { return S(st)->cublas; }
 int ch_cuda_device(void *st) { return S(st)->device; }
-const ch_compute_opts_t *ch_cuda_opts(void *st) { return &S(st)->opts; }
+const ch_compute_options_t *ch_cuda_opts(void *st) { return &S(st)->opts; }
 int ch_cuda_sm_count(void *st) { return S(st)->sm_count; }
 size_t ch_cuda_workspace_bytes(void *st) { return S(st)->ws_bytes; }
 void *ch_cuda_slot(void *st, ch_cuda_slot_id id) { return S(st)->slot[id]; }
@@ -122,7 +122,7 @@ static ch_status cuda_setup(ch_cuda_state_t *s)
     return CH_OK;
 }
 
-static ch_status cuda_create(void **state, const ch_compute_opts_t *opts)
+static ch_status cuda_create(void **state, const ch_compute_options_t *opts)
 {
     *state = NULL;
     ch_cuda_state_t *s = (ch_cuda_state_t *)calloc(1, sizeof *s);

@@ -15,7 +15,7 @@
  * with 3 input channels), the other layout is tried once, and used for that
  * shape from then on with a warning on stderr (entry_for).
  *
- * Precision (ch_compute_opts_t):
+ * Precision (ch_compute_options_t):
  *  - fp32, allow_tf32 = 0: x, w, y, dx, dw all fp32; cuDNN math
  *    CUDNN_FMA_MATH for the query and for every run (no tensor cores; PyTorch
  *    asserts the same for torch.backends.cudnn.allow_tf32 = False).
@@ -48,7 +48,7 @@
 
 #include "framework/ops/cuda/dense_internal.h"
 
-#include "framework/log.h"
+#include "framework/core/log.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -346,7 +346,7 @@ static void problem_init(void *st, conv_problem *q, int op, const ch_tensor_t *x
                          const int64_t *wshape, const ch_tensor_t *y,
                          const ch_conv2d_params_t *p, ch_layout_t L)
 {
-    const ch_compute_opts_t *o = ch_cuda_opts(st);
+    const ch_compute_options_t *o = ch_cuda_opts(st);
     q->op = op;
     for (int i = 0; i < 4; i++) {
         q->xs[i] = x->shape[i];

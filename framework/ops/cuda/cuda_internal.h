@@ -7,12 +7,12 @@
  * Streams (SEMANTICS.md / issue #7): one compute stream (every op below is
  * queued on it, in order), one copy stream (host->device batch uploads,
  * ordered against compute with events), and the communication stream lives
- * in the NCCL process group (framework/dist.h). Ops never synchronize the
+ * in the NCCL process group (framework/dist/dist.h). Ops never synchronize the
  * host except where a host value is returned (count_correct, gather_stats'
  * host counts) or a buffer must grow.
  *
  * Every entry point has the signature of its ch_ops_backend_t field; `st`
- * is the ch_cuda_state_t. Arguments were checked by framework/ops.c.
+ * is the ch_cuda_state_t. Arguments were checked by framework/ops/ops.c.
  */
 #ifndef COHORT_OPS_CUDA_INTERNAL_H
 #define COHORT_OPS_CUDA_INTERNAL_H
@@ -31,7 +31,7 @@ cudaStream_t ch_cuda_copy_stream(void *st); /* host->device uploads */
 cudnnHandle_t ch_cuda_cudnn(void *st);      /* bound to the compute stream */
 cublasHandle_t ch_cuda_cublas(void *st);    /* bound to the compute stream */
 int ch_cuda_device(void *st);               /* CUDA ordinal */
-const ch_compute_opts_t *ch_cuda_opts(void *st);
+const ch_compute_options_t *ch_cuda_opts(void *st);
 int ch_cuda_sm_count(void *st);             /* multiprocessors, for grid sizing */
 
 /* Scratch device memory of at least `bytes` for the duration of ONE op

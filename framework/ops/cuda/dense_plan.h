@@ -19,7 +19,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "framework/ops.h"
+#include "framework/ops/ops.h"
 
 #ifdef __CUDACC__
 #define CH_CD_HD __host__ __device__

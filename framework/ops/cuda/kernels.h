@@ -2,8 +2,8 @@
  * (batch norm / SyncBN pieces, softmax cross-entropy, argmax, accuracy,
  * fused SGD). Not installed. Each function has the signature of its
  * ch_ops_backend_t field (framework/ops/backend.h) and the contract of the
- * matching ch_op_* in framework/ops.h; arguments were validated by
- * framework/ops.c. ch_cuda_table_kernels (kernels.cu) puts them in the table.
+ * matching ch_op_* in framework/ops/ops.h; arguments were validated by
+ * framework/ops/ops.c. ch_cuda_table_kernels (kernels.cu) puts them in the table.
  *
  * Layouts: activations PLAIN (NCHW, or 2-D (N,C)) or NHWC; the blocked
  * oneDNN layouts give CH_ERR_UNSUPPORTED naming the layout.

@@ -1,6 +1,6 @@
 /* cohort: fused multi-tensor SGD on the GPU (ch_op_sgd_step; issue #7).
  *
- * torch.optim.SGD (PyTorch 1.13 _single_tensor_sgd; framework/optim.h) for
+ * torch.optim.SGD (PyTorch 1.13 _single_tensor_sgd; framework/train/optim.h) for
  * all n parameters in ONE kernel launch, in the manner of apex's
  * multi_tensor_apply: the parameters are cut into chunks of CHUNK elements
  * (chk_sgd_fill_chunks, kernel_index.h); each block updates one chunk at a
@@ -17,7 +17,7 @@
  * unchanged list never wait.
  *
  * Arithmetic: float32 per element in exactly the order of
- * framework/optim.c step_momentum, with __fmul_rn/__fadd_rn/__fsub_rn so
+ * framework/train/optim.c step_momentum, with __fmul_rn/__fadd_rn/__fsub_rn so
  * nvcc cannot contract into FMAs: the GPU update equals the CPU update bit
  * for bit (given equal inputs).
  */

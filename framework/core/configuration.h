@@ -1,0 +1,161 @@
+/* cohort: job configuration — libconfig files, command-line overrides of any
+ * key, typed lookups, and --help generated from one table of keys.
+ *
+ * (This is framework/core/configuration.h, not framework/config.h: a header named
+ * config.h next to the framework sources would shadow autoconf's config.h for every
+ * `#include "config.h"` in framework/.)
+ *
+ * A job declares every key it understands once, in a static table:
+ *
+ *     static const ch_config_key_t keys[] = {
+ *         {"train.lr",     CH_CFG_FLOAT, "0.01", 0, 10,
+ *          "Base learning rate before scaling by world size."},
+ *         {"train.epochs", CH_CFG_INT,   "90",   1, 100000, "Number of epochs."},
+ *         {"data.root",    CH_CFG_STRING, NULL,  CH_CFG_NO_RANGE,
+ *          "Dataset directory (required)."},
+ *     };
+ *     ch_config_t *cfg;
+ *     CH_TRY(ch_config_load(keys, 3, argc, argv, &cfg));
+ *     if (ch_config_help_requested(cfg)) { ch_config_destroy(cfg); return 0; }
+ *     double lr; CH_TRY(ch_config_get_double(cfg, "train.lr", &lr));
+ *
+ * Names are dotted paths; each dot is a libconfig group, so "train.lr" is
+ *     train = { lr = 0.02; };
+ * in a file (a top-level `train.lr` is not libconfig syntax). Each component
+ * must be a valid libconfig name ([A-Za-z][-A-Za-z0-9_]*).
+ *
+ * Command line (argv[0] is the program name and is skipped):
+ *     --config FILE | --config=FILE   read a libconfig file (may repeat; later
+ *                                     files override earlier ones)
+ *     --set KEY=VALUE | --set=KEY=VALUE   override KEY
+ *     --KEY=VALUE | --KEY VALUE       the same, for every key in the table;
+ *                                     a bool key alone (--train.nesterov)
+ *                                     means true
+ *     --help | -h                     print the key table, files are not read
+ * Anything else is an error (with the closest option suggested).
+ *
+ * Precedence: command line > file(s) > table default. Every value, whatever
+ * its source, is checked for type and range:
+ *   int     C int, decimal ("-3", "+12")
+ *   int64   long long, decimal (file: plain or L-suffixed integers)
+ *   float   double; a file's integer literal is accepted ("lr = 1;"); on the
+ *           command line anything strtod takes except nan
+ *   bool    file: true/false; command line / default: true false yes no
+ *           on off 1 0 (any case)
+ *   string  file: a string; command line: the text as given
+ *   strlist file: ["a", "b"] or ("a", "b"); command line / default:
+ *           comma-separated "a,b" ("" = empty list)
+ * Range [min, max] (inclusive) applies to int, int64 and float keys unless
+ * min == max == 0 (CH_CFG_NO_RANGE); use -INFINITY / INFINITY for a one-sided
+ * range. Ranges are compared as doubles (exact for |v| <= 2^53).
+ *
+ * Errors are one line and name the place: "FILE:LINE: ..." for a file value,
+ * the option as typed for a command-line value, "default of KEY" for a bad
+ * table. All are CH_ERR_CONFIG, except a missing/unreadable file (CH_ERR_IO)
+ * and misuse of the API (CH_ERR_INVALID).
+ */
+#ifndef COHORT_CONFIGURATION_H
+#define COHORT_CONFIGURATION_H
+
+#include "framework/core/status.h"
+
+#include <stdio.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum {
+    CH_CFG_INT,     /* int */
+    CH_CFG_INT64,   /* long long */
+    CH_CFG_FLOAT,   /* double */
+    CH_CFG_BOOL,    /* int, 0 or 1 */
+    CH_CFG_STRING,  /* const char * */
+    CH_CFG_STRLIST, /* list of const char * */
+} ch_config_type;
+
+/* Expands to the (min, max) pair meaning "no range check". */
+#define CH_CFG_NO_RANGE 0, 0
+
+/* One key of a job's table. The table (and its strings) must outlive every
+ * ch_config_t loaded from it. */
+typedef struct {
+    const char *name;     /* dotted name, e.g. "train.lr" */
+    ch_config_type type;
+    const char *def;      /* default as command-line text, e.g. "0.01", "true",
+                             "a,b"; NULL: required (no default), an unset
+                             required key is an error at load */
+    double min, max;      /* inclusive range for numeric keys; 0, 0 = none */
+    const char *help;     /* one sentence, shown by --help */
+} ch_config_key_t;
+
+typedef struct ch_config ch_config_t;
+
+/* Name of a type as used in messages and --help ("int", "float", ...). */
+const char *ch_config_type_name(ch_config_type t);
+
+/* Parse argv against the table keys[0..n_keys-1] and store the effective
+ * configuration in *out (NULL on error).
+ * With --help / -h anywhere in argv: prints the key table (ch_config_print_help)
+ * on stdout — on MPI rank 0 only when MPI is initialised — reads no file,
+ * returns CH_OK with ch_config_help_requested(*out) == 1; the caller should
+ * destroy the config and exit 0.
+ * Errors: CH_ERR_INVALID (bad table: duplicate or malformed name, a name that
+ * is both a key and a group, a reserved name config/set/help, a default that
+ * does not parse or is out of range), CH_ERR_IO (--config file missing or
+ * unreadable: names the file and strerror), CH_ERR_CONFIG (malformed file:
+ * libconfig's file:line: text; unknown key in a file: file:line, key and the
+ * closest known key; unknown option or override key; wrong type;
+ * out-of-range value; missing value after an option; required key unset). */
+ch_status ch_config_load(const ch_config_key_t *keys, int n_keys, int argc,
+                         char *const *argv, ch_config_t **out);
+
+/* Free a config and every string it returned. NULL is a no-op. */
+void ch_config_destroy(ch_config_t *cfg);
+
+/* 1 when --help was given (the help text has been printed), else 0. */
+int ch_config_help_requested(const ch_config_t *cfg);
+
+/* Print the generated help: usage line for prog, the options, then one entry
+ * per key (name, type, default, range, sentence), sorted by name. */
+void ch_config_print_help(const ch_config_key_t *keys, int n_keys, const char *prog,
+                          FILE *out);
+
+/* Typed lookups: the effective value of key `name` (command line > file >
+ * default). CH_ERR_INVALID when the key is not in the table or has another
+ * type; widening is allowed (int64 getter on an int key, double getter on
+ * int/int64 keys). Strings stay valid until ch_config_destroy. */
+ch_status ch_config_get_int(const ch_config_t *cfg, const char *name, int *out);
+ch_status ch_config_get_int64(const ch_config_t *cfg, const char *name, long long *out);
+ch_status ch_config_get_double(const ch_config_t *cfg, const char *name, double *out);
+ch_status ch_config_get_bool(const ch_config_t *cfg, const char *name, int *out);
+ch_status ch_config_get_string(const ch_config_t *cfg, const char *name, const char **out);
+/* *items is an array of *n strings (NULL when *n == 0). */
+ch_status ch_config_get_strlist(const ch_config_t *cfg, const char *name,
+                                const char *const **items, int *n);
+
+/* A string key whose value must be one of choices[0..n_choices-1] (exact
+ * match): *index gets its position. CH_ERR_CONFIG naming the source (file:line
+ * or option), key, value and the accepted values otherwise. */
+ch_status ch_config_get_choice(const ch_config_t *cfg, const char *name,
+                               const char *const *choices, int n_choices, int *index);
+
+/* Where the effective value of `name` came from, for messages: "FILE:LINE",
+ * "command line (--set train.lr=0.2)" (the option as typed) or "default".
+ * NULL when the key is not in the table. Valid until ch_config_destroy. */
+const char *ch_config_source(const ch_config_t *cfg, const char *name);
+
+/* Write the effective configuration in libconfig syntax (nested groups, every
+ * key of the table, each followed by a comment naming its source). Floats are
+ * written with 17 significant digits so reading the dump back gives the same
+ * doubles. Errors: CH_ERR_IO when the stream fails. */
+ch_status ch_config_dump(const ch_config_t *cfg, FILE *out);
+
+/* The same into a malloc'd NUL-terminated string (*out; caller frees).
+ * Errors: CH_ERR_NOMEM. */
+ch_status ch_config_dump_string(const ch_config_t *cfg, char **out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* COHORT_CONFIGURATION_H */

@@ -1,0 +1,293 @@
+/* cohort: neural-network module tree (torch.nn semantics).
+ *
+ * A model (ch_model_t) is a tree of modules with PyTorch's names: containers
+ * (Sequential, residual blocks, the model root) hold children under local
+ * names ("layer1", "0", "downsample"); leaf layers (Conv2d, BatchNorm2d,
+ * Linear, ReLU, MaxPool2d, AdaptiveAvgPool2d) hold parameters ("weight",
+ * "bias") and buffers ("running_mean", "running_var", "num_batches_tracked").
+ * Full names join the path with dots, exactly as torch.nn.Module.state_dict():
+ * "conv1.weight", "layer1.0.downsample.1.running_var", "fc.bias".
+ *
+ * Entries (parameters and buffers) are enumerated in state-dict order:
+ * for each module, its parameters, then its buffers, then its children
+ * recursively in registration order (torch.nn.Module._save_to_state_dict).
+ * Parameters alone, in that order, are model.parameters()' order.
+ *
+ * Storage: all parameters live in one contiguous float32 block in parameter
+ * order, all gradients in a second block with the same layout, buffers in a
+ * third (float32) and int64 counters apart. Layouts are PyTorch's: conv
+ * weights (O, I, kH, kW), linear weights (out, in), vectors (C).
+ *
+ * Life cycle: ch_model_new -> build with ch_nn_* (models/ does this) ->
+ * ch_model_finalize (names, storage, init) -> use -> ch_model_destroy.
+ * Forward/backward (nn_exec) are declared in framework/nn/nn_exec.h.
+ */
+#ifndef COHORT_NN_H
+#define COHORT_NN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "framework/core/status.h"
+#include "framework/tensor/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define CH_NN_MAX_DIMS 4
+#define CH_NN_NAME_MAX 128 /* longest full entry name, including the NUL */
+
+typedef struct ch_model ch_model_t;
+typedef struct ch_module ch_module_t;
+
+
+/* Kinds of modules. */
+typedef enum {
+    CH_NN_SEQUENTIAL = 0,   /* children run in order (torch.nn.Sequential; also the model root) */
+    CH_NN_RESIDUAL,         /* relu(main(x) + shortcut(x)) (torchvision BasicBlock/Bottleneck) */
+    CH_NN_CONV2D,           /* torch.nn.Conv2d, dilation 1, groups 1 */
+    CH_NN_BATCHNORM2D,      /* torch.nn.BatchNorm2d (eps 1e-5, momentum 0.1) */
+    CH_NN_SYNC_BATCHNORM,   /* torch.nn.SyncBatchNorm (same entries) */
+    CH_NN_RELU,             /* torch.nn.ReLU(inplace=True) */
+    CH_NN_MAXPOOL2D,        /* torch.nn.MaxPool2d */
+    CH_NN_ADAPTIVE_AVGPOOL2D, /* torch.nn.AdaptiveAvgPool2d((1, 1)) */
+    CH_NN_LINEAR,           /* torch.nn.Linear; input (N, C, 1, 1) or (N, C) is flattened */
+    CH_NN_KIND_COUNT_
+} ch_nn_kind_t;
+
+/* One state-dict entry: a parameter or a buffer. Owned by the model. */
+typedef struct ch_param {
+    const char *name;      /* full dotted name, e.g. "layer1.0.bn1.running_mean" */
+    const char *local;     /* last component, e.g. "running_mean" */
+    int is_buffer;         /* 0 parameter, 1 buffer */
+    ch_dtype_t dtype;      /* CH_F32; num_batches_tracked is CH_I64 */
+    int ndim;
+    int64_t shape[CH_NN_MAX_DIMS];
+    size_t numel;
+    void *data;            /* float* or int64_t*, numel elements, contiguous */
+    float *grad;           /* parameters: gradient, same layout; NULL for buffers */
+    /* Where compute reads and writes the entry (ch_model_device): the same
+     * pointers as data / grad for a model on the CPU; after
+     * ch_model_to_device(CH_DEV_CUDA) device memory of the model's GPU, while
+     * data / grad stay the HOST MIRROR (state-dict export/import, see
+     * ch_model_sync_to_host / ch_model_sync_to_device). int64 buffers
+     * (num_batches_tracked) are host counters on every device: dev_data ==
+     * data. dev_grad is NULL for buffers. */
+    void *dev_data;
+    float *dev_grad;
+    int requires_grad;     /* parameters: 1 unless frozen; buffers: 0 */
+    int index;             /* position in state-dict order */
+    int param_index;       /* position in parameter order, -1 for buffers */
+    ch_module_t *module;   /* owning module */
+} ch_param_t;
+
+/* A view of one state-dict entry for saving/loading (the shape of a
+ * safetensors tensor). For export, data points into the model. */
+typedef struct {
+    const char *name;
+    ch_dtype_t dtype;
+    int ndim;
+    int64_t shape[CH_NN_MAX_DIMS];
+    size_t numel;
+    void *data;
+} ch_nn_view_t;
+
+/* ------------------------------------------------------------ building */
+
+/* A new empty model whose root is a Sequential container. `arch` is a label
+ * kept for messages ("resnet18"). */
+ch_status ch_model_new(const char *arch, ch_model_t **out);
+void ch_model_destroy(ch_model_t *model);
+const char *ch_model_arch(const ch_model_t *model);
+ch_module_t *ch_model_root(ch_model_t *model);
+
+/* Add children to `parent` (a Sequential or residual container) under the
+ * local name `name` (unique among its siblings). The child is returned in
+ * *out (may be NULL). All fail with CH_ERR_INVALID on bad sizes, a duplicate
+ * name, or after ch_model_finalize. */
+ch_status ch_nn_sequential(ch_module_t *parent, const char *name, ch_module_t **out);
+/* Conv2d(in, out, kernel k x k, stride, padding, bias). */
+ch_status ch_nn_conv2d(ch_module_t *parent, const char *name, int in_channels, int out_channels,
+                       int kernel, int stride, int padding, int bias, ch_module_t **out);
+ch_status ch_nn_batchnorm2d(ch_module_t *parent, const char *name, int channels, ch_module_t **out);
+ch_status ch_nn_relu(ch_module_t *parent, const char *name, ch_module_t **out);
+ch_status ch_nn_maxpool2d(ch_module_t *parent, const char *name, int kernel, int stride,
+                          int padding, ch_module_t **out);
+ch_status ch_nn_adaptive_avgpool2d(ch_module_t *parent, const char *name, ch_module_t **out);
+ch_status ch_nn_linear(ch_module_t *parent, const char *name, int in_features, int out_features,
+                       int bias, ch_module_t **out);
+
+/* A residual container computing final_relu(main(x) + shortcut(x)).
+ * Add its children with the ch_nn_* builders in torchvision's registration
+ * order, then describe the computation with ch_nn_residual_set_path: `main`
+ * lists n children applied in order (a ReLU child may appear several times:
+ * it is applied in place), `shortcut` is a child Sequential (downsample) or
+ * NULL for identity, `final_relu` a ReLU child. */
+ch_status ch_nn_residual(ch_module_t *parent, const char *name, ch_module_t **out);
+ch_status ch_nn_residual_set_path(ch_module_t *block, ch_module_t *const *main, int n,
+                                  ch_module_t *shortcut, ch_module_t *final_relu);
+
+/* Find a child by local name (NULL if absent). */
+ch_module_t *ch_module_child(const ch_module_t *m, const char *name);
+ch_nn_kind_t ch_module_kind(const ch_module_t *m);
+/* Full dotted path of the module ("layer1.0.bn1"; "" for the root). */
+const char *ch_module_path(const ch_module_t *m);
+
+/* Assign names, check them (unique, < CH_NN_NAME_MAX), allocate parameter,
+ * gradient and buffer storage, and initialise with ch_model_init(seed). */
+ch_status ch_model_finalize(ch_model_t *model, uint64_t seed);
+
+/* Re-initialise every entry as torchvision's ResNet does (SEMANTICS.md):
+ * Conv2d weight ~ N(0, 2 / (out_channels * kh * kw)) (kaiming_normal_,
+ * mode='fan_out', nonlinearity='relu'), conv bias (if any) and Linear weight
+ * and bias ~ U(-1/sqrt(fan_in), 1/sqrt(fan_in)) (Linear.reset_parameters),
+ * BatchNorm weight 1, bias 0, running_mean 0, running_var 1,
+ * num_batches_tracked 0. Draws from one xoshiro256** stream seeded with
+ * `seed`, entries in state-dict order. Gradients are zeroed. */
+ch_status ch_model_init(ch_model_t *model, uint64_t seed);
+
+/* ------------------------------------------------------------ entries */
+
+/* State-dict entries (parameters and buffers), 0 <= i < count. */
+int ch_model_num_entries(const ch_model_t *model);
+ch_param_t *ch_model_entry(const ch_model_t *model, int i);
+/* Parameters only (model.parameters() order). */
+int ch_model_num_params(const ch_model_t *model);
+ch_param_t *ch_model_param(const ch_model_t *model, int i);
+/* Entry by full name, NULL if none. */
+ch_param_t *ch_model_find(const ch_model_t *model, const char *name);
+/* Total float32 elements of all parameters / of the trainable ones. */
+size_t ch_model_param_numel(const ch_model_t *model);
+size_t ch_model_trainable_numel(const ch_model_t *model);
+/* The contiguous parameter and gradient blocks (parameter order, numel =
+ * ch_model_param_numel). Parameter i starts at
+ * ch_model_param(model, i)->data - block. */
+float *ch_model_param_block(ch_model_t *model);
+float *ch_model_grad_block(ch_model_t *model);
+/* The float32 buffers (running_mean/running_var in state-dict order) and the
+ * int64 buffers (num_batches_tracked) as two contiguous blocks, e.g. for
+ * DDP's broadcast of rank 0's buffers before each forward in two calls.
+ * *numel (may be NULL) receives the element count. */
+float *ch_model_buffer_block(ch_model_t *model, size_t *numel);
+int64_t *ch_model_counter_block(ch_model_t *model, size_t *numel);
+
+/* ------------------------------------------------------------ modes */
+
+/* model.train(on) / model.eval(): BatchNorm uses batch statistics and
+ * updates running stats in training mode, running stats in eval mode. */
+void ch_model_train(ch_model_t *model, int on);
+int ch_model_is_training(const ch_model_t *model);
+
+/* Set every gradient to 0 (optimizer.zero_grad(set_to_none=False)): the
+ * host block, and for a device model also the device block (synchronously,
+ * ch_device_memzero; a CUDA failure there is logged with ch_log_error). */
+void ch_model_zero_grad(ch_model_t *model);
+
+/* requires_grad of one parameter by name. CH_ERR_INVALID when no parameter
+ * has that name (buffers never require grad). */
+ch_status ch_model_set_requires_grad(ch_model_t *model, const char *name, int on);
+
+/* freeze_layers of the seed recipe: every parameter whose name does not
+ * contain `keep` (normally "fc") gets requires_grad = 0. Returns in
+ * *n_frozen (may be NULL) how many were frozen. */
+ch_status ch_model_freeze(ch_model_t *model, const char *keep, int *n_frozen);
+
+/* ------------------------------------------------------------ state dict */
+
+/* Export the state dict: fills views[0..n) with n = ch_model_num_entries
+ * (state-dict order; data points into the model's HOST storage, the mirror
+ * of a GPU model: ch_model_sync_to_host first; valid until the model is
+ * destroyed). CH_ERR_RANGE when capacity < n. */
+ch_status ch_model_state_dict(ch_model_t *model, ch_nn_view_t *views, int capacity, int *count);
+
+/* Load a state dict given as n views (any order).
+ *  strict != 0 (load_state_dict(strict=True)): every model entry must be
+ *   present with the same dtype and shape and no unknown name may appear;
+ *   otherwise CH_ERR_INVALID naming the first offender, and nothing is
+ *   changed.
+ *  strict == 0 (pretrained weights, SEMANTICS.md): an entry is copied when
+ *   the model has that name and the element counts match (dtype float32 or
+ *   int64 must match the entry's); everything else is skipped.
+ * Skipped view names are reported through `skipped` (may be NULL): called
+ * once per skipped name with a reason ("not in model", "shape [10, 512] vs
+ * model [1000, 512]"); *n_loaded (may be NULL) receives the number copied.
+ * Model entries that the views do not mention keep their values.
+ * Writes the HOST storage: on a GPU model call ch_model_sync_to_device
+ * afterwards. */
+typedef void (*ch_nn_skip_fn)(void *arg, const char *name, const char *reason);
+ch_status ch_model_load_state_dict(ch_model_t *model, const ch_nn_view_t *views, int n,
+                                   int strict, ch_nn_skip_fn skipped, void *arg, int *n_loaded);
+
+/* Copy every entry (parameters and buffers) from src to dst; both must have
+ * identical entry lists (same names and shapes). Copies the host storage
+ * (the host mirror of a device model: ch_model_sync_to_host src first and
+ * ch_model_sync_to_device dst afterwards when they live on a GPU). */
+ch_status ch_model_copy(ch_model_t *dst, const ch_model_t *src);
+
+/* ------------------------------------------------------------ devices
+ *
+ * A finalized model computes on the CPU (host blocks) until moved:
+ *
+ *   ch_model_finalize / load weights     host blocks hold the state
+ *   ch_model_to_device(m, CH_DEV_CUDA, g) device blocks (parameters,
+ *                                        gradients, float buffers) on GPU g,
+ *                                        copied from the host; the host
+ *                                        blocks stay as the mirror
+ *   ch_model_plan/forward/loss/backward  take CH_DEV_CUDA inputs (x, labels,
+ *                                        dlogits) on GPU g; activations in a
+ *                                        device arena; logits on the device
+ *   ch_model_sync_to_host                device -> mirror, before
+ *                                        ch_model_state_dict / saving /
+ *                                        comparing
+ *   ch_model_load_state_dict + ch_model_sync_to_device   mirror -> device
+ *
+ * The int64 counters (num_batches_tracked) are host values on every device
+ * (they never enter a kernel), so they are always current in the mirror.
+ * Everything that reads or writes ch_param_t data/grad (state dict, copy,
+ * init, load) touches the mirror only; compute uses dev_data/dev_grad. */
+
+/* Move parameters, gradients and float buffers to device storage on
+ * (dev, dev_index): CH_DEV_CUDA allocates device blocks through the tensor
+ * allocator (ch_device_enable_tensors), copies the host blocks there and
+ * binds every module tensor (weights, gradients, running stats, batch-norm
+ * scratch vectors, SyncBN gather buffers) to device memory; CH_DEV_CPU
+ * (from a GPU) copies the device state back into the host blocks, frees the
+ * device blocks and binds the host ones again. Moving to where the model
+ * already is does nothing. Drops the activation plan (the arena lives on
+ * the model's device; the next forward plans again). Call after
+ * finalize/loading and before planning. Synchronous (ch_device_memcpy).
+ * Errors: CH_ERR_INVALID (not finalized, unknown device, negative index),
+ * CH_ERR_UNSUPPORTED (build without CUDA), CH_ERR_RANGE (no such GPU),
+ * CH_ERR_NOMEM / CH_ERR_CUDA; on an allocation or copy error the model
+ * stays on its old device (an out-of-memory while re-binding the small
+ * batch-norm vectors afterwards leaves it unusable: destroy it). */
+ch_status ch_model_to_device(ch_model_t *m, ch_devkind_t dev, int dev_index);
+
+/* Device -> host mirror: parameters, gradients and float buffers (after all
+ * queued GPU work: ch_device_memcpy waits for every stream of the GPU).
+ * Before ch_model_state_dict, saving, comparing. No-op (CH_OK) on the CPU. */
+ch_status ch_model_sync_to_host(ch_model_t *m);
+
+/* Host mirror -> device: parameters, gradients and float buffers (after
+ * ch_model_load_state_dict, ch_model_copy or ch_model_init into the
+ * mirror). No-op (CH_OK) on the CPU. */
+ch_status ch_model_sync_to_device(ch_model_t *m);
+
+/* The device compute uses for this model (CH_DEV_CPU until
+ * ch_model_to_device); *dev_index (may be NULL) receives the GPU ordinal (0
+ * for the CPU). */
+ch_devkind_t ch_model_device(const ch_model_t *m, int *dev_index);
+
+/* The blocks compute uses (ch_model_device): the host blocks of
+ * ch_model_param_block / ch_model_grad_block / ch_model_buffer_block on the
+ * CPU, the device blocks after ch_model_to_device(CH_DEV_CUDA). Same layout
+ * and numel as the host blocks. For DDP (all-reduce / broadcast in place). */
+float *ch_model_device_param_block(ch_model_t *m);
+float *ch_model_device_grad_block(ch_model_t *m);
+float *ch_model_device_buffer_block(ch_model_t *m, size_t *numel);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* COHORT_NN_H */

@@ -1,0 +1,701 @@
+/* cohort: forward / backward through the module tree, SyncBN (nn_exec.h). */
+#include "config.h"
+
+#include "framework/nn/nn_internal.h"
+
+#include "framework/tensor/device.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    int ndim;
+    int64_t s[4];
+    ch_layout_t layout;
+} shp_t;
+
+static char *shp_str(const shp_t *x, char *buf, size_t len)
+{
+    if (x->ndim == 2)
+        snprintf(buf, len, "[%lld, %lld]", (long long)x->s[0], (long long)x->s[1]);
+    else
+        snprintf(buf, len, "[%lld, %lld, %lld, %lld] %s", (long long)x->s[0], (long long)x->s[1],
+                 (long long)x->s[2], (long long)x->s[3], ch_layout_name(x->layout));
+    return buf;
+}
+
+static ch_status reserve(ch_model_t *M, ch_tensor_t *t, const shp_t *x)
+{
+    CH_TRY(ch_tensor_init(t, CH_F32, x->ndim, x->s, x->layout, M->dev, M->dev_index));
+    return ch_arena_reserve_tensor(M->arena, t);
+}
+
+/* Plan module m for input shape `in`, giving its output shape. */
+static ch_status plan_module(ch_model_t *M, ch_compute_t *cx, ch_module_t *m, const shp_t *in,
+                             shp_t *out)
+{
+    char b1[96];
+    switch (m->kind) {
+    case CH_NN_SEQUENTIAL: {
+        shp_t cur = *in, nxt;
+        for (int i = 0; i < m->nchild; i++) {
+            CH_TRY(plan_module(M, cx, m->child[i], &cur, &nxt));
+            cur = nxt;
+        }
+        *out = cur;
+        return CH_OK;
+    }
+    case CH_NN_RESIDUAL: {
+        shp_t cur = *in, nxt, sc = *in;
+        CH_REQUIRE(m->main[0]->kind != CH_NN_RELU, "nn: residual block '%s' must not start with ReLU",
+                   m->path);
+        for (int i = 0; i < m->nmain; i++) {
+            CH_TRY(plan_module(M, cx, m->main[i], &cur, &nxt));
+            cur = nxt;
+        }
+        if (m->shortcut) CH_TRY(plan_module(M, cx, m->shortcut, in, &sc));
+        int same = cur.ndim == sc.ndim && cur.layout == sc.layout;
+        for (int d = 0; same && d < cur.ndim; d++) same = cur.s[d] == sc.s[d];
+        if (!same) {
+            char b2[96];
+            return CH_ERROR(CH_ERR_INVALID, "nn: residual block '%s': main path gives %s, shortcut %s",
+                            m->path, shp_str(&cur, b1, sizeof b1), shp_str(&sc, b2, sizeof b2));
+        }
+        *out = cur;
+        return CH_OK;
+    }
+    case CH_NN_CONV2D: {
+        CH_REQUIRE(in->ndim == 4 && in->s[1] == m->in_c,
+                   "nn: Conv2d '%s' expects %d input channels, got input %s", m->path, m->in_c,
+                   shp_str(in, b1, sizeof b1));
+        int64_t ho = ch_conv_out_size(in->s[2], m->kernel, m->conv.stride_h, m->conv.pad_h);
+        int64_t wo = ch_conv_out_size(in->s[3], m->kernel, m->conv.stride_w, m->conv.pad_w);
+        CH_REQUIRE(ho > 0 && wo > 0, "nn: Conv2d '%s': input %s too small for kernel %d", m->path,
+                   shp_str(in, b1, sizeof b1), m->kernel);
+        *out = (shp_t){4, {in->s[0], m->out_c, ho, wo},
+                       ch_compute_preferred_layout(cx, M->dev, m->out_c)};
+        CH_TRY(reserve(M, &m->y, out));
+        return reserve(M, &m->dx, in);
+    }
+    case CH_NN_BATCHNORM2D:
+    case CH_NN_SYNC_BATCHNORM:
+        CH_REQUIRE(in->ndim == 4 && in->s[1] == m->channels,
+                   "nn: BatchNorm2d '%s' expects %d channels, got input %s", m->path, m->channels,
+                   shp_str(in, b1, sizeof b1));
+        *out = *in;
+        CH_TRY(reserve(M, &m->y, out));
+        return reserve(M, &m->dx, in);
+    case CH_NN_RELU:
+        *out = *in;
+        return CH_OK;
+    case CH_NN_MAXPOOL2D: {
+        CH_REQUIRE(in->ndim == 4, "nn: MaxPool2d '%s' expects (N,C,H,W), got %s", m->path,
+                   shp_str(in, b1, sizeof b1));
+        int64_t ho = ch_conv_out_size(in->s[2], m->pool.kernel_h, m->pool.stride_h, m->pool.pad_h);
+        int64_t wo = ch_conv_out_size(in->s[3], m->pool.kernel_w, m->pool.stride_w, m->pool.pad_w);
+        CH_REQUIRE(ho > 0 && wo > 0, "nn: MaxPool2d '%s': input %s too small", m->path,
+                   shp_str(in, b1, sizeof b1));
+        *out = (shp_t){4, {in->s[0], in->s[1], ho, wo}, in->layout};
+        CH_TRY(reserve(M, &m->y, out));
+        return reserve(M, &m->dx, in);
+    }
+    case CH_NN_ADAPTIVE_AVGPOOL2D:
+        CH_REQUIRE(in->ndim == 4, "nn: AdaptiveAvgPool2d '%s' expects (N,C,H,W), got %s", m->path,
+                   shp_str(in, b1, sizeof b1));
+        *out = (shp_t){2, {in->s[0], in->s[1], 1, 1}, CH_LAYOUT_PLAIN};
+        CH_TRY(reserve(M, &m->y, out));
+        return reserve(M, &m->dx, in);
+    case CH_NN_LINEAR: {
+        int ok = (in->ndim == 2 && in->s[1] == m->in_c) ||
+                 (in->ndim == 4 && in->s[1] == m->in_c && in->s[2] == 1 && in->s[3] == 1);
+        CH_REQUIRE(ok, "nn: Linear '%s' expects (N, %d) or (N, %d, 1, 1), got %s", m->path, m->in_c,
+                   m->in_c, shp_str(in, b1, sizeof b1));
+        *out = (shp_t){2, {in->s[0], m->out_c, 1, 1}, CH_LAYOUT_PLAIN};
+        CH_TRY(reserve(M, &m->y, out));
+        return reserve(M, &m->dx, in);
+    }
+    default:
+        return CH_ERROR(CH_ERR_INTERNAL, "nn: unknown module kind %d", (int)m->kind);
+    }
+}
+
+size_t ch_model_arena_bytes(const ch_model_t *M) { return M->arena ? ch_arena_bytes(M->arena) : 0; }
+
+ch_status ch_model_plan(ch_model_t *M, ch_compute_t *cx, const int64_t shape[4], ch_layout_t layout,
+                        size_t *arena_bytes)
+{
+    CH_REQUIRE(M && M->finalized && cx && shape, "ch_model_plan: NULL argument or model not finalized");
+    for (int d = 0; d < 4; d++)
+        CH_REQUIRE(shape[d] >= 0, "nn: input dimension %d is %lld", d, (long long)shape[d]);
+    if (M->planned && M->plan_layout == layout && !memcmp(M->plan_shape, shape, sizeof M->plan_shape)) {
+        if (arena_bytes) *arena_bytes = ch_arena_bytes(M->arena);
+        return CH_OK;
+    }
+    if (M->dev != CH_DEV_CPU && !ch_compute_stream(cx, M->dev))
+        return CH_ERROR(CH_ERR_UNSUPPORTED, "nn: '%s' is on GPU %d but the compute context has no "
+                        "GPU backend state (build without CUDA, or GPU set-up failed)", M->arch,
+                        M->dev_index);
+    if (!M->arena) CH_TRY(ch_arena_create(&M->arena, M->dev, M->dev_index));
+    ch_arena_reset(M->arena);
+    M->planned = 0;
+    M->have_forward = M->have_loss = M->have_loss_value = 0;
+    shp_t in = {4, {shape[0], shape[1], shape[2], shape[3]}, layout}, out;
+    ch_status s = plan_module(M, cx, M->root, &in, &out);
+    if (s == CH_OK && out.ndim != 2) {
+        char b[96];
+        s = CH_ERROR(CH_ERR_INVALID, "nn: model '%s' ends in %s, expected logits (N, classes)", M->arch,
+                     shp_str(&out, b, sizeof b));
+    }
+    if (s == CH_OK) s = reserve(M, &M->dlogits, &out);
+    if (s == CH_OK) {
+        int64_t one = 1;
+        s = ch_tensor_init(&M->loss, CH_F32, 1, &one, CH_LAYOUT_PLAIN, M->dev, M->dev_index);
+        if (s == CH_OK) s = ch_arena_reserve_tensor(M->arena, &M->loss);
+    }
+    if (s == CH_OK) s = ch_arena_commit(M->arena);
+    if (s != CH_OK) {
+        ch_arena_reset(M->arena);
+        return ch_error_context("planning '%s' for input [%lld, %lld, %lld, %lld]", M->arch,
+                                (long long)shape[0], (long long)shape[1], (long long)shape[2],
+                                (long long)shape[3]);
+    }
+    memcpy(M->plan_shape, shape, sizeof M->plan_shape);
+    M->plan_layout = layout;
+    M->planned = 1;
+    if (arena_bytes) *arena_bytes = ch_arena_bytes(M->arena);
+    return CH_OK;
+}
+
+/* ------------------------------------------------------------ SyncBN */
+
+ch_status ch_nn_sync_storage(ch_model_t *M, ch_module_t *m)
+{
+    const int64_t R = M->sync.world_size, C = m->channels, row = 2 * C + 1;
+    int64_t rc[2] = {R, C};
+    free(m->gather);
+    free(m->g_counts);
+    m->gather = NULL;
+    ch_tensor_free(&m->g_dev);
+    m->g_counts = calloc((size_t)R, sizeof(int64_t));
+    if (!m->g_counts) return CH_ERROR(CH_ERR_NOMEM, "SyncBN: out of memory for '%s'", m->path);
+    if (M->dev != CH_DEV_CPU) {
+        /* [means R*C | vars R*C] on the device; rank r's row of each is
+         * written by batchnorm_stats and all-gathered in place */
+        int64_t n2 = 2 * R * C;
+        CH_TRY(ch_tensor_alloc(&m->g_dev, CH_F32, 1, &n2, CH_LAYOUT_PLAIN, M->dev, M->dev_index));
+        float *g = m->g_dev.data;
+        CH_TRY(ch_tensor_wrap(&m->g_means, g, CH_F32, 2, rc, CH_LAYOUT_PLAIN, M->dev, M->dev_index));
+        CH_TRY(ch_tensor_wrap(&m->g_vars, g + R * C, CH_F32, 2, rc, CH_LAYOUT_PLAIN, M->dev,
+                              M->dev_index));
+        return CH_OK;
+    }
+    /* [packed means R*C | vars R*C | counts R] [received R*row] [send row] */
+    m->gather = calloc((size_t)(2 * R * row + row), sizeof(float));
+    if (!m->gather) return CH_ERROR(CH_ERR_NOMEM, "SyncBN: out of memory for '%s'", m->path);
+    CH_TRY(ch_tensor_wrap(&m->g_means, m->gather, CH_F32, 2, rc, CH_LAYOUT_PLAIN, CH_DEV_CPU, 0));
+    CH_TRY(ch_tensor_wrap(&m->g_vars, m->gather + R * C, CH_F32, 2, rc, CH_LAYOUT_PLAIN,
+                          CH_DEV_CPU, 0));
+    return CH_OK;
+}
+
+ch_status ch_model_set_sync_count_gather(ch_model_t *M, ch_nn_count_gather_fn fn, void *ctx)
+{
+    CH_REQUIRE(M, "ch_model_set_sync_count_gather: model is NULL");
+    M->count_gather = fn;
+    M->count_gather_ctx = ctx;
+    return CH_OK;
+}
+
+/* SyncBN forward after the per-rank statistics have been gathered into
+ * g_means / g_vars / g_counts (R ranks): global mean and biased var,
+ * running statistics with the global count, and y = normalize(x). */
+static ch_status sync_bn_combine(ch_compute_t *cx, ch_module_t *m, const ch_tensor_t *x, int64_t R,
+                                 int64_t count)
+{
+    int64_t total = 0;
+    CH_TRY(ch_op_batchnorm_gather_stats(cx, &m->g_means, &m->g_vars, m->g_counts, (int)R, &m->mean,
+                                        &m->var, &total));
+    CH_TRY(ch_op_batchnorm_update_running(cx, &m->rmean, &m->rvar, &m->mean, &m->var, total,
+                                          NN_BN_MOMENTUM));
+    (*m->nbt)++;
+    m->count_total = total;
+    if (count > 0)
+        CH_TRY(ch_op_batchnorm_apply(cx, x, &m->mean, &m->var, &m->w, &m->b, NN_BN_EPS, &m->y));
+    return CH_OK;
+}
+
+/* SyncBN training forward on a GPU model: statistics stay on the device
+ * (this rank's rows of g_means / g_vars, all-gathered in place by the
+ * process group, whose collectives are ordered against the compute stream);
+ * only the per-rank counts travel on the host. */
+static ch_status syncbn_forward_train_dev(ch_model_t *M, ch_compute_t *cx, ch_module_t *m,
+                                          const ch_tensor_t *x)
+{
+    const ch_nn_sync_t *g = &M->sync;
+    const int64_t R = g->world_size, C = m->channels;
+    const int64_t count = x->shape[0] * x->shape[2] * x->shape[3];
+    float *gm = m->g_dev.data, *gv = gm + R * C;
+    ch_tensor_t mean_r, var_r;
+    CH_TRY(ch_tensor_wrap(&mean_r, gm + g->rank * C, CH_F32, 1, &C, CH_LAYOUT_PLAIN, M->dev,
+                          M->dev_index));
+    CH_TRY(ch_tensor_wrap(&var_r, gv + g->rank * C, CH_F32, 1, &C, CH_LAYOUT_PLAIN, M->dev,
+                          M->dev_index));
+    if (!g->allgather) CH_TRY(ch_op_zero(cx, &m->g_dev));
+    if (count > 0) {
+        CH_TRY(ch_op_batchnorm_stats(cx, x, &mean_r, &var_r));
+    } else {
+        CH_TRY(ch_op_zero(cx, &mean_r));
+        CH_TRY(ch_op_zero(cx, &var_r));
+    }
+    if (g->allgather) {
+        ch_status s = g->allgather(g->ctx, gm + g->rank * C, gm, (size_t)C);
+        if (s == CH_OK) s = g->allgather(g->ctx, gv + g->rank * C, gv, (size_t)C);
+        if (s) return ch_error_context("SyncBN '%s': all-gather of statistics", m->path);
+    } else {
+        ch_status s = g->allreduce_sum(g->ctx, gm, (size_t)(2 * R * C));
+        if (s) return ch_error_context("SyncBN '%s': all-reduce of statistics", m->path);
+    }
+    if (R == 1) {
+        m->g_counts[0] = count;
+    } else {
+        if (!M->count_gather)
+            return CH_ERROR(CH_ERR_INVALID, "SyncBN '%s' on GPU %d needs a host gather of the "
+                            "per-rank counts (ch_model_set_sync_count_gather)", m->path,
+                            M->dev_index);
+        ch_status s = M->count_gather(M->count_gather_ctx, count, m->g_counts);
+        if (s) return ch_error_context("SyncBN '%s': all-gather of counts", m->path);
+    }
+    return sync_bn_combine(cx, m, x, R, count);
+}
+
+ch_status ch_model_convert_sync_bn(ch_model_t *M, const ch_nn_sync_t *sync, int *n_converted)
+{
+    CH_REQUIRE(M && M->finalized && sync, "ch_model_convert_sync_bn: NULL argument or model not finalized");
+    CH_REQUIRE(sync->allreduce_sum, "SyncBN: the process group has no allreduce_sum");
+    CH_REQUIRE(sync->world_size >= 1 && sync->rank >= 0 && sync->rank < sync->world_size,
+               "SyncBN: rank %d outside world of size %d", sync->rank, sync->world_size);
+    M->sync = *sync;
+    M->has_sync = 1;
+    int n = 0;
+    for (int i = 0; i < M->nentries; i++) {
+        ch_module_t *m = M->entries[i]->module;
+        if (strcmp(M->entries[i]->local, "weight") ||
+            (m->kind != CH_NN_BATCHNORM2D && m->kind != CH_NN_SYNC_BATCHNORM))
+            continue;
+        CH_TRY(ch_nn_sync_storage(M, m));
+        m->kind = CH_NN_SYNC_BATCHNORM;
+        n++;
+    }
+    if (n_converted) *n_converted = n;
+    return CH_OK;
+}
+
+static ch_status syncbn_forward_train(ch_model_t *M, ch_compute_t *cx, ch_module_t *m,
+                                      const ch_tensor_t *x)
+{
+    if (M->dev != CH_DEV_CPU) return syncbn_forward_train_dev(M, cx, m, x);
+    const ch_nn_sync_t *g = &M->sync;
+    const int64_t R = g->world_size, C = m->channels, row = 2 * C + 1;
+    const int64_t count = x->shape[0] * x->shape[2] * x->shape[3];
+    float *mean = ch_tensor_f32(&m->mean), *var = ch_tensor_f32(&m->var);
+    if (count > 0) {
+        CH_TRY(ch_op_batchnorm_stats(cx, x, &m->mean, &m->var));
+    } else {
+        memset(mean, 0, (size_t)C * sizeof(float));
+        memset(var, 0, (size_t)C * sizeof(float));
+    }
+    float *packed = m->gather, *recv = m->gather + R * row, *send = recv + R * row;
+    if (g->allgather) {
+        memcpy(send, mean, (size_t)C * sizeof(float));
+        memcpy(send + C, var, (size_t)C * sizeof(float));
+        send[2 * C] = (float)count;
+        ch_status s = g->allgather(g->ctx, send, recv, (size_t)row);
+        if (s) return ch_error_context("SyncBN '%s': all-gather of statistics", m->path);
+        for (int64_t r = 0; r < R; r++) {
+            memcpy(packed + r * C, recv + r * row, (size_t)C * sizeof(float));
+            memcpy(packed + R * C + r * C, recv + r * row + C, (size_t)C * sizeof(float));
+            packed[2 * R * C + r] = recv[r * row + 2 * C];
+        }
+    } else {
+        memset(packed, 0, (size_t)(R * row) * sizeof(float));
+        memcpy(packed + g->rank * C, mean, (size_t)C * sizeof(float));
+        memcpy(packed + R * C + g->rank * C, var, (size_t)C * sizeof(float));
+        packed[2 * R * C + g->rank] = (float)count;
+        ch_status s = g->allreduce_sum(g->ctx, packed, (size_t)(R * row));
+        if (s) return ch_error_context("SyncBN '%s': all-reduce of statistics", m->path);
+    }
+    for (int64_t r = 0; r < R; r++) m->g_counts[r] = (int64_t)packed[2 * R * C + r];
+    return sync_bn_combine(cx, m, x, R, count);
+}
+
+/* ------------------------------------------------------------ forward */
+
+static ch_status fwd(ch_model_t *M, ch_compute_t *cx, ch_module_t *m, const ch_tensor_t *x,
+                     const ch_tensor_t **y)
+{
+    m->in = x;
+    m->forward_training = M->training;
+    switch (m->kind) {
+    case CH_NN_SEQUENTIAL: {
+        const ch_tensor_t *cur = x;
+        for (int i = 0; i < m->nchild; i++) CH_TRY(fwd(M, cx, m->child[i], cur, &cur));
+        *y = cur;
+        break;
+    }
+    case CH_NN_RESIDUAL: {
+        const ch_tensor_t *cur = x, *sc = x;
+        for (int i = 0; i < m->nmain; i++) {
+            CH_TRY(fwd(M, cx, m->main[i], cur, &cur));
+            m->step_out[i] = cur;
+        }
+        if (m->shortcut) CH_TRY(fwd(M, cx, m->shortcut, x, &sc));
+        /* cur is the last main module's own output: add and ReLU in place */
+        ch_tensor_t *acc = (ch_tensor_t *)cur;
+        CH_TRY(ch_op_add(cx, acc, sc, acc));
+        CH_TRY(ch_op_relu_forward(cx, acc, acc));
+        m->final_relu->out = acc;
+        *y = acc;
+        break;
+    }
+    case CH_NN_CONV2D:
+        CH_TRY(ch_op_conv2d_forward(cx, x, &m->w, m->has_bias ? &m->b : NULL, &m->conv, &m->y));
+        *y = &m->y;
+        break;
+    case CH_NN_BATCHNORM2D:
+        if (M->training) {
+            const int64_t count = x->shape[0] * x->shape[2] * x->shape[3];
+            CH_TRY(ch_op_batchnorm_forward_train(cx, x, &m->w, &m->b, NN_BN_EPS, &m->y, &m->mean,
+                                                 &m->var));
+            CH_TRY(ch_op_batchnorm_update_running(cx, &m->rmean, &m->rvar, &m->mean, &m->var, count,
+                                                  NN_BN_MOMENTUM));
+            (*m->nbt)++;
+            m->count_total = count;
+        } else {
+            CH_TRY(ch_op_batchnorm_forward_eval(cx, x, &m->w, &m->b, &m->rmean, &m->rvar, NN_BN_EPS,
+                                                &m->y));
+        }
+        *y = &m->y;
+        break;
+    case CH_NN_SYNC_BATCHNORM:
+        if (M->training) {
+            CH_TRY(syncbn_forward_train(M, cx, m, x));
+        } else {
+            CH_TRY(ch_op_batchnorm_forward_eval(cx, x, &m->w, &m->b, &m->rmean, &m->rvar, NN_BN_EPS,
+                                                &m->y));
+        }
+        *y = &m->y;
+        break;
+    case CH_NN_RELU: {
+        ch_tensor_t *t = (ch_tensor_t *)x; /* in place (ReLU(inplace=True)) */
+        CH_TRY(ch_op_relu_forward(cx, t, t));
+        *y = t;
+        break;
+    }
+    case CH_NN_MAXPOOL2D:
+        CH_TRY(ch_op_maxpool2d_forward(cx, x, &m->pool, &m->y));
+        *y = &m->y;
+        break;
+    case CH_NN_ADAPTIVE_AVGPOOL2D:
+        CH_TRY(ch_op_avgpool_global_forward(cx, x, &m->y));
+        *y = &m->y;
+        break;
+    case CH_NN_LINEAR: {
+        const ch_tensor_t *xin = x;
+        if (x->ndim == 4) {
+            int64_t s2[2] = {x->shape[0], x->shape[1]};
+            CH_TRY(ch_tensor_view(&m->xview, x, 2, s2));
+            xin = &m->xview;
+        }
+        m->in = xin;
+        CH_TRY(ch_op_linear_forward(cx, xin, &m->w, m->has_bias ? &m->b : NULL, &m->y));
+        *y = &m->y;
+        break;
+    }
+    default:
+        return CH_ERROR(CH_ERR_INTERNAL, "nn: unknown module kind %d", (int)m->kind);
+    }
+    m->out = *y;
+    return CH_OK;
+}
+
+ch_status ch_model_forward(ch_model_t *M, ch_compute_t *cx, const ch_tensor_t *x,
+                           const ch_tensor_t **logits)
+{
+    CH_REQUIRE(M && cx && x && logits, "ch_model_forward: NULL argument");
+    CH_REQUIRE(x->ndim == 4 && x->dtype == CH_F32 && (x->data || ch_tensor_numel(x) == 0),
+               "nn: model input must be a float32 (N,C,H,W) tensor with storage");
+    if (x->dev != M->dev || (M->dev != CH_DEV_CPU && x->dev_index != M->dev_index)) {
+        char b[128];
+        return CH_ERROR(CH_ERR_INVALID, "nn: input %s of '%s' is not on the model's device (%s %d)",
+                        ch_tensor_describe(x, b, sizeof b), M->arch,
+                        M->dev == CH_DEV_CPU ? "cpu" : "cuda", M->dev_index);
+    }
+    CH_TRY(ch_model_plan(M, cx, x->shape, x->layout, NULL));
+    M->have_forward = M->have_loss = M->have_loss_value = 0;
+    const ch_tensor_t *y = NULL;
+    ch_status s = fwd(M, cx, M->root, x, &y);
+    if (s) return ch_error_context("forward of '%s'", M->arch);
+    M->logits = y;
+    M->have_forward = 1;
+    *logits = y;
+    return CH_OK;
+}
+
+ch_status ch_model_loss(ch_model_t *M, ch_compute_t *cx, const ch_tensor_t *labels, float *loss)
+{
+    CH_REQUIRE(M && cx && labels, "ch_model_loss: NULL argument");
+    CH_REQUIRE(M->have_forward, "nn: ch_model_loss without a forward");
+    ch_status s = ch_op_cross_entropy(cx, M->logits, labels, &M->loss, &M->dlogits);
+    if (s) return ch_error_context("loss of '%s'", M->arch);
+    M->have_loss = 1;
+    M->have_loss_value = 1;
+    if (loss) return ch_model_loss_value(M, cx, loss);
+    return CH_OK;
+}
+
+ch_status ch_model_loss_value(ch_model_t *M, ch_compute_t *cx, float *loss)
+{
+    CH_REQUIRE(M && cx && loss, "ch_model_loss_value: NULL argument");
+    CH_REQUIRE(M->have_loss_value, "nn: ch_model_loss_value of '%s' without ch_model_loss since "
+               "the last forward", M->arch);
+    if (M->dev == CH_DEV_CPU) {
+        *loss = ch_tensor_f32(&M->loss)[0];
+        return CH_OK;
+    }
+    ch_status s = ch_device_memcpy(M->dev_index, &M->loss_host, M->loss.data, sizeof(float),
+                                   CH_MEMCPY_DEVICE_TO_HOST);
+    if (s) return ch_error_context("reading the loss of '%s' from GPU %d", M->arch, M->dev_index);
+    *loss = M->loss_host;
+    return CH_OK;
+}
+
+/* ------------------------------------------------------------ backward */
+
+static int own_trainable(const ch_module_t *m)
+{
+    for (int i = 0; i < m->nent; i++)
+        if (!m->ent[i].is_buffer && m->ent[i].requires_grad) return 1;
+    return 0;
+}
+
+/* Forward-order walk: needs_dx = some module before this one trains. */
+static int grad_flags(ch_module_t *m, int upstream)
+{
+    m->needs_dx = upstream;
+    switch (m->kind) {
+    case CH_NN_SEQUENTIAL: {
+        int u = upstream, t = 0;
+        for (int i = 0; i < m->nchild; i++) {
+            u = grad_flags(m->child[i], u);
+            t |= m->child[i]->trainable;
+        }
+        m->trainable = t;
+        return u;
+    }
+    case CH_NN_RESIDUAL: {
+        int u = upstream, t = 0;
+        for (int i = 0; i < m->nmain; i++) {
+            u = grad_flags(m->main[i], u);
+            t |= m->main[i]->trainable;
+        }
+        int us = upstream;
+        if (m->shortcut) {
+            us = grad_flags(m->shortcut, upstream);
+            t |= m->shortcut->trainable;
+        }
+        m->trainable = t;
+        return u || us;
+    }
+    default:
+        m->trainable = own_trainable(m);
+        return upstream || m->trainable;
+    }
+}
+
+static ch_status fire(ch_model_t *M, ch_module_t *m)
+{
+    if (!M->hook) return CH_OK;
+    for (int i = m->nent - 1; i >= 0; i--) {
+        ch_param_t *p = &m->ent[i];
+        if (p->is_buffer || !p->requires_grad) continue;
+        ch_status s = M->hook(M->hook_arg, p);
+        if (s) return ch_error_context("gradient hook for '%s'", p->name);
+    }
+    return CH_OK;
+}
+
+static ch_param_t *entry_of(ch_module_t *m, const char *local)
+{
+    for (int i = 0; i < m->nent; i++)
+        if (!strcmp(m->ent[i].local, local)) return &m->ent[i];
+    return NULL;
+}
+
+static ch_status bwd(ch_model_t *M, ch_compute_t *cx, ch_module_t *m, ch_tensor_t *dy,
+                     ch_tensor_t **dx)
+{
+    *dx = NULL;
+    if (!m->trainable && !m->needs_dx) return CH_OK;
+    ch_param_t *pw = entry_of(m, "weight"), *pb = entry_of(m, "bias");
+    int tw = pw && pw->requires_grad, tb = pb && pb->requires_grad;
+    switch (m->kind) {
+    case CH_NN_SEQUENTIAL: {
+        ch_tensor_t *d = dy;
+        for (int i = m->nchild - 1; i >= 0 && d; i--) CH_TRY(bwd(M, cx, m->child[i], d, &d));
+        *dx = d;
+        return CH_OK;
+    }
+    case CH_NN_RESIDUAL: {
+        /* dy -> d(sum) in place through the final ReLU */
+        CH_TRY(ch_op_relu_backward(cx, m->final_relu->out, dy, dy));
+        ch_tensor_t *ds = dy, *dm = dy;
+        /* shortcut first: its parameters come last in parameter order */
+        if (m->shortcut) CH_TRY(bwd(M, cx, m->shortcut, dy, &ds));
+        for (int i = m->nmain - 1; i >= 0 && dm; i--) {
+            ch_module_t *c = m->main[i];
+            if (c->kind == CH_NN_RELU) {
+                CH_TRY(ch_op_relu_backward(cx, m->step_out[i], dm, dm));
+            } else {
+                CH_TRY(bwd(M, cx, c, dm, &dm));
+            }
+        }
+        if (m->needs_dx) {
+            if (!dm || !ds)
+                return CH_ERROR(CH_ERR_INTERNAL, "nn: residual block '%s' lost its input gradient", m->path);
+            CH_TRY(ch_op_add_inplace(cx, dm, ds));
+            *dx = dm;
+        }
+        return CH_OK;
+    }
+    case CH_NN_CONV2D:
+        if (tw || tb) {
+            CH_TRY(ch_op_conv2d_backward_weights(cx, m->in, dy, &m->conv, &m->dw,
+                                                 m->has_bias ? &m->db : NULL));
+            CH_TRY(fire(M, m));
+        }
+        if (m->needs_dx) {
+            CH_TRY(ch_op_conv2d_backward_data(cx, dy, &m->w, &m->conv, &m->dx));
+            *dx = &m->dx;
+        }
+        return CH_OK;
+    case CH_NN_BATCHNORM2D:
+        CH_TRY(ch_op_batchnorm_backward(cx, m->in, dy, &m->mean, &m->var, NN_BN_EPS, &m->w,
+                                        m->needs_dx ? &m->dx : NULL, tw ? &m->dw : NULL,
+                                        tb ? &m->db : NULL));
+        CH_TRY(fire(M, m));
+        if (m->needs_dx) *dx = &m->dx;
+        return CH_OK;
+    case CH_NN_SYNC_BATCHNORM: {
+        const int64_t count = m->in->shape[0] * m->in->shape[2] * m->in->shape[3];
+        if (count > 0) {
+            CH_TRY(ch_op_batchnorm_backward_reduce(cx, m->in, dy, &m->mean, &m->sum_dy, &m->sum_dy_xmu));
+        } else if (M->dev != CH_DEV_CPU) {
+            CH_TRY(ch_op_zero(cx, &m->sums));
+        } else {
+            memset(m->sums.data, 0, m->sums.nbytes);
+        }
+        /* weight/bias gradients from the LOCAL sums (torch SyncBatchNorm) */
+        if (tw || tb) {
+            CH_TRY(ch_op_batchnorm_param_grads(cx, &m->sum_dy, &m->sum_dy_xmu, &m->var, NN_BN_EPS,
+                                               tw ? &m->dw : NULL, tb ? &m->db : NULL));
+            CH_TRY(fire(M, m));
+        }
+        if (m->needs_dx) {
+            ch_status s = M->sync.allreduce_sum(M->sync.ctx, ch_tensor_f32(&m->sums),
+                                                (size_t)(2 * m->channels));
+            if (s) return ch_error_context("SyncBN '%s': all-reduce of gradient sums", m->path);
+            if (count > 0)
+                CH_TRY(ch_op_batchnorm_backward_elemt(cx, m->in, dy, &m->mean, &m->var, NN_BN_EPS,
+                                                      &m->w, &m->sum_dy, &m->sum_dy_xmu,
+                                                      m->count_total, &m->dx));
+            *dx = &m->dx;
+        }
+        return CH_OK;
+    }
+    case CH_NN_RELU:
+        CH_TRY(ch_op_relu_backward(cx, m->out, dy, dy));
+        *dx = dy;
+        return CH_OK;
+    case CH_NN_MAXPOOL2D:
+        CH_TRY(ch_op_maxpool2d_backward(cx, m->in, dy, &m->pool, &m->dx));
+        *dx = &m->dx;
+        return CH_OK;
+    case CH_NN_ADAPTIVE_AVGPOOL2D:
+        CH_TRY(ch_op_avgpool_global_backward(cx, dy, &m->dx));
+        *dx = &m->dx;
+        return CH_OK;
+    case CH_NN_LINEAR:
+        if (tw || tb) {
+            CH_TRY(ch_op_linear_backward_weights(cx, m->in, dy, &m->dw, m->has_bias ? &m->db : NULL));
+            CH_TRY(fire(M, m));
+        }
+        if (m->needs_dx) {
+            ch_tensor_t *d = &m->dx;
+            if (m->dx.ndim == 4) {
+                int64_t s2[2] = {m->dx.shape[0], m->dx.shape[1]};
+                CH_TRY(ch_tensor_view(&m->xview, &m->dx, 2, s2));
+                d = &m->xview;
+            }
+            CH_TRY(ch_op_linear_backward_data(cx, dy, &m->w, d));
+            *dx = &m->dx;
+        }
+        return CH_OK;
+    default:
+        return CH_ERROR(CH_ERR_INTERNAL, "nn: unknown module kind %d", (int)m->kind);
+    }
+}
+
+ch_status ch_model_backward(ch_model_t *M, ch_compute_t *cx, const ch_tensor_t *dlogits)
+{
+    CH_REQUIRE(M && cx, "ch_model_backward: NULL argument");
+    CH_REQUIRE(M->have_forward, "nn: backward of '%s' without a forward", M->arch);
+    CH_REQUIRE(M->root->forward_training,
+               "nn: backward of '%s' needs a forward in training mode (ch_model_train(model, 1))",
+               M->arch);
+    if (dlogits) {
+        CH_TRY(ch_tensor_check_shape(dlogits, "dlogits", CH_F32, 2, M->dlogits.shape));
+        CH_REQUIRE(dlogits->layout == CH_LAYOUT_PLAIN && dlogits->dev == M->dev &&
+                       (M->dev == CH_DEV_CPU || dlogits->dev_index == M->dev_index) &&
+                       (dlogits->data || !M->dlogits.nbytes),
+                   "nn: dlogits must be a plain tensor on the model's device");
+        if (M->dev != CH_DEV_CPU) {
+            if (M->dlogits.nbytes) CH_TRY(ch_op_copy(cx, dlogits, &M->dlogits));
+        } else if (M->dlogits.nbytes) {
+            memcpy(M->dlogits.data, dlogits->data, M->dlogits.nbytes);
+        }
+    } else {
+        CH_REQUIRE(M->have_loss, "nn: backward of '%s' without dlogits needs ch_model_loss first",
+                   M->arch);
+    }
+    grad_flags(M->root, 0);
+    ch_tensor_t *dx = NULL;
+    ch_status s = bwd(M, cx, M->root, &M->dlogits, &dx);
+    if (s) return ch_error_context("backward of '%s'", M->arch);
+    /* a second backward needs a new loss: dlogits was consumed */
+    M->have_loss = 0;
+    return CH_OK;
+}
+
+void ch_model_set_grad_hook(ch_model_t *M, ch_nn_grad_hook_fn fn, void *arg)
+{
+    M->hook = fn;
+    M->hook_arg = arg;
+}
+
+static ch_module_t *find_module(ch_module_t *m, const char *path)
+{
+    if (m->path && !strcmp(m->path, path)) return m;
+    for (int i = 0; i < m->nchild; i++) {
+        ch_module_t *r = find_module(m->child[i], path);
+        if (r) return r;
+    }
+    return NULL;
+}
+
+const ch_tensor_t *ch_model_activation(ch_model_t *M, const char *path)
+{
+    if (!M || !path || !M->have_forward) return NULL;
+    ch_module_t *m = find_module(M->root, path);
+    return m ? m->out : NULL;
+}

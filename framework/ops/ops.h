@@ -1,0 +1,470 @@
+/* cohort: backend-neutral compute operations (ch_op_*).
+ *
+ * Every op takes a compute context (ch_compute_t) and tensors (tensor.h).
+ * The backend is chosen at run time from the tensors' device: CH_DEV_CPU
+ * runs framework/ops/cpu (oneDNN 2.x C API, plain C loops where oneDNN has
+ * nothing); CH_DEV_CUDA runs framework/ops/cuda when that backend is built,
+ * else the op fails with CH_ERR_UNSUPPORTED. All tensors of one call must be
+ * on the same device (CH_ERR_INVALID otherwise).
+ *
+ * Conventions for every op below:
+ *  - Shapes are logical PyTorch shapes: activations (N,C,H,W), conv weight
+ *    (O,C,kh,kw) = OIHW, linear weight (M,K) = (out_features,in_features),
+ *    vectors (C). Outputs are preallocated by the caller (arena or
+ *    ch_tensor_alloc) with exactly the documented shape; ops never allocate
+ *    tensor storage.
+ *  - Layouts: activations (x, y, dx, dy) may be in any ch_layout_t; conv
+ *    accepts mixed layouts between x and y; elementwise / per-channel ops
+ *    (batch norm, relu, add, pooling) require x, y, dx, dy of one call to
+ *    share a layout (CH_ERR_INVALID otherwise) except where noted. The output
+ *    tensor's layout decides the layout the result is written in.
+ *    Parameters, gradients and per-channel vectors must be PLAIN (OIHW for
+ *    conv weights) — they are what optimizers, checkpoints and all-reduce see.
+ *  - Every tensor must have storage (data != NULL) and float32 dtype unless
+ *    noted (labels and argmax are int64).
+ *  - Gradient outputs are OVERWRITTEN (not accumulated); accumulate with
+ *    ch_op_add_inplace.
+ *  - Errors: CH_ERR_INVALID with a message naming the op, the argument and
+ *    its description (ch_tensor_describe) versus what was expected;
+ *    CH_ERR_DNNL for oneDNN failures; CH_ERR_UNSUPPORTED for a device with no
+ *    backend; CH_ERR_NOMEM when a primitive cache / scratchpad cannot grow.
+ *  - Memory: primitives are created once per (op, shapes, layouts,
+ *    parameters) and cached in the context; the context also owns one
+ *    scratchpad that grows to the largest primitive's need. Both grow only
+ *    the first time a shape is seen, so a training step at a fixed batch
+ *    size does no allocation after the first step.
+ *  - Threads: CPU ops use oneDNN's threading runtime (OpenMP in Debian's
+ *    build) and the same number of threads for plain C loops. The context
+ *    is not thread-safe: one thread calls ops on a context at a time.
+ *  - Numerics follow PyTorch 1.13 (function named per op); tests compare
+ *    against PyTorch itself (tests/test_ops.c).
+ */
+#ifndef COHORT_OPS_H
+#define COHORT_OPS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "framework/core/status.h"
+#include "framework/tensor/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ------------------------------------------------------------------ context */
+
+typedef struct ch_compute ch_compute_t;
+
+typedef struct ch_compute_options {
+    /* Threads for CPU ops. 0: leave the runtime's default (OMP_NUM_THREADS,
+     * else all cores). >0: set it (omp_set_num_threads for the whole
+     * process). */
+    int num_threads;
+    /* Preferred activation layout override for CPU (ch_compute_preferred_layout).
+     * -1: automatic (nChw16c with AVX-512, nChw8c with AVX2, else plain);
+     * otherwise a ch_layout_t value. */
+    int cpu_layout;
+    /* ---- GPU backend (framework/ops/cuda; ignored by the CPU backend) ----
+     * CUDA ordinal the context's GPU state (streams, cuDNN and cuBLAS
+     * handles) lives on; -1: the device current when the first GPU op runs. */
+    int gpu_device;
+    /* 1 (default): cuDNN convolutions may use TF32 tensor cores
+     * (torch.backends.cudnn.allow_tf32 = True, PyTorch's default); 0: full
+     * fp32. Linear layers never use TF32 (torch.backends.cuda.matmul.allow_tf32
+     * defaults to False in PyTorch >= 1.12). */
+    int allow_tf32;
+    /* 1: bf16 autocast for convolutions and linear layers (inputs and weights
+     * cast to bfloat16, fp32 accumulation, fp32 master weights, gradients and
+     * batch-norm statistics; torch.autocast(dtype=torch.bfloat16)). 0
+     * (default): fp32. Only the GPU backend implements it; the CPU backend
+     * rejects 1 with CH_ERR_UNSUPPORTED at the first conv/linear. */
+    int bf16;
+    /* Convolution algorithm choice: 0 (default) cuDNN's heuristics
+     * (cudnnGetConvolution*Algorithm_v7, first algorithm whose workspace fits),
+     * 1 timed search (cudnnFindConvolution*Algorithm, torch.backends.cudnn.
+     * benchmark = True). Cached per (shape, layout, precision). */
+    int conv_search;
+    /* Cap on the cuDNN workspace in bytes; 0: default 1 GiB. */
+    size_t gpu_workspace_bytes;
+} ch_compute_options_t;
+
+/* Default options: num_threads 0, cpu_layout -1, gpu_device -1,
+ * allow_tf32 1, bf16 0, conv_search 0, gpu_workspace_bytes 0 (1 GiB). */
+void ch_compute_options_default(ch_compute_options_t *o);
+
+/* Create a context: the oneDNN CPU engine and stream, empty primitive cache.
+ * opts may be NULL (defaults). Errors: CH_ERR_DNNL, CH_ERR_NOMEM,
+ * CH_ERR_INVALID (bad option). */
+ch_status ch_compute_create(ch_compute_t **cx, const ch_compute_options_t *opts);
+
+/* Destroy cached primitives, scratchpad, engine and stream. NULL-safe. */
+void ch_compute_destroy(ch_compute_t *cx);
+
+/* Set the CPU thread count (> 0) for the whole process (OpenMP runtime). */
+ch_status ch_compute_set_num_threads(ch_compute_t *cx, int n);
+
+/* Threads CPU ops will use now (omp_get_max_threads). */
+int ch_compute_num_threads(const ch_compute_t *cx);
+
+/* The layout activations with `channels` channels should have on `dev`
+ * for the fastest ops: the context's CPU choice when channels is divisible
+ * by its block, else CH_LAYOUT_PLAIN (e.g. the 1-channel input image).
+ * Modules allocate their output activations with this layout. */
+ch_layout_t ch_compute_preferred_layout(const ch_compute_t *cx, ch_devkind_t dev,
+                                        int64_t channels);
+
+/* One line: "oneDNN 2.6.3 (cpu runtime OpenMP, isa avx512_core), 1 threads,
+ * layout nChw16c". Returns buf. */
+char *ch_compute_describe(const ch_compute_t *cx, char *buf, size_t len);
+
+/* Number of cached primitives and current scratchpad bytes (for tests and
+ * the "no growth after the first step" check). */
+size_t ch_compute_cache_entries(const ch_compute_t *cx);
+size_t ch_compute_scratchpad_bytes(const ch_compute_t *cx);
+
+/* Wait for all queued work on the context (no-op for the CPU backend,
+ * whose ops complete before returning). */
+ch_status ch_compute_sync(ch_compute_t *cx);
+
+/* The CUDA stream (a cudaStream_t, as void*) GPU ops of this context are
+ * queued on, creating the GPU state if needed; NULL for CH_DEV_CPU or in a
+ * build without CUDA. Used to order collectives (ch_pg_stream_wait) and
+ * host copies against compute. */
+void *ch_compute_stream(ch_compute_t *cx, ch_devkind_t dev);
+
+/* Host -> device copy of a batch on the context's COPY stream (overlaps
+ * with compute). src: CH_DEV_CPU tensor, ideally in page-locked memory
+ * (ch_host_alloc with want_pinned); dst: CH_DEV_CUDA tensor of the same
+ * dtype and shape (layouts may differ only as ch_op_reorder allows: the
+ * layout change runs on the compute stream after the copy). Returns after
+ * queueing; src must stay unchanged until ch_compute_wait_upload returns.
+ * The copy is NOT ordered after work already queued on the compute stream
+ * (that is what lets it overlap a step): when dst has the same layout as
+ * src it is written directly by the copy stream, so the caller must know
+ * that no queued compute work still reads or writes dst (cohort-train: two
+ * device slots, each step ends with a device-wide wait).
+ * CPU-only builds: CH_ERR_UNSUPPORTED. */
+ch_status ch_op_upload_async(ch_compute_t *cx, const ch_tensor_t *src, ch_tensor_t *dst);
+
+/* Make the compute stream wait (on the device, not the host) for every copy
+ * queued by ch_op_upload_async so far; then block the host until those copies
+ * have finished reading their host buffers, so the loader may reuse them.
+ * No-op when nothing was uploaded. */
+ch_status ch_compute_wait_upload(ch_compute_t *cx);
+
+/* ------------------------------------------------------------- data motion */
+
+/* dst = src converted to dst's layout (same dtype, same logical shape, any
+ * layouts). The model-boundary conversion: e.g. the input batch PLAIN ->
+ * preferred layout, or an activation -> PLAIN for inspection.
+ * Cross-device copies are done by the backend of the non-CPU side. */
+ch_status ch_op_reorder(ch_compute_t *cx, const ch_tensor_t *src, ch_tensor_t *dst);
+
+/* Same as ch_op_reorder with dst required PLAIN. */
+ch_status ch_tensor_to_plain(ch_compute_t *cx, const ch_tensor_t *src, ch_tensor_t *dst);
+
+/* Fill every element with zero (any dtype/layout). */
+ch_status ch_op_zero(ch_compute_t *cx, ch_tensor_t *t);
+
+/* Fill a float32 tensor with value. */
+ch_status ch_op_fill(ch_compute_t *cx, ch_tensor_t *t, float value);
+
+/* dst = src elementwise copy; same dtype, shape AND layout. */
+ch_status ch_op_copy(ch_compute_t *cx, const ch_tensor_t *src, ch_tensor_t *dst);
+
+/* -------------------------------------------------------------- convolution */
+
+/* 2-D convolution parameters (dilation 1, groups 1; torch.nn.Conv2d). */
+typedef struct ch_conv2d_params {
+    int stride_h, stride_w; /* >= 1 */
+    int pad_h, pad_w;       /* >= 0, zero padding on both sides */
+} ch_conv2d_params_t;
+
+/* Output extent of a convolution / pooling along one axis:
+ * floor((in + 2*pad - kernel) / stride) + 1; returns <= 0 when the window
+ * does not fit (callers treat that as an error). */
+int64_t ch_conv_out_size(int64_t in, int64_t kernel, int64_t stride, int64_t pad);
+
+/* y = conv2d(x, w) + b  (torch.nn.functional.conv2d).
+ * x (N,C,H,W) any layout; w (O,C,kh,kw) PLAIN; b (O) PLAIN or NULL;
+ * y (N,O,Ho,Wo) any layout, Ho = ch_conv_out_size(H,kh,stride_h,pad_h), same W.
+ * N may be 0 (no-op).
+ * CPU: oneDNN direct convolution with the kernel cropped to the taps that
+ * can touch the input; when every output window covers the whole input map
+ * (small maps, e.g. resnet18's last stages on 28x28 images) one sgemm.
+ * Both compute exactly the non-padding products (docs/perf-ops.md). */
+ch_status ch_op_conv2d_forward(ch_compute_t *cx, const ch_tensor_t *x,
+                               const ch_tensor_t *w, const ch_tensor_t *b,
+                               const ch_conv2d_params_t *p, ch_tensor_t *y);
+
+/* dx = gradient of the convolution w.r.t. its input, given dy (N,O,Ho,Wo).
+ * w (O,C,kh,kw) PLAIN; dx (N,C,H,W) any layout (H, W needed because stride 2
+ * is ambiguous). Overwrites dx. (torch.nn.grad.conv2d_input) */
+ch_status ch_op_conv2d_backward_data(ch_compute_t *cx, const ch_tensor_t *dy,
+                                     const ch_tensor_t *w,
+                                     const ch_conv2d_params_t *p, ch_tensor_t *dx);
+
+/* dw (O,C,kh,kw) PLAIN and db (O) PLAIN or NULL = gradients of the
+ * convolution w.r.t. weight and bias, from the forward input x and dy.
+ * Overwrites dw and db; with N == 0 both become zero.
+ * (torch.nn.grad.conv2d_weight; db = dy summed over N,H,W) */
+ch_status ch_op_conv2d_backward_weights(ch_compute_t *cx, const ch_tensor_t *x,
+                                        const ch_tensor_t *dy,
+                                        const ch_conv2d_params_t *p,
+                                        ch_tensor_t *dw, ch_tensor_t *db);
+
+/* --------------------------------------------------------------- batch norm
+ * Per-channel statistics over (N,H,W) (torch.nn.BatchNorm2d, eps usually
+ * 1e-5). x and y may also be 2-D (N,C) PLAIN (BatchNorm1d-style).
+ * weight/bias (C) PLAIN may be NULL (affine=False: weight 1, bias 0).
+ * mean/var/invstd/sum vectors are (C) PLAIN float32.
+ * "var" is always the BIASED variance (divide by count) unless named
+ * otherwise; count = N*H*W per rank.
+ *
+ * Plain BatchNorm2d training step:
+ *   forward_train(x -> y, mean, var)
+ *   update_running(running_mean, running_var, mean, var, count, 0.1)
+ *   backward(x, dy, mean, var -> dx, dweight, dbias)
+ * SyncBatchNorm (SEMANTICS.md) composes the pieces around collectives:
+ *   stats(x -> mean_r, var_r); all-gather (mean_r, var_r, count_r);
+ *   gather_stats(-> mean, var, total count); update_running(..., total, 0.1);
+ *   apply(x, mean, var -> y);
+ *   backward_reduce(x, dy, mean -> sum_dy, sum_dy_xmu); all-reduce both;
+ *   backward_elemt(x, dy, mean, var, weight, sum_dy, sum_dy_xmu, total -> dx);
+ *   param_grads(sum_dy, sum_dy_xmu, var -> dweight, dbias) from the
+ *   all-reduced sums (dweight = sum_dy_xmu * invstd, dbias = sum_dy).
+ * All use invstd = 1 / sqrt(var + eps) (PyTorch's batch_norm_cpu). */
+
+/* mean, var (biased) of x per channel; count = N*H*W must be >= 1.
+ * (torch.batch_norm_stats, two-pass: mean first, then sum of (x-mean)^2) */
+ch_status ch_op_batchnorm_stats(ch_compute_t *cx, const ch_tensor_t *x,
+                                ch_tensor_t *mean, ch_tensor_t *var);
+
+/* y = (x - mean) * invstd * weight + bias with the given mean/var (C).
+ * Eval mode passes running_mean/running_var; SyncBN passes global stats.
+ * y may alias x. (torch.batch_norm_elemt / F.batch_norm(training=False)) */
+ch_status ch_op_batchnorm_apply(ch_compute_t *cx, const ch_tensor_t *x,
+                                const ch_tensor_t *mean, const ch_tensor_t *var,
+                                const ch_tensor_t *weight, const ch_tensor_t *bias,
+                                float eps, ch_tensor_t *y);
+
+/* Training forward on the local batch: mean, var (biased) = stats(x), then
+ * apply. mean/var are outputs for the caller (update_running, backward).
+ * y must not alias x. count N*H*W must be > 1 (PyTorch: "Expected more than
+ * 1 value per channel when training"). (F.batch_norm(training=True)) */
+ch_status ch_op_batchnorm_forward_train(ch_compute_t *cx, const ch_tensor_t *x,
+                                        const ch_tensor_t *weight,
+                                        const ch_tensor_t *bias, float eps,
+                                        ch_tensor_t *y, ch_tensor_t *mean,
+                                        ch_tensor_t *var);
+
+/* Eval forward: apply with running statistics (alias of ch_op_batchnorm_apply). */
+ch_status ch_op_batchnorm_forward_eval(ch_compute_t *cx, const ch_tensor_t *x,
+                                       const ch_tensor_t *weight,
+                                       const ch_tensor_t *bias,
+                                       const ch_tensor_t *running_mean,
+                                       const ch_tensor_t *running_var, float eps,
+                                       ch_tensor_t *y);
+
+/* Running statistics update (PyTorch _BatchNorm / SyncBatchNorm):
+ *   running_mean = (1-momentum)*running_mean + momentum*mean
+ *   running_var  = (1-momentum)*running_var  + momentum*var*count/(count-1)
+ * var is the biased batch variance over `count` values (global count for
+ * SyncBN); count must be > 1. All vectors (C) PLAIN float32; host or device. */
+ch_status ch_op_batchnorm_update_running(ch_compute_t *cx, ch_tensor_t *running_mean,
+                                         ch_tensor_t *running_var,
+                                         const ch_tensor_t *mean,
+                                         const ch_tensor_t *var, int64_t count,
+                                         float momentum);
+
+/* Combine per-rank statistics into global ones (SyncBN forward).
+ * means, vars: (R,C) PLAIN float32 = per-rank mean and biased var gathered
+ * from R ranks; counts: R host int64 values (N*H*W per rank, may be 0 — such
+ * a rank contributes nothing). Outputs mean, var (C) biased over the total;
+ * *total = sum of counts (must be >= 1). Uses Chan et al.'s pairwise
+ * combination in double precision (same result as
+ * torch.batch_norm_gather_stats_with_counts to float tolerance). */
+ch_status ch_op_batchnorm_gather_stats(ch_compute_t *cx, const ch_tensor_t *means,
+                                       const ch_tensor_t *vars,
+                                       const int64_t *counts, int nranks,
+                                       ch_tensor_t *mean, ch_tensor_t *var,
+                                       int64_t *total);
+
+/* Local backward reductions (torch.batch_norm_backward_reduce):
+ *   sum_dy[c]     = sum over n,h,w of dy
+ *   sum_dy_xmu[c] = sum over n,h,w of dy * (x - mean[c])
+ * x, dy same shape and layout; outputs (C) PLAIN. With N == 0 both are 0. */
+ch_status ch_op_batchnorm_backward_reduce(ch_compute_t *cx, const ch_tensor_t *x,
+                                          const ch_tensor_t *dy,
+                                          const ch_tensor_t *mean,
+                                          ch_tensor_t *sum_dy,
+                                          ch_tensor_t *sum_dy_xmu);
+
+/* dweight = sum_dy_xmu * invstd, dbias = sum_dy (either output may be NULL).
+ * Call with the (all-reduced, for SyncBN) sums. */
+ch_status ch_op_batchnorm_param_grads(ch_compute_t *cx, const ch_tensor_t *sum_dy,
+                                      const ch_tensor_t *sum_dy_xmu,
+                                      const ch_tensor_t *var, float eps,
+                                      ch_tensor_t *dweight, ch_tensor_t *dbias);
+
+/* Elementwise backward (SEMANTICS.md, torch.batch_norm_backward_elemt):
+ *   dx = (dy - sum_dy/total - (x-mean) * invstd^2 * sum_dy_xmu/total)
+ *        * invstd * weight
+ * with the GLOBAL sums and count `total` (>= 1). weight NULL means 1.
+ * dx may alias dy. */
+ch_status ch_op_batchnorm_backward_elemt(ch_compute_t *cx, const ch_tensor_t *x,
+                                         const ch_tensor_t *dy,
+                                         const ch_tensor_t *mean,
+                                         const ch_tensor_t *var, float eps,
+                                         const ch_tensor_t *weight,
+                                         const ch_tensor_t *sum_dy,
+                                         const ch_tensor_t *sum_dy_xmu,
+                                         int64_t total, ch_tensor_t *dx);
+
+/* Full local (non-synchronized) training backward: backward_reduce with the
+ * local batch, param_grads, backward_elemt with total = N*H*W.
+ * dweight, dbias may be NULL (not wanted / affine=False); dx may be NULL
+ * (input needs no gradient). dx may alias dy. mean/var are those returned by
+ * forward_train. (torch.ops.aten.native_batch_norm_backward) */
+ch_status ch_op_batchnorm_backward(ch_compute_t *cx, const ch_tensor_t *x,
+                                   const ch_tensor_t *dy, const ch_tensor_t *mean,
+                                   const ch_tensor_t *var, float eps,
+                                   const ch_tensor_t *weight, ch_tensor_t *dx,
+                                   ch_tensor_t *dweight, ch_tensor_t *dbias);
+
+/* --------------------------------------------------------------------- relu */
+
+/* y = max(x, 0) (torch.relu). Any shape/layout (x, y same layout); y may be x. */
+ch_status ch_op_relu_forward(ch_compute_t *cx, const ch_tensor_t *x, ch_tensor_t *y);
+
+/* dx = dy where y > 0 else 0, from the forward OUTPUT y (works with an
+ * in-place forward; y > 0 exactly where x > 0). dx may alias dy.
+ * (torch threshold_backward(dy, y, 0)) */
+ch_status ch_op_relu_backward(ch_compute_t *cx, const ch_tensor_t *y,
+                              const ch_tensor_t *dy, ch_tensor_t *dx);
+
+/* ------------------------------------------------------------------ pooling */
+
+typedef struct ch_pool2d_params {
+    int kernel_h, kernel_w; /* >= 1 */
+    int stride_h, stride_w; /* >= 1 */
+    int pad_h, pad_w;       /* >= 0 and <= kernel/2 (PyTorch's rule) */
+} ch_pool2d_params_t;
+
+/* Max pooling (torch.nn.MaxPool2d, dilation 1, ceil_mode False; padding is
+ * -inf). x (N,C,H,W), y (N,C,Ho,Wo) with ch_conv_out_size; same layout.
+ * The ResNet stem uses kernel 3, stride 2, pad 1. */
+ch_status ch_op_maxpool2d_forward(ch_compute_t *cx, const ch_tensor_t *x,
+                                  const ch_pool2d_params_t *p, ch_tensor_t *y);
+
+/* dx = dy routed to the argmax of each window (the first maximum in row-major
+ * window order, as PyTorch's CPU kernel; NaN counts as maximum). The argmax
+ * is recomputed from the forward input x, so no workspace is kept.
+ * x, dx (N,C,H,W), dy (N,C,Ho,Wo), one layout. Overwrites dx. */
+ch_status ch_op_maxpool2d_backward(ch_compute_t *cx, const ch_tensor_t *x,
+                                   const ch_tensor_t *dy,
+                                   const ch_pool2d_params_t *p, ch_tensor_t *dx);
+
+/* Adaptive average pooling to 1x1 (torch.nn.AdaptiveAvgPool2d((1,1))):
+ * y[n,c] = mean over h,w of x[n,c,h,w]. x (N,C,H,W) any layout;
+ * y (N,C,1,1) any layout, or (N,C) PLAIN (ready for linear). */
+ch_status ch_op_avgpool_global_forward(ch_compute_t *cx, const ch_tensor_t *x,
+                                       ch_tensor_t *y);
+
+/* dx[n,c,h,w] = dy[n,c] / (H*W). dy (N,C,1,1) or (N,C) PLAIN;
+ * dx (N,C,H,W) any layout. */
+ch_status ch_op_avgpool_global_backward(ch_compute_t *cx, const ch_tensor_t *dy,
+                                        ch_tensor_t *dx);
+
+/* ------------------------------------------------------------------- linear */
+
+/* y = x w^T + b (torch.nn.functional.linear). x (N,K), w (M,K), b (M) or
+ * NULL, y (N,M); all PLAIN. */
+ch_status ch_op_linear_forward(ch_compute_t *cx, const ch_tensor_t *x,
+                               const ch_tensor_t *w, const ch_tensor_t *b,
+                               ch_tensor_t *y);
+
+/* dx (N,K) = dy (N,M) w (M,K). Overwrites dx. */
+ch_status ch_op_linear_backward_data(ch_compute_t *cx, const ch_tensor_t *dy,
+                                     const ch_tensor_t *w, ch_tensor_t *dx);
+
+/* dw (M,K) = dy^T x; db (M) = sum over N of dy (db may be NULL).
+ * Overwrites both. */
+ch_status ch_op_linear_backward_weights(ch_compute_t *cx, const ch_tensor_t *x,
+                                        const ch_tensor_t *dy, ch_tensor_t *dw,
+                                        ch_tensor_t *db);
+
+/* ---------------------------------------------------------------- elementwise */
+
+/* out = a + b (residual add). Same shape; a, b, out one layout; out may
+ * alias a or b. */
+ch_status ch_op_add(ch_compute_t *cx, const ch_tensor_t *a, const ch_tensor_t *b,
+                    ch_tensor_t *out);
+
+/* acc += x (gradient accumulation). Same shape and layout. */
+ch_status ch_op_add_inplace(ch_compute_t *cx, ch_tensor_t *acc, const ch_tensor_t *x);
+
+/* t *= alpha (float32). */
+ch_status ch_op_scale(ch_compute_t *cx, ch_tensor_t *t, float alpha);
+
+/* --------------------------------------------------------------------- loss */
+
+/* Softmax cross-entropy with mean reduction over the batch
+ * (torch.nn.CrossEntropyLoss(), no weights, no ignore_index, no smoothing).
+ * logits (N,K) PLAIN float32, labels (N) int64 with 0 <= label < K (else
+ * CH_ERR_RANGE naming the sample); N >= 1.
+ * loss: a 1-element float32 tensor (shape (1)) receiving
+ *   mean_n [ logsumexp(logits[n]) - logits[n, label[n]] ].
+ * dlogits (N,K) PLAIN or NULL: gradient of that mean loss,
+ *   (softmax(logits[n]) - onehot(label[n])) / N. */
+ch_status ch_op_cross_entropy(ch_compute_t *cx, const ch_tensor_t *logits,
+                              const ch_tensor_t *labels, ch_tensor_t *loss,
+                              ch_tensor_t *dlogits);
+
+/* out[n] = argmax_k logits[n,k] (first maximum; torch.argmax). logits (N,K)
+ * PLAIN float32, out (N) int64. */
+ch_status ch_op_argmax(ch_compute_t *cx, const ch_tensor_t *logits, ch_tensor_t *out);
+
+/* *correct = number of n with argmax(logits[n]) == labels[n] (host value).
+ * logits (N,K) PLAIN float32, labels (N) int64. */
+ch_status ch_op_count_correct(ch_compute_t *cx, const ch_tensor_t *logits,
+                              const ch_tensor_t *labels, int64_t *correct);
+
+/* ---------------------------------------------------------------- optimizer */
+
+/* One parameter of a fused SGD step. All pointers on the same device as the
+ * step (host memory for CH_DEV_CPU, device memory for CH_DEV_CUDA); numel
+ * float32 values each. momentum_buffer may be NULL when momentum == 0.
+ * buffer_started: 0 means "first step": the buffer is set to g (PyTorch's
+ * torch.clone(g)), 1 means buf = momentum*buf + (1-dampening)*g. */
+typedef struct ch_sgd_tensor {
+    float *param;
+    const float *grad;
+    float *momentum_buffer;
+    int64_t numel;
+    int buffer_started;
+} ch_sgd_tensor_t;
+
+typedef struct ch_sgd_hparams {
+    float lr, momentum, dampening, weight_decay;
+    int nesterov;
+} ch_sgd_hparams_t;
+
+/* torch.optim.SGD's update (PyTorch 1.13 _single_tensor_sgd; see
+ * framework/train/optim.h for the formula) applied to n parameters in ONE fused
+ * pass: on the GPU a single multi-tensor kernel launch over a chunk table
+ * (like torch._foreach / apex multi_tensor_apply), float32 arithmetic per
+ * element. dev/dev_index say where the pointers live. The tensor list
+ * (pointers, numel) is cached by content, so calling it every step with the
+ * same list uploads nothing. cx may be NULL for CH_DEV_CPU (the CPU loop
+ * keeps no state). Errors: CH_ERR_INVALID (n < 0, NULL pointers,
+ * momentum buffer missing with momentum != 0), CH_ERR_UNSUPPORTED (GPU
+ * pointers in a CPU-only build), CH_ERR_CUDA. */
+ch_status ch_op_sgd_step(ch_compute_t *cx, ch_devkind_t dev, int dev_index,
+                         const ch_sgd_tensor_t *ts, int n, const ch_sgd_hparams_t *h);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* COHORT_OPS_H */
