@@ -1,0 +1,201 @@
+/* cohort: the job runtime (ch_job). One lifecycle for every cohort program.
+ *
+ * A job is a program in jobs/ that does its own work (a training loop, a task
+ * farm, a reduction) on top of this runtime; the runtime owns everything
+ * around it, so that a new job is about 100 lines:
+ *
+ *     static const ch_config_key_t my_keys[] = {...};
+ *     int main(int argc, char **argv)
+ *     {
+ *         const ch_config_table_t tables[] = {
+ *             {"farm", my_keys, N_MY_KEYS}, ch_job_runtime_table(),
+ *         };
+ *         ch_job_options_t o;
+ *         ch_job_options_default(&o, "cohort-farm", "task farm over the ranks");
+ *         o.tables = tables; o.n_tables = 2;
+ *         ch_job_t *job;
+ *         int rc = ch_job_init(&o, argc, argv, &job);
+ *         if (rc != CH_JOB_CONTINUE) return ch_job_finalize(job, rc);
+ *         ... read keys with ch_config_get_*(ch_job_config(job), ...) ...
+ *         if (ch_job_agree(job, s, "task file")) return ch_job_finalize(job, CH_EXIT_BAD_INPUT);
+ *         while (...) { ...; if (ch_job_stop_agree(job, 0)) break; }
+ *         return ch_job_finalize(job, CH_EXIT_OK);
+ *     }
+ *
+ * What ch_job_init does, in order (each step's failure becomes one verdict on
+ * every rank, printed once by the lowest failing rank, and an exit code):
+ *   1. MPI_Init_thread with the asked thread level (MPI_THREAD_FUNNELED by
+ *      default); MPI errors on MPI_COMM_WORLD return instead of aborting,
+ *      so a lost peer rank is reported in one line (CH_EXIT_PEER_LOST).
+ *   2. identity and launch checks (framework/launch/env.h: MPI, torchrun,
+ *      srun + PMI2, a singleton MPI under an srun step of several tasks is
+ *      refused), rank-aware logging (ch_log_set_rank).
+ *   3. the MPI process group over MPI_COMM_WORLD.
+ *   4. configuration: --config FILE, then command-line overrides, against
+ *      the concatenation of opt->tables; --help prints every key grouped by
+ *      table (the job's, then each object's) and init returns CH_EXIT_OK.
+ *   5. with opt->compute: the device rule (dist.device_rule), the all-or-none
+ *      GPU check, the compute backend (compute.* keys, ch_compute_from_config),
+ *      and an NCCL process group over MPI when the ranks are on GPUs.
+ *   6. with opt->output_dir_key: rank 0 creates the directory (mkdir -p),
+ *      probes it, and removes stale temp files of atomic writes left by a
+ *      killed writer.
+ *   7. the profiler (opt->phase_names) and, with opt->preemption, the
+ *      preemption signal handlers (SIGTERM + dist.warning_signal).
+ *
+ * Threading: every ch_job_* function is called from the thread that called
+ * ch_job_init (the main thread), unless its docstring says otherwise.
+ */
+#ifndef COHORT_JOB_H
+#define COHORT_JOB_H
+
+#include "framework/core/configuration.h"
+#include "framework/core/status.h"
+#include "framework/dist/dist.h"
+#include "framework/launch/env.h"
+#include "framework/ops/ops.h"
+#include "framework/runtime/profiler.h"
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Exit codes of every cohort program (README "Exit status", cohort(7)). */
+enum {
+    CH_EXIT_OK = 0,        /* success on every rank (also --help) */
+    CH_EXIT_ERROR = 1,     /* runtime error; every rank ends, none hangs */
+    CH_EXIT_BAD_INPUT = 2, /* bad configuration or input, found before work started */
+    CH_EXIT_PREEMPTED = 3, /* stopped by a preemption/stop request after saving state */
+    CH_EXIT_PEER_LOST = 4, /* another rank died; the survivors say which and end */
+};
+
+/* ch_job_init's return when the job should go on (not an exit code). */
+#define CH_JOB_CONTINUE (-1)
+
+/* A named key table: an object's (or the job's) config keys. title groups
+ * them in --help and the man page ("train", "compute", "ddp", ...). */
+typedef struct {
+    const char *title;
+    const ch_config_key_t *keys;
+    int n_keys;
+} ch_config_table_t;
+
+/* Reasons to stop at a step boundary (bits; ch_job_stop_agree ORs them over
+ * ranks). */
+enum {
+    CH_STOP_PREEMPT = 1,    /* SIGTERM or the warning signal arrived */
+    CH_STOP_NONFINITE = 2,  /* a non-finite value (loss) on some rank */
+    CH_STOP_FILE = 4,       /* the user's stop file (<output dir>/STOP) exists */
+    CH_STOP_REQUESTED = 8,  /* the job asked (ch_job_request_stop) */
+};
+
+typedef struct ch_job ch_job_t;
+
+/* Rewrites argv before config parsing (e.g. --resume [PATH] into
+ * --output.resume=PATH). Returns a malloc'd argv of *out_argc entries (the
+ * strings may point into argv or into storage the job keeps alive) or NULL
+ * for out of memory. */
+typedef char **(*ch_job_args_fn)(int argc, char **argv, int *out_argc);
+
+typedef struct {
+    const char *name;                /* program name, "cohort-train" */
+    const char *summary;             /* one line for --help and the man page */
+    const ch_config_table_t *tables; /* the job's table first, then the objects' */
+    int n_tables;
+    int mpi_thread_level;            /* MPI_THREAD_* (default MPI_THREAD_FUNNELED) */
+    int compute;                     /* 1: device rule, compute backend, NCCL on GPUs
+                                        (the job lists ch_compute's table) */
+    const char *output_dir_key;      /* config key of the output directory, or NULL */
+    const char *const *phase_names;  /* profiler phases (NULL: no phases) */
+    int n_phases;
+    int preemption;                  /* 1: SIGTERM + dist.warning_signal handlers */
+    ch_job_args_fn rewrite_args;     /* NULL: argv as given */
+} ch_job_options_t;
+
+/* Defaults: FUNNELED, no compute, no output dir, no phases, no preemption. */
+void ch_job_options_default(ch_job_options_t *opt, const char *name, const char *summary);
+
+/* The runtime's own keys (dist.device_rule, dist.warning_signal,
+ * dist.requeue, ...), titled "runtime"; list it in opt->tables. */
+ch_config_table_t ch_job_runtime_table(void);
+
+/* Start the job (steps 1-7 above). Always sets *out (also on failure, so
+ * ch_job_finalize can end it) except when out of memory before MPI starts.
+ * Returns CH_JOB_CONTINUE, or the exit code to hand to ch_job_finalize:
+ * CH_EXIT_OK after --help, CH_EXIT_BAD_INPUT for a bad launch, config,
+ * device or output directory, CH_EXIT_ERROR for a runtime failure. The
+ * error has been printed once (by the lowest failing rank, "<name>: rank R:
+ * <message>"). */
+int ch_job_init(const ch_job_options_t *opt, int argc, char **argv, ch_job_t **out);
+
+/* The one exit: prints the profile table (rank 0; when phases were given and
+ * the job got past init), destroys what the runtime made (NCCL group,
+ * compute backend, process group, config, profiler; runs the cleanup
+ * functions registered with ch_job_on_finalize in reverse order first),
+ * MPI_Finalize, and returns exit_code for main to return. Ranks must agree
+ * on exit_code (use ch_job_agree / ch_job_stop_agree first). job may be
+ * NULL (out of memory at init): returns CH_EXIT_ERROR. */
+int ch_job_finalize(ch_job_t *job, int exit_code);
+
+/* Register fn(arg) to run in ch_job_finalize (last registered runs first),
+ * so a job's objects are destroyed on every exit path. CH_ERR_NOMEM. */
+ch_status ch_job_on_finalize(ch_job_t *job, void (*fn)(void *arg), void *arg);
+
+/* One verdict over all ranks for a setup step (collective). `local` is this
+ * rank's status. Returns 0 when every rank succeeded; otherwise 1 on every
+ * rank, with the lowest failing rank's message printed once:
+ * "<name>: rank R: <what>: <message>" (ranks that failed too stay quiet). */
+int ch_job_agree(ch_job_t *job, ch_status local, const char *what);
+
+/* The agreed stop flag at a step boundary (collective: every rank calls it
+ * at the same step). local_reasons are CH_STOP_* bits this rank adds (e.g.
+ * CH_STOP_NONFINITE); the runtime adds CH_STOP_PREEMPT when a signal
+ * arrived, CH_STOP_FILE when the stop file exists (rank 0 checks), and
+ * CH_STOP_REQUESTED after ch_job_request_stop. Returns the OR over ranks
+ * (0: go on); the same value on every rank. The value is also kept
+ * (ch_job_stop_reasons). */
+int ch_job_stop_agree(ch_job_t *job, int local_reasons);
+
+/* For jobs that fold the stop flag into a collective they make anyway (the
+ * training loss all-reduce): ch_job_stop_local gives this rank's reasons
+ * (as ch_job_stop_agree would contribute), and ch_job_stop_set records the
+ * reduced value the job computed. */
+int ch_job_stop_local(ch_job_t *job, int local_reasons);
+void ch_job_stop_set(ch_job_t *job, int agreed_reasons);
+
+/* Ask to stop at the next ch_job_stop_agree (this rank only). */
+void ch_job_request_stop(ch_job_t *job);
+
+/* The last agreed reasons (0 if none), and the preemption signal number. */
+int ch_job_stop_reasons(const ch_job_t *job);
+int ch_job_stop_signal(const ch_job_t *job);
+
+/* Requeue the Slurm job (scontrol requeue $SLURM_JOB_ID) when dist.requeue
+ * is on; rank 0 only (other ranks: no-op). Logs what it did. */
+void ch_job_requeue(ch_job_t *job);
+
+/* Rank-0 progress: a bar redrawn in place on a terminal, else a line every
+ * `every` calls (and at done == total). text is appended ("loss 0.4321"). */
+void ch_job_progress(ch_job_t *job, const char *what, int64_t done, int64_t total, int every,
+                     const char *text);
+
+/* Accessors (valid from ch_job_init until ch_job_finalize). */
+int ch_job_rank(const ch_job_t *job);
+int ch_job_world_size(const ch_job_t *job);
+int ch_job_local_rank(const ch_job_t *job);
+const ch_env_t *ch_job_env(const ch_job_t *job);
+const char *ch_job_name(const ch_job_t *job);
+ch_config_t *ch_job_config(const ch_job_t *job);
+ch_pg_t *ch_job_pg(const ch_job_t *job);        /* MPI group, host buffers */
+ch_pg_t *ch_job_nccl(const ch_job_t *job);      /* NCCL group on GPU ranks, else NULL */
+ch_compute_t *ch_job_compute(const ch_job_t *job); /* NULL without opt->compute */
+int ch_job_on_gpu(const ch_job_t *job);         /* 1: every rank computes on its GPU */
+ch_prof_t *ch_job_profiler(const ch_job_t *job);
+const char *ch_job_output_dir(const ch_job_t *job); /* NULL without output_dir_key */
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* COHORT_JOB_H */
