@@ -346,7 +346,8 @@ static int setup_compute(ch_job_t *job, const ch_job_options_t *opt, ch_device_r
         s = CH_ERROR(CH_ERR_INVALID, "some ranks have a GPU and others do not (this rank: %s); "
                      "run every rank on GPUs or every rank on CPUs",
                      job->on_gpu ? "GPU" : "no GPU");
-    if (s == CH_OK) s = ch_compute_from_config(job->cfg, &co);
+    ch_compute_options_default(&co);
+    if (s == CH_OK && has_key(job->cfg, "compute.bf16")) s = ch_compute_from_config(job->cfg, &co);
     if (s == CH_OK && opt->threads_key)
         s = ch_config_get_int(job->cfg, opt->threads_key, &co.num_threads);
     if (s == CH_OK && co.bf16 && !job->on_gpu)
@@ -458,7 +459,7 @@ static int init_steps(ch_job_t *job, const ch_job_options_t *opt, int argc, char
     ch_device_rule rule = CH_DEVICE_RULE_AUTO;
     if (s == CH_OK) s = read_runtime_keys(job, opt, &rule);
     if (ch_job_agree(job, s, NULL)) return CH_EXIT_BAD_INPUT;
-    ch_log_info("%s", job->env.note);
+    if (!opt->no_identity_line) ch_log_info("%s", job->env.note);
     /* COHORT_LOG_LEVEL=debug: every rank states who it is (and what Slurm
      * told it), to check a launch */
     {

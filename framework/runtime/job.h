@@ -35,8 +35,9 @@
  *      the concatenation of opt->tables; --help prints every key grouped by
  *      table (the job's, then each object's) and init returns CH_EXIT_OK.
  *   5. with opt->compute: the device rule (dist.device_rule), the all-or-none
- *      GPU check, the compute backend (compute.* keys, ch_compute_from_config),
- *      and an NCCL process group over MPI when the ranks are on GPUs.
+ *      GPU check, the compute backend (compute.* keys, ch_compute_from_config,
+ *      when the job lists ch_compute_config_table(); else the defaults), and
+ *      an NCCL process group over MPI when the ranks are on GPUs.
  *   6. with opt->output_dir_key: rank 0 creates the directory (mkdir -p),
  *      probes it, and removes stale temp files of atomic writes left by a
  *      killed writer.
@@ -111,6 +112,9 @@ typedef struct {
     const char *threads_key;         /* with compute: int key of the CPU thread count
                                         (ch_compute_options_t.num_threads, e.g.
                                         "train.threads"); NULL: the runtime's default */
+    int no_identity_line;            /* 1: init does not log the launch identity line
+                                        (ch_job_env(job)->note); the job shows it itself,
+                                        e.g. as a comment of a table on stdout */
 } ch_job_options_t;
 
 /* Defaults: FUNNELED, no compute, no output dir, no phases, no preemption. */
