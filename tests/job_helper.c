@@ -19,6 +19,9 @@
  *   nonfinite  rank K passes CH_STOP_NONFINITE at step S; exit 1.
  *   die        rank K exits at once (status 9, no MPI_Finalize) at step S;
  *              the others go on into the agreement.
+ *   mpierr     every rank's own collective fails at step S with CH_ERR_MPI
+ *              naming rank K (as MPICH words a lost peer): each says in one
+ *              line that rank K is gone, exit CH_EXIT_PEER_LOST.
  *
  * Every rank that finishes the loop prints on stdout
  *   "rank R: stopped at step X of N, reasons 0xH, signal G"
@@ -129,6 +132,14 @@ int main(int argc, char **argv)
             }
         }
         if (!strcmp(mode, "stopfile") && step == at) MPI_Barrier(MPI_COMM_WORLD);
+        if (!strcmp(mode, "mpierr") && step == at) {
+            ch_status e = CH_ERROR(CH_ERR_MPI, "MPI_Allreduce failed: Communication error with "
+                                   "rank %d", k);
+            int code = ch_job_check_collective(job, e, "loss all-reduce");
+            printf("rank %d: peer lost %d, exit %d\n", rank, ch_job_peer_lost(job), code);
+            fflush(stdout);
+            return ch_job_finalize(job, code);
+        }
         ch_prof_end(ch_job_profiler(job), 0);
         reasons = ch_job_stop_agree(job, local);
         if (reasons) break;

@@ -479,6 +479,35 @@ static void test_dead_rank_ends_the_job(void **state)
     }
 }
 
+/* A job's own collective fails with CH_ERR_MPI (how a lost peer shows up
+ * where the launcher lets the survivors run): one line naming the lost
+ * rank, exit CH_EXIT_PEER_LOST (4), finalize without collectives. With
+ * more than one rank, the first rank to exit this way makes hydra end the
+ * others (possibly before they print): every line printed has the one
+ * format, and the exit status is 4. */
+static void test_lost_peer_line_and_exit_code(void **state)
+{
+    (void)state;
+    for (int w = 0; w < 2; w++) {
+        int np = world_sizes[w];
+        char dir[64];
+        make_dir(dir, sizeof dir);
+        const char *args[] = {dir_arg(dir), "--test.mode=mpierr", "--test.rank=3", NULL};
+        run_t r;
+        run_helper(&r, np, NULL, args);
+        expect_exit(&r, 4);
+        int lines = count_lines(r.err, NULL);
+        if (np == 1) assert_int_equal(lines, 1);
+        assert_true(lines >= 1 && lines <= np);
+        assert_int_equal(count_lines(r.err, ": rank 3 is gone (loss all-reduce failed: "), lines);
+        assert_int_equal(count_lines(r.err, "the job is ending (exit 4)"), lines);
+        assert_true(count_lines(r.out, ": peer lost 1, exit 4") >= 1);
+        if (np == 1) assert_non_null(strstr(r.out, "rank 0: cleanup"));
+        assert_null(strstr(r.out, "total (wall)")); /* no collective profile */
+        remove_dir(dir);
+    }
+}
+
 int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
@@ -495,6 +524,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_launch_mismatch),
         cmocka_unit_test(test_stale_temporaries_removed),
         cmocka_unit_test(test_dead_rank_ends_the_job),
+        cmocka_unit_test(test_lost_peer_line_and_exit_code),
     };
     return ch_test_main(argc, argv, tests, sizeof tests / sizeof tests[0]);
 }

@@ -117,16 +117,15 @@ static int rank_in_mpi_error(const char *text)
     return -1;
 }
 
-/* A collective of the runtime failed: a peer rank is gone (or the network
- * is). One line from this rank; no collective after this. */
-static void report_peer_lost(ch_job_t *job, const char *what, int mpi_rc)
+/* A collective failed: a peer rank is gone (or the network is). One line
+ * from this rank, naming the lost rank when MPI's message does; no
+ * collective after this. */
+static void report_peer_lost_text(ch_job_t *job, const char *what, const char *detail)
 {
     if (job->peer_lost) return;
     job->peer_lost = 1;
-    char text[MPI_MAX_ERROR_STRING + 1] = "";
-    int len = 0;
-    if (MPI_Error_string(mpi_rc, text, &len) != MPI_SUCCESS) text[0] = 0;
-    text[len > 0 && len <= MPI_MAX_ERROR_STRING ? len : 0] = 0;
+    char text[CH_ERROR_MAX];
+    snprintf(text, sizeof text, "%s", detail ? detail : "");
     for (char *p = text; *p; p++)
         if (*p == '\n') *p = ' ';
     int lost = rank_in_mpi_error(text);
@@ -140,6 +139,25 @@ static void report_peer_lost(ch_job_t *job, const char *what, int mpi_rc)
              job->name, job->rank, who, what ? what : "a collective", text, CH_EXIT_PEER_LOST);
     fputs(line, stderr);
     fflush(stderr);
+}
+
+static void report_peer_lost(ch_job_t *job, const char *what, int mpi_rc)
+{
+    char text[MPI_MAX_ERROR_STRING + 1] = "";
+    int len = 0;
+    if (MPI_Error_string(mpi_rc, text, &len) != MPI_SUCCESS) len = 0;
+    text[len > 0 && len <= MPI_MAX_ERROR_STRING ? len : 0] = 0;
+    report_peer_lost_text(job, what, text);
+}
+
+int ch_job_check_collective(ch_job_t *job, ch_status s, const char *what)
+{
+    if (s == CH_OK) return 0;
+    if (job && s == CH_ERR_MPI) {
+        report_peer_lost_text(job, what, ch_error_message());
+        return CH_EXIT_PEER_LOST;
+    }
+    ch_fatal(what ? what : "collective", CH_EXIT_ERROR);
 }
 
 int ch_job_agree(ch_job_t *job, ch_status local, const char *what)

@@ -152,6 +152,22 @@ ch_status ch_job_on_finalize(ch_job_t *job, void (*fn)(void *arg), void *arg);
  * "<name>: rank R: <what>: <message>" (ranks that failed too stay quiet). */
 int ch_job_agree(ch_job_t *job, ch_status local, const char *what);
 
+/* For a collective the job makes itself (ch_pg_allreduce of its loss, ...):
+ * 0 when s is CH_OK. CH_ERR_MPI (the collective failed: with MPI_ERRORS_RETURN
+ * that is a peer rank gone or the network down): prints one line
+ * "<name>: rank R: rank K is gone (<what> failed: <MPI's text>); the job is
+ * ending (exit 4)" (K when MPI's text names it, else "another rank"), marks
+ * the job (ch_job_peer_lost) and returns CH_EXIT_PEER_LOST: the caller ends
+ * with ch_job_finalize without further collectives. Any other error may
+ * leave peers waiting in the next collective: ch_fatal(what, CH_EXIT_ERROR)
+ * (MPI_Abort; never returns).
+ * Note: under MPICH's hydra (mpiexec) a rank that dies makes hydra SIGKILL
+ * the others at once, so survivors never get here; the exit status of
+ * mpiexec is then the dead rank's (e.g. 9). Where the launcher lets the
+ * survivors run (srun without --kill-on-bad-exit, an MPI whose collectives
+ * return an error for a lost peer) this is the one line and exit 4. */
+int ch_job_check_collective(ch_job_t *job, ch_status s, const char *what);
+
 /* The agreed stop flag at a step boundary (collective: every rank calls it
  * at the same step). local_reasons are CH_STOP_* bits this rank adds (e.g.
  * CH_STOP_NONFINITE); the runtime adds CH_STOP_PREEMPT when a signal
