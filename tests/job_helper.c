@@ -19,6 +19,9 @@
  *   nonfinite  rank K passes CH_STOP_NONFINITE at step S; exit 1.
  *   die        rank K exits at once (status 9, no MPI_Finalize) at step S;
  *              the others go on into the agreement.
+ *   progress   every step reports ch_job_progress("epoch 0", step+1, N,
+ *              every 2, "loss 0.5000").
+ *   requeue    after the loop, ch_job_requeue (dist.requeue decides).
  *   mpierr     every rank's own collective fails at step S with CH_ERR_MPI
  *              naming rank K (as MPICH words a lost peer): each says in one
  *              line that rank K is gone, exit CH_EXIT_PEER_LOST.
@@ -141,12 +144,14 @@ int main(int argc, char **argv)
             return ch_job_finalize(job, code);
         }
         ch_prof_end(ch_job_profiler(job), 0);
+        if (!strcmp(mode, "progress")) ch_job_progress(job, "epoch 0", step + 1, steps, 2, "loss 0.5000");
         reasons = ch_job_stop_agree(job, local);
         if (reasons) break;
     }
     printf("rank %d: stopped at step %d of %d, reasons 0x%x, signal %d\n", rank, step, steps,
            reasons, ch_job_stop_signal(job));
     fflush(stdout);
+    if (!strcmp(mode, "requeue")) ch_job_requeue(job);
     if (reasons & CH_STOP_NONFINITE) return ch_job_finalize(job, CH_EXIT_ERROR);
     if (reasons & (CH_STOP_PREEMPT | CH_STOP_FILE)) return ch_job_finalize(job, CH_EXIT_PREEMPTED);
     return ch_job_finalize(job, CH_EXIT_OK);

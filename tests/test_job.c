@@ -508,6 +508,73 @@ static void test_lost_peer_line_and_exit_code(void **state)
     }
 }
 
+/* Rank 0's progress, not a terminal: a line every 2 steps and at the end. */
+static void test_progress_lines(void **state)
+{
+    (void)state;
+    for (int w = 0; w < N_WORLDS; w++) {
+        int np = world_sizes[w];
+        char dir[64];
+        make_dir(dir, sizeof dir);
+        const char *args[] = {dir_arg(dir), "--test.mode=progress", "--test.steps=5", NULL};
+        run_t r;
+        run_helper(&r, np, NULL, args);
+        expect_exit(&r, 0);
+        assert_int_equal(count_lines(r.err, NULL), 3);
+        assert_int_equal(count_lines(r.err, "epoch 0 2/5  ETA "), 1);
+        assert_int_equal(count_lines(r.err, "epoch 0 4/5  ETA "), 1);
+        assert_int_equal(count_lines(r.err, "epoch 0 5/5  ETA 0s  loss 0.5000"), 1);
+        assert_int_equal(count_lines(r.err, "s  loss 0.5000"), 3);
+        remove_dir(dir);
+    }
+}
+
+/* dist.requeue: rank 0 runs scontrol requeue $SLURM_JOB_ID once (a stand-in
+ * scontrol on PATH records its arguments); off, or without SLURM_JOB_ID,
+ * nothing runs. */
+static void test_requeue(void **state)
+{
+    (void)state;
+    char dir[64], script[128], record[128], path_env[8192], dir_env[200];
+    make_dir(dir, sizeof dir);
+    snprintf(script, sizeof script, "%s/scontrol", dir);
+    snprintf(record, sizeof record, "%s/scontrol.args", dir);
+    FILE *f = fopen(script, "w");
+    assert_non_null(f);
+    fprintf(f, "#!/bin/sh\necho \"$@\" >> '%s'\n", record);
+    fclose(f);
+    assert_int_equal(chmod(script, 0755), 0);
+    const char *path = getenv("PATH");
+    snprintf(path_env, sizeof path_env, "PATH=%s:%s", dir, path ? path : "/usr/bin:/bin");
+    snprintf(dir_env, sizeof dir_env, "%s/out", dir);
+    const char *env[] = {path_env, "SLURM_JOB_ID=4242", NULL};
+    /* SLURM_JOB_ID alone (no srun step variables) is a batch script: a
+     * plain single-process launch */
+    const char *on[] = {dir_arg(dir_env), "--test.mode=requeue", "--dist.requeue", NULL};
+    run_t r;
+    run_helper(&r, 0, env, on);
+    expect_exit(&r, 0);
+    assert_non_null(strstr(r.out, "requeued job 4242"));
+    char text[256] = "";
+    f = fopen(record, "r");
+    assert_non_null(f);
+    size_t n = fread(text, 1, sizeof text - 1, f);
+    text[n] = 0;
+    fclose(f);
+    assert_string_equal(text, "requeue 4242\n");
+    unlink(record);
+    const char *off[] = {dir_arg(dir_env), "--test.mode=requeue", NULL};
+    run_helper(&r, 0, env, off);
+    expect_exit(&r, 0);
+    assert_int_not_equal(access(record, F_OK), 0);
+    const char *env2[] = {path_env, NULL};
+    run_helper(&r, 0, env2, on);
+    expect_exit(&r, 0);
+    assert_non_null(strstr(r.err, "dist.requeue: SLURM_JOB_ID is not set, not requeueing"));
+    assert_int_not_equal(access(record, F_OK), 0);
+    remove_dir(dir);
+}
+
 int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
@@ -525,6 +592,8 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_stale_temporaries_removed),
         cmocka_unit_test(test_dead_rank_ends_the_job),
         cmocka_unit_test(test_lost_peer_line_and_exit_code),
+        cmocka_unit_test(test_progress_lines),
+        cmocka_unit_test(test_requeue),
     };
     return ch_test_main(argc, argv, tests, sizeof tests / sizeof tests[0]);
 }
