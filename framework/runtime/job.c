@@ -708,13 +708,15 @@ int ch_job_finalize(ch_job_t *job, int exit_code)
     ch_config_destroy(job->cfg);
     if (job->env_ok) ch_env_finalize(&job->env);
     free(job->stop_file);
-    int started = job->mpi_started, lost = job->peer_lost;
+    const int started = job->mpi_started, lost = job->peer_lost;
     free(job);
     fflush(stdout);
     fflush(stderr);
-    /* After a lost peer MPI_Finalize may wait for it forever: the process
-     * ends without it (the launcher sees the exit code). */
-    if (started && !lost) MPI_Finalize();
+    /* After a lost peer MPI_Finalize (and MPI_Comm_free) may wait for it
+     * forever: the process ends here, without them; the launcher sees the
+     * exit code. (_exit: what MPI holds is not freed, by design.) */
+    if (lost) _exit(exit_code);
+    if (started) MPI_Finalize();
     return exit_code;
 }
 

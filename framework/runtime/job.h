@@ -144,7 +144,11 @@ int ch_job_init(const ch_job_options_t *opt, int argc, char **argv, ch_job_t **o
  * functions registered with ch_job_on_finalize in reverse order first),
  * MPI_Finalize, and returns exit_code for main to return. Ranks must agree
  * on exit_code (use ch_job_agree / ch_job_stop_agree first). job may be
- * NULL (out of memory at init): returns CH_EXIT_ERROR. */
+ * NULL (out of memory at init): returns CH_EXIT_ERROR. After a lost peer
+ * (ch_job_peer_lost) it makes no collective (no profile table, no
+ * MPI_Comm_free, no MPI_Finalize, which could wait for the dead rank
+ * forever): the job's cleanups run, then the process ends at once with
+ * _exit(CH_EXIT_PEER_LOST) and the call does not return. */
 int ch_job_finalize(ch_job_t *job, int exit_code);
 
 /* Register fn(arg) to run in ch_job_finalize (last registered runs first),
