@@ -20,6 +20,10 @@
 
 #include "tests/harness.h"
 
+#include "framework/core/configuration.h"
+#include "framework/ops/ops.h"
+#include "framework/runtime/job.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -575,9 +579,66 @@ static void test_requeue(void **state)
     remove_dir(dir);
 }
 
+/* The compute table and ch_compute_from_config (no MPI needed): the names
+ * and defaults cohort-train has always had, overrides, a bad choice. */
+static void test_compute_from_config(void **state)
+{
+    (void)state;
+    const ch_config_table_t tables[] = {ch_compute_config_table(), ch_job_runtime_table()};
+    assert_string_equal(tables[0].title, "compute");
+    assert_int_equal(tables[0].n_keys, 4);
+    assert_string_equal(tables[1].title, "runtime");
+    assert_int_equal(tables[1].n_keys, 3);
+    char *argv[] = {(char *)"x", NULL, NULL, NULL};
+    ch_config_t *cfg = NULL;
+    assert_ch_ok(ch_config_load_tables(tables, 2, NULL, 1, argv, &cfg));
+    ch_compute_options_t o, d;
+    ch_compute_options_default(&d);
+    assert_ch_ok(ch_compute_from_config(cfg, &o));
+    assert_int_equal(o.allow_tf32, 1);
+    assert_int_equal(o.bf16, 0);
+    assert_int_equal(o.conv_search, 0);
+    assert_true(o.gpu_workspace_bytes == (size_t)1024 << 20);
+    assert_int_equal(o.num_threads, d.num_threads);
+    assert_int_equal(o.gpu_device, d.gpu_device);
+    assert_int_equal(o.cpu_layout, d.cpu_layout);
+    const char *rule = NULL, *sig = NULL;
+    int requeue = 1;
+    assert_ch_ok(ch_config_get_string(cfg, "dist.device_rule", &rule));
+    assert_ch_ok(ch_config_get_string(cfg, "dist.warning_signal", &sig));
+    assert_ch_ok(ch_config_get_bool(cfg, "dist.requeue", &requeue));
+    assert_string_equal(rule, "auto");
+    assert_string_equal(sig, "USR2");
+    assert_int_equal(requeue, 0);
+    ch_config_destroy(cfg);
+
+    argv[1] = (char *)"--compute.conv_search=timed";
+    argv[2] = (char *)"--compute.allow_tf32=false";
+    argv[3] = (char *)"--compute.gpu_workspace_mb=64";
+    assert_ch_ok(ch_config_load_tables(tables, 2, NULL, 4, argv, &cfg));
+    assert_ch_ok(ch_compute_from_config(cfg, &o));
+    assert_int_equal(o.conv_search, 1);
+    assert_int_equal(o.allow_tf32, 0);
+    assert_true(o.gpu_workspace_bytes == (size_t)64 << 20);
+    ch_config_destroy(cfg);
+
+    argv[1] = (char *)"--compute.conv_search=fast";
+    assert_ch_ok(ch_config_load_tables(tables, 2, NULL, 2, argv, &cfg));
+    o.bf16 = 7;
+    assert_ch_error(ch_compute_from_config(cfg, &o), CH_ERR_CONFIG, "heuristics, timed");
+    assert_int_equal(o.bf16, 7); /* untouched on error */
+    ch_config_destroy(cfg);
+
+    /* a config without the compute table */
+    assert_ch_ok(ch_config_load_tables(tables + 1, 1, NULL, 1, argv, &cfg));
+    assert_ch_error(ch_compute_from_config(cfg, &o), CH_ERR_INVALID, "compute.");
+    ch_config_destroy(cfg);
+}
+
 int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_compute_from_config),
         cmocka_unit_test(test_normal_run),
         cmocka_unit_test(test_setup_failure_on_one_rank),
         cmocka_unit_test(test_own_failure_reported_over_remote),
