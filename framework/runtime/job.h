@@ -27,7 +27,9 @@
  * group is made right after MPI starts, so that every later step can be
  * agreed over it):
  *   1. MPI_Init_thread with the asked thread level (MPI_THREAD_FUNNELED by
- *      default); MPI errors on MPI_COMM_WORLD return instead of aborting,
+ *      default; a lower level provided is an error, exit 1) unless MPI is
+ *      already initialised (then ch_job_finalize leaves MPI_Finalize to the
+ *      caller); MPI errors on MPI_COMM_WORLD return instead of aborting,
  *      so a lost peer rank is reported in one line (CH_EXIT_PEER_LOST).
  *   2. identity and launch checks (framework/launch/env.h: MPI, torchrun,
  *      srun + PMI2, a singleton MPI under an srun step of several tasks is
