@@ -178,6 +178,19 @@ static const char *dir_arg(const char *dir)
     return arg_dir;
 }
 
+/* A fresh output directory in dir (64 bytes), then job_helper on np ranks
+ * with --test.output_dir=dir and the NULL-terminated extra arguments. */
+static void run_in_new_dir(run_t *r, int np, char *dir, const char *const *extra)
+{
+    make_dir(dir, 64);
+    const char *args[16];
+    int n = 0;
+    args[n++] = dir_arg(dir);
+    for (int i = 0; extra && extra[i] && n < 15; i++) args[n++] = extra[i];
+    args[n] = NULL;
+    run_helper(r, np, NULL, args);
+}
+
 /* Every rank printed `line` (with "rank R: " in front) on stdout. */
 static void expect_every_rank(const run_t *r, int np, const char *line)
 {
@@ -195,10 +208,8 @@ static void test_normal_run(void **state)
     for (int w = 0; w < N_WORLDS; w++) {
         int np = world_sizes[w];
         char dir[64];
-        make_dir(dir, sizeof dir);
-        const char *args[] = {dir_arg(dir), NULL};
         run_t r;
-        run_helper(&r, np, NULL, args);
+        run_in_new_dir(&r, np, dir, NULL);
         expect_exit(&r, 0);
         expect_every_rank(&r, np, "stopped at step 6 of 6, reasons 0x0, signal 0");
         expect_every_rank(&r, np, "cleanup");
@@ -224,11 +235,10 @@ static void test_setup_failure_on_one_rank(void **state)
     for (int w = 0; w < N_WORLDS; w++) {
         int np = world_sizes[w];
         char dir[64], krank[32], want[128];
-        make_dir(dir, sizeof dir);
         snprintf(krank, sizeof krank, "--test.rank=%d", np - 1);
-        const char *args[] = {dir_arg(dir), "--test.mode=fail", krank, NULL};
+        const char *extra[] = {"--test.mode=fail", krank, NULL};
         run_t r;
-        run_helper(&r, np, NULL, args);
+        run_in_new_dir(&r, np, dir, extra);
         expect_exit(&r, 2);
         /* once, one format, naming the rank (no rank in a world of one) */
         assert_int_equal(count_lines(r.err, NULL), 1);
@@ -251,10 +261,9 @@ static void test_own_failure_reported_over_remote(void **state)
     for (int w = 1; w < N_WORLDS; w++) {
         int np = world_sizes[w];
         char dir[64], want[128];
-        make_dir(dir, sizeof dir);
-        const char *args[] = {dir_arg(dir), "--test.mode=remote", "--test.rank=0", NULL};
+        const char *extra[] = {"--test.mode=remote", "--test.rank=0", NULL};
         run_t r;
-        run_helper(&r, np, NULL, args);
+        run_in_new_dir(&r, np, dir, extra);
         expect_exit(&r, 2);
         assert_int_equal(count_lines(r.err, NULL), 1);
         snprintf(want, sizeof want, "job_helper: rank 1: task file: cannot open shard 1");
@@ -273,12 +282,11 @@ static void stop_case(const char *mode, int exit_code, const char *line)
     for (int w = 0; w < N_WORLDS; w++) {
         int np = world_sizes[w];
         char dir[64], krank[32], m[64];
-        make_dir(dir, sizeof dir);
         snprintf(krank, sizeof krank, "--test.rank=%d", np - 1);
         snprintf(m, sizeof m, "--test.mode=%s", mode);
-        const char *args[] = {dir_arg(dir), m, krank, "--test.step=3", NULL};
+        const char *extra[] = {m, krank, "--test.step=3", NULL};
         run_t r;
-        run_helper(&r, np, NULL, args);
+        run_in_new_dir(&r, np, dir, extra);
         expect_exit(&r, exit_code);
         expect_every_rank(&r, np, line);
         expect_every_rank(&r, np, "cleanup");
@@ -348,10 +356,9 @@ static void test_bad_config(void **state)
     for (int w = 0; w < N_WORLDS; w++) {
         int np = world_sizes[w];
         char dir[64];
-        make_dir(dir, sizeof dir);
-        const char *args[] = {dir_arg(dir), "--test.steps=six", NULL};
+        const char *extra[] = {"--test.steps=six", NULL};
         run_t r;
-        run_helper(&r, np, NULL, args);
+        run_in_new_dir(&r, np, dir, extra);
         expect_exit(&r, 2);
         assert_int_equal(count_lines(r.err, NULL), 1);
         assert_int_equal(count_lines(r.err, "test.steps"), 1);
@@ -472,10 +479,9 @@ static void test_dead_rank_ends_the_job(void **state)
     for (int w = 1; w < N_WORLDS; w++) {
         int np = world_sizes[w];
         char dir[64];
-        make_dir(dir, sizeof dir);
-        const char *args[] = {dir_arg(dir), "--test.mode=die", "--test.rank=1", NULL};
+        const char *extra[] = {"--test.mode=die", "--test.rank=1", NULL};
         run_t r;
-        run_helper(&r, np, NULL, args);
+        run_in_new_dir(&r, np, dir, extra);
         if (r.timed_out) fail_msg("the job hung after a rank died");
         assert_false(r.exited && r.code == 0);
         assert_int_equal(count_lines(r.out, "stopped at"), 0);
@@ -495,10 +501,9 @@ static void test_lost_peer_line_and_exit_code(void **state)
     for (int w = 0; w < 2; w++) {
         int np = world_sizes[w];
         char dir[64];
-        make_dir(dir, sizeof dir);
-        const char *args[] = {dir_arg(dir), "--test.mode=mpierr", "--test.rank=3", NULL};
+        const char *extra[] = {"--test.mode=mpierr", "--test.rank=3", NULL};
         run_t r;
-        run_helper(&r, np, NULL, args);
+        run_in_new_dir(&r, np, dir, extra);
         expect_exit(&r, 4);
         int lines = count_lines(r.err, NULL);
         if (np == 1) assert_int_equal(lines, 1);
@@ -519,10 +524,9 @@ static void test_progress_lines(void **state)
     for (int w = 0; w < N_WORLDS; w++) {
         int np = world_sizes[w];
         char dir[64];
-        make_dir(dir, sizeof dir);
-        const char *args[] = {dir_arg(dir), "--test.mode=progress", "--test.steps=5", NULL};
+        const char *extra[] = {"--test.mode=progress", "--test.steps=5", NULL};
         run_t r;
-        run_helper(&r, np, NULL, args);
+        run_in_new_dir(&r, np, dir, extra);
         expect_exit(&r, 0);
         assert_int_equal(count_lines(r.err, NULL), 3);
         assert_int_equal(count_lines(r.err, "epoch 0 2/5  ETA "), 1);
