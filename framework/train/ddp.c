@@ -51,6 +51,22 @@ void ch_ddp_options_default(ch_ddp_options_t *o)
     o->broadcast_buffers = 1;
 }
 
+const ch_config_key_t ch_ddp_config_keys[CH_DDP_N_CONFIG_KEYS] = {
+    {"dist.bucket_mb", CH_CFG_FLOAT, "25", 0.001, 1e6, "DDP gradient bucket size in MiB."},
+    {"dist.broadcast_buffers", CH_CFG_BOOL, "true", CH_CFG_NO_RANGE,
+     "Broadcast rank 0's BN buffers before each forward (when SyncBN is off)."},
+};
+
+ch_status ch_ddp_options_from_config(const ch_config_t *cfg, ch_ddp_options_t *o)
+{
+    double mb;
+    ch_ddp_options_default(o);
+    CH_TRY(ch_config_get_double(cfg, "dist.bucket_mb", &mb));
+    CH_TRY(ch_config_get_bool(cfg, "dist.broadcast_buffers", &o->broadcast_buffers));
+    o->bucket_cap_bytes = (size_t)(mb * 1048576.0);
+    return CH_OK;
+}
+
 static ch_status launch(ch_ddp_t *d, bucket_t *b)
 {
     b->launched = 1;

@@ -51,6 +51,7 @@
 #ifndef COHORT_DDP_H
 #define COHORT_DDP_H
 
+#include "framework/core/configuration.h"
 #include "framework/dist/dist.h"
 #include "framework/nn/nn.h"
 #include "framework/ops/ops.h"
@@ -70,6 +71,21 @@ typedef struct {
 } ch_ddp_options_t;
 
 void ch_ddp_options_default(ch_ddp_options_t *o);
+
+/* The DDP's config keys (a job lists them as its "ddp" table):
+ *   dist.bucket_mb          float, MiB per gradient bucket (default 25,
+ *                           torch's bucket_cap_mb), range [0.001, 1e6]
+ *   dist.broadcast_buffers  bool (default true, torch's broadcast_buffers)
+ */
+#define CH_DDP_N_CONFIG_KEYS 2
+extern const ch_config_key_t ch_ddp_config_keys[CH_DDP_N_CONFIG_KEYS];
+
+/* Options from those keys (PETSc's set-from-options): bucket_cap_bytes =
+ * dist.bucket_mb * 2^20 (rounded down), broadcast_buffers =
+ * dist.broadcast_buffers. cfg must have been loaded with
+ * ch_ddp_config_keys among its keys. Errors: CH_ERR_INVALID (a key missing
+ * from cfg's table). */
+ch_status ch_ddp_options_from_config(const ch_config_t *cfg, ch_ddp_options_t *o);
 
 /* Build buckets over `model`'s trainable parameters and install the
  * gradient-ready hook on the model (replacing any other hook). The model
