@@ -3,7 +3,9 @@
  * format choice, datasets + loaders built from a small CIFAR-10 directory
  * with subsets), framework/train/ddp (dist.bucket_mb,
  * dist.broadcast_buffers), optim (optimizer.*, nesterov check) and
- * lr_schedule (schedule.*). Single process. */
+ * lr_schedule (schedule.*); and io/batch_feed (the loader's batches as
+ * step tensors: on the CPU always, on a GPU where one is visible). Single
+ * process. */
 #include "config.h"
 
 #include "tests/harness.h"
@@ -12,6 +14,9 @@
 #include "framework/train/ddp.h"
 #include "framework/train/lr_schedule.h"
 #include "framework/train/optim.h"
+#include "framework/ops/ops.h"
+#include "framework/tensor/device.h"
+#include "io/batch_feed.h"
 #include "io/data.h"
 
 #include <dirent.h>
@@ -171,6 +176,187 @@ static void test_data_create_cifar(void **state)
     remove_dir(d);
 }
 
+/* The CIFAR data of test_data_create_cifar for the feed tests. */
+static ch_data_t *cifar_data(char *d, size_t dlen, int eval)
+{
+    char opt[1100];
+    snprintf(d, dlen, "%s/tests/tmp-feed-%d", ch_test_builddir(), (int)getpid());
+    write_cifar(d, 12);
+    snprintf(opt, sizeof opt, "--data.path=%s", d);
+    char *argv[] = {"prog", opt, "--data.format=cifar10", "--data.workers=1",
+                    "--data.random_crop_padding=2", NULL};
+    ch_config_t *cfg = NULL;
+    assert_ch_ok(load(ch_data_config_keys, CH_DATA_N_CONFIG_KEYS, argv, &cfg));
+    ch_data_options_t o;
+    assert_ch_ok(ch_data_options_from_config(cfg, &o));
+    ch_data_setup_t u = {.in_channels = 3, .num_classes = 10, .batch_size = 8, .seed = 3,
+                         .rank = 0, .world_size = 1, .eval = eval};
+    ch_data_t *data = NULL;
+    assert_ch_ok(ch_data_create(&o, &u, &data));
+    ch_config_destroy(cfg);
+    return data;
+}
+
+/* Copy of every batch of an epoch as the loader hands it out, for
+ * comparison: images then labels of batch k at ref[k]. */
+typedef struct {
+    int n;
+    float *x[16];
+    int64_t *y[16];
+    int64_t rows[16];
+} epoch_copy_t;
+
+static void copy_epoch(ch_loader_t *l, int64_t epoch, epoch_copy_t *e)
+{
+    memset(e, 0, sizeof *e);
+    assert_ch_ok(ch_loader_start_epoch(l, epoch));
+    for (;;) {
+        ch_batch_t *b = NULL;
+        assert_ch_ok(ch_loader_next(l, &b));
+        if (!b) break;
+        size_t nx = (size_t)(b->n * b->c * b->h * b->w);
+        e->x[e->n] = malloc(nx * sizeof(float) + 1);
+        e->y[e->n] = malloc((size_t)b->n * sizeof(int64_t) + 1);
+        memcpy(e->x[e->n], b->images, nx * sizeof(float));
+        memcpy(e->y[e->n], b->labels, (size_t)b->n * sizeof(int64_t));
+        e->rows[e->n++] = b->n;
+        ch_loader_release(l, b);
+    }
+}
+
+static void free_epoch(epoch_copy_t *e)
+{
+    for (int k = 0; k < e->n; k++) {
+        free(e->x[k]);
+        free(e->y[k]);
+    }
+}
+
+static void test_batch_feed_cpu(void **state)
+{
+    (void)state;
+    char d[1024];
+    ch_data_t *data = cifar_data(d, sizeof d, 1);
+    ch_compute_t *cx = NULL;
+    assert_ch_ok(ch_compute_create(&cx, NULL));
+    ch_loader_t *loaders[2] = {data->train_loader, data->test_loader};
+    ch_batch_feed_t *feed = NULL;
+    assert_ch_ok(ch_batch_feed_create(cx, CH_DEV_CPU, 0, loaders, 2, &feed));
+    epoch_copy_t ref;
+    copy_epoch(data->train_loader, 1, &ref);
+    assert_int_equal(ref.n, 7); /* 60 samples, batches of 8, drop_last */
+    /* the feed hands out the loader's batches, in order, wrapped */
+    assert_ch_ok(ch_loader_start_epoch(data->train_loader, 1));
+    assert_ch_ok(ch_batch_feed_start(feed, data->train_loader, -1));
+    int k = 0;
+    for (;; k++) {
+        ch_step_batch_t b;
+        assert_ch_ok(ch_batch_feed_next(feed, &b));
+        if (!b.x.data) break;
+        assert_int_equal(b.x.dev, CH_DEV_CPU);
+        assert_int_equal(b.x.ndim, 4);
+        assert_int_equal(b.x.shape[0], ref.rows[k]);
+        assert_int_equal(b.x.shape[1], 3);
+        assert_int_equal(b.y.shape[0], ref.rows[k]);
+        assert_memory_equal(b.x.data, ref.x[k], (size_t)ch_tensor_numel(&b.x) * sizeof(float));
+        assert_memory_equal(b.y.data, ref.y[k], (size_t)ref.rows[k] * sizeof(int64_t));
+        assert_ch_ok(ch_batch_feed_prefetch(feed)); /* nothing on the CPU */
+    }
+    assert_int_equal(k, ref.n);
+    /* at most max_batches, from a later first batch; stop gives the held one back */
+    assert_ch_ok(ch_loader_start_epoch_at(data->train_loader, 1, 2));
+    assert_ch_ok(ch_batch_feed_start(feed, data->train_loader, 3));
+    for (k = 0;; k++) {
+        ch_step_batch_t b;
+        assert_ch_ok(ch_batch_feed_next(feed, &b));
+        if (!b.x.data) break;
+        assert_memory_equal(b.x.data, ref.x[k + 2], (size_t)ch_tensor_numel(&b.x) * sizeof(float));
+    }
+    assert_int_equal(k, 3);
+    assert_ch_ok(ch_batch_feed_stop(feed));
+    /* the test loader through the same feed: padding counted in n_real */
+    assert_ch_ok(ch_loader_start_epoch(data->test_loader, 0));
+    assert_ch_ok(ch_batch_feed_start(feed, data->test_loader, -1));
+    int64_t rows = 0, real = 0;
+    for (;;) {
+        ch_step_batch_t b;
+        assert_ch_ok(ch_batch_feed_next(feed, &b));
+        if (!b.x.data) break;
+        rows += b.x.shape[0];
+        real += b.n_real;
+    }
+    assert_int_equal(rows, 12);
+    assert_int_equal(real, 12);
+    /* an early stop mid-epoch, then a new epoch: nothing stays held */
+    assert_ch_ok(ch_loader_start_epoch(data->train_loader, 2));
+    assert_ch_ok(ch_batch_feed_start(feed, data->train_loader, -1));
+    ch_step_batch_t b;
+    assert_ch_ok(ch_batch_feed_next(feed, &b));
+    assert_non_null(b.x.data);
+    ch_batch_feed_destroy(feed);
+    free_epoch(&ref);
+    ch_compute_destroy(cx);
+    ch_data_destroy(data);
+    remove_dir(d);
+}
+
+static void test_batch_feed_gpu(void **state)
+{
+    (void)state;
+    int ndev = 0;
+    if (!ch_device_backend_compiled() || ch_device_count(&ndev) != CH_OK || ndev < 1) {
+        ch_error_clear();
+        ch_test_skip("%s", ch_device_backend_compiled() ? "no GPU visible" : "built without CUDA");
+        return;
+    }
+    char d[1024];
+    ch_data_t *data = cifar_data(d, sizeof d, 0);
+    ch_compute_options_t co;
+    ch_compute_options_default(&co);
+    co.gpu_device = 0;
+    ch_compute_t *cx = NULL;
+    assert_ch_ok(ch_compute_create(&cx, &co));
+    ch_batch_feed_t *feed = NULL;
+    assert_ch_ok(ch_batch_feed_create(cx, CH_DEV_CUDA, 0, &data->train_loader, 1, &feed));
+    epoch_copy_t ref;
+    copy_epoch(data->train_loader, 0, &ref);
+    /* double-buffered: prefetch after each next; every batch arrives intact */
+    assert_ch_ok(ch_loader_start_epoch(data->train_loader, 0));
+    assert_ch_ok(ch_batch_feed_start(feed, data->train_loader, -1));
+    int k = 0;
+    for (;; k++) {
+        ch_step_batch_t b;
+        assert_ch_ok(ch_batch_feed_next(feed, &b));
+        if (!b.x.data) break;
+        assert_int_equal(b.x.dev, CH_DEV_CUDA);
+        assert_ch_ok(ch_batch_feed_prefetch(feed));
+        size_t nx = (size_t)ch_tensor_numel(&b.x);
+        float *hx = malloc(nx * sizeof(float));
+        int64_t *hy = malloc((size_t)ref.rows[k] * sizeof(int64_t));
+        assert_ch_ok(ch_compute_sync(cx));
+        assert_ch_ok(ch_device_memcpy(0, hx, b.x.data, nx * sizeof(float), CH_MEMCPY_DEVICE_TO_HOST));
+        assert_ch_ok(ch_device_memcpy(0, hy, b.y.data, (size_t)ref.rows[k] * sizeof(int64_t),
+                                      CH_MEMCPY_DEVICE_TO_HOST));
+        assert_memory_equal(hx, ref.x[k], nx * sizeof(float));
+        assert_memory_equal(hy, ref.y[k], (size_t)ref.rows[k] * sizeof(int64_t));
+        free(hx);
+        free(hy);
+    }
+    assert_int_equal(k, ref.n);
+    /* stop with a batch prefetched (preemption): it goes back to the loader */
+    assert_ch_ok(ch_loader_start_epoch(data->train_loader, 0));
+    assert_ch_ok(ch_batch_feed_start(feed, data->train_loader, -1));
+    ch_step_batch_t b;
+    assert_ch_ok(ch_batch_feed_next(feed, &b));
+    assert_ch_ok(ch_batch_feed_prefetch(feed));
+    assert_ch_ok(ch_batch_feed_stop(feed));
+    ch_batch_feed_destroy(feed);
+    free_epoch(&ref);
+    ch_compute_destroy(cx);
+    ch_data_destroy(data);
+    remove_dir(d);
+}
+
 static void test_ddp_options(void **state)
 {
     (void)state;
@@ -234,6 +420,8 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_data_defaults),
         cmocka_unit_test(test_data_options_errors),
         cmocka_unit_test(test_data_create_cifar),
+        cmocka_unit_test(test_batch_feed_cpu),
+        cmocka_unit_test(test_batch_feed_gpu),
         cmocka_unit_test(test_ddp_options),
         cmocka_unit_test(test_sgd_and_schedule_options),
     };
