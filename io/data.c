@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-const ch_config_key_t ch_data_config_keys[CH_DATA_N_CONFIG_KEYS] = {
+static const ch_config_key_t ch_data_config_keys[] = {
     {"data.path", CH_CFG_STRING, "/usr/share/datasets/fashion-mnist", CH_CFG_NO_RANGE,
      "Dataset directory (IDX files for idx, data_batch_*.bin for cifar10, class folders "
      "for imagefolder)."},
@@ -36,6 +36,12 @@ const ch_config_key_t ch_data_config_keys[CH_DATA_N_CONFIG_KEYS] = {
     {"data.hflip", CH_CFG_BOOL, "false", CH_CFG_NO_RANGE,
      "Train augmentation: RandomHorizontalFlip(0.5)."},
 };
+
+ch_config_table_t ch_data_config_table(void)
+{
+    ch_config_table_t t = {"data", ch_data_config_keys, (int)(sizeof ch_data_config_keys / sizeof ch_data_config_keys[0])};
+    return t;
+}
 
 /* A strlist key of 1..3 numbers into out[], *n values. */
 static ch_status read_floats(const ch_config_t *cfg, const char *key, float out[3], int *n)

@@ -55,8 +55,7 @@ typedef struct {
 } ch_data_options_t;
 
 /* The data.* keys (a job lists them as its "data" table). */
-#define CH_DATA_N_CONFIG_KEYS 13
-extern const ch_config_key_t ch_data_config_keys[CH_DATA_N_CONFIG_KEYS];
+ch_config_table_t ch_data_config_table(void);
 
 /* Options from those keys (PETSc's set-from-options). Errors: CH_ERR_CONFIG
  * naming the source (file:line or option) for data.format not one of idx,

@@ -16,7 +16,7 @@
 
 /* ------------------------------------------------------------ output.* keys */
 
-const ch_config_key_t ch_train_output_config_keys[CH_TRAIN_OUTPUT_N_CONFIG_KEYS] = {
+static const ch_config_key_t ch_train_output_config_keys[] = {
     {"output.dir", CH_CFG_STRING, "runs/fashion-mnist", CH_CFG_NO_RANGE,
      "Directory for checkpoints, the resume file, TensorBoard events and the CSV log "
      "(created by rank 0)."},
@@ -25,6 +25,12 @@ const ch_config_key_t ch_train_output_config_keys[CH_TRAIN_OUTPUT_N_CONFIG_KEYS]
     {"output.resume", CH_CFG_STRING, "", CH_CFG_NO_RANGE,
      "Resume file to continue from; 'auto' = <output.dir>/resume.safetensors when present."},
 };
+
+ch_config_table_t ch_train_output_config_table(void)
+{
+    ch_config_table_t t = {"output", ch_train_output_config_keys, (int)(sizeof ch_train_output_config_keys / sizeof ch_train_output_config_keys[0])};
+    return t;
+}
 
 ch_status ch_train_output_options_from_config(const ch_config_t *cfg,
                                               ch_train_output_options_t *o)

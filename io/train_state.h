@@ -40,8 +40,7 @@ typedef struct {
     const char *resume; /* output.resume: "" (none), "auto" or a resume file path */
 } ch_train_output_options_t;
 
-#define CH_TRAIN_OUTPUT_N_CONFIG_KEYS 3
-extern const ch_config_key_t ch_train_output_config_keys[CH_TRAIN_OUTPUT_N_CONFIG_KEYS];
+ch_config_table_t ch_train_output_config_table(void);
 
 /* Options from the output.* keys. CH_ERR_INVALID for a key missing from
  * cfg's table. */

@@ -10,11 +10,14 @@
  * backward, evaluation with all-reduced correct counts, rank-0 checkpoints
  * (safetensors with torchvision names) and a resume file.
  *
- * Where the pieces live: datasets and loaders io/data.h, batches on the
- * compute device io/batch_feed.h, model and resume files io/train_state.h,
- * DDP framework/train/ddp.h, SGD optim.h, schedule lr_schedule.h; each
- * brings its own config keys. This file holds the recipe, the epoch loop
- * and the evaluation.
+ * Where the pieces live: the program's life (MPI, identity, config and
+ * --help, device, compute, NCCL, output directory, profiler, preemption,
+ * the agreed stop, progress, requeue, exit codes) framework/runtime/job.h;
+ * datasets and loaders io/data.h, batches on the compute device
+ * io/batch_feed.h, model and resume files io/train_state.h, DDP
+ * framework/train/ddp.h, SGD optim.h, schedule lr_schedule.h; each brings
+ * its own config keys. This file holds the recipe, the epoch loop and the
+ * evaluation.
  *
  * GPU ranks (a GPU visible and chosen by dist.device_rule; all ranks or
  * none): the model, its gradients, BN buffers, SyncBN statistics and the
@@ -24,9 +27,11 @@
  * next one while the current step computes; checkpoints and resume go
  * through the host mirror.
  *
- * Exit status: 0 success on every rank; 1 a runtime error; 2 bad
+ * Exit status (framework/runtime/job.h): 0 success on every rank; 1 a
+ * runtime error (a non-finite loss, a failed checkpoint); 2 bad
  * configuration or input detected before training; 3 stopped by a
- * preemption signal after writing the resume file (requeued if asked).
+ * preemption signal or the stop file after writing the resume file
+ * (requeued if asked); 4 a peer rank died.
  */
 #include "config.h"
 
@@ -35,10 +40,10 @@
 #include "framework/core/status.h"
 #include "framework/dist/dist.h"
 #include "framework/launch/env.h"
-#include "framework/launch/signals.h"
 #include "framework/nn/nn.h"
 #include "framework/nn/nn_exec.h"
 #include "framework/ops/ops.h"
+#include "framework/runtime/job.h"
 #include "framework/runtime/profiler.h"
 #include "framework/tensor/device.h"
 #include "framework/tensor/tensor.h"
@@ -46,22 +51,15 @@
 #include "framework/train/lr_schedule.h"
 #include "framework/train/metrics.h"
 #include "framework/train/optim.h"
-#include "io/atomic_file.h"
 #include "io/batch_feed.h"
-#include "io/checkpoint.h"
 #include "io/data.h"
 #include "io/train_state.h"
 #include "models/models.h"
 
-#include <errno.h>
 #include <math.h>
-#include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <time.h>
-#include <unistd.h>
 
 /* ------------------------------------------------------------------ keys */
 
@@ -107,30 +105,6 @@ static const char *const phase_names[PH_N] = {"data wait", "forward",    "backwa
                                                "all-reduce wait", "optimizer", "eval",
                                                "checkpoint", "gpu wait"};
 
-/* Keys of the runtime (device rule, preemption, compute backend). */
-static const ch_config_key_t runtime_keys[] = {
-    {"dist.device_rule", CH_CFG_STRING, "auto", CH_CFG_NO_RANGE,
-     "GPU choice: auto (Slurm: SLURM_PROCID mod devices; else local rank), slurm, local_rank."},
-    {"dist.warning_signal", CH_CFG_STRING, "USR2", CH_CFG_NO_RANGE,
-     "Signal announcing preemption (besides SIGTERM), e.g. from #SBATCH --signal=B:USR2@120."},
-    {"dist.requeue", CH_CFG_BOOL, "false", CH_CFG_NO_RANGE,
-     "On preemption, run 'scontrol requeue $SLURM_JOB_ID' after writing the resume file."},
-    {"compute.allow_tf32", CH_CFG_BOOL, "true", CH_CFG_NO_RANGE,
-     "GPU: cuDNN convolutions may use TF32 tensor cores (torch.backends.cudnn.allow_tf32); "
-     "linear layers stay fp32. Ignored on CPU ranks."},
-    {"compute.bf16", CH_CFG_BOOL, "false", CH_CFG_NO_RANGE,
-     "GPU: bf16 autocast for convolutions and linear layers (fp32 master weights, gradients "
-     "and BN statistics; torch.autocast(dtype=torch.bfloat16)). An error on a CPU rank."},
-    {"compute.conv_search", CH_CFG_STRING, "heuristics", CH_CFG_NO_RANGE,
-     "GPU: convolution algorithm choice: heuristics (cuDNN's ranking) or timed "
-     "(cudnnFind*, torch.backends.cudnn.benchmark = True). Ignored on CPU ranks."},
-    {"compute.gpu_workspace_mb", CH_CFG_INT, "1024", 1, 1048576,
-     "GPU: cap on the cuDNN convolution workspace in MiB. Ignored on CPU ranks."},
-};
-#define N_RUNTIME_KEYS ((int)(sizeof runtime_keys / sizeof runtime_keys[0]))
-
-enum { EXIT_OK = 0, EXIT_ERROR = 1, EXIT_BAD_INPUT = 2, EXIT_PREEMPTED = 3 };
-
 /* ------------------------------------------------------------------ job */
 
 typedef struct {
@@ -144,20 +118,15 @@ typedef struct {
     ch_sgd_options_t sgd_opt;
     ch_ddp_options_t ddp_opt;
     ch_train_output_options_t out;
-    /* runtime (moves to ch_job) */
-    const char *device_rule_text, *warning_signal_text, *conv_search_text;
-    int requeue, warning_signal, allow_tf32, bf16, conv_search, gpu_workspace_mb;
-    ch_env_t env;
-    int rank, world;
-    ch_pg_t *pg;
+    /* the runtime's (ch_job accessors, cached). GPU ranks: the model,
+     * gradients and SyncBN live on the device, collectives on them go
+     * through the NCCL group; the loss and accuracy all-reduces stay on the
+     * MPI group (host values) */
+    ch_job_t *job;
+    int rank, world, on_gpu, device;
+    ch_pg_t *pg, *nccl;
     ch_compute_t *cx;
-    /* GPU ranks: the model, gradients and SyncBN live on the device,
-     * collectives on them go through the NCCL group; the loss and accuracy
-     * all-reduces stay on the MPI group (host values) */
-    int on_gpu;
-    ch_pg_t *nccl;
     ch_prof_t *prof;
-    int is_tty;
     /* training */
     ch_data_t *data;
     ch_batch_feed_t *feed;
@@ -173,22 +142,6 @@ typedef struct {
     int64_t resumed_loss_steps;
     int converted_sync_bn;
 } job_t;
-
-/* Every rank learns whether any rank failed. On failure the failing ranks
- * print their own message and rank 0 names the first failing rank. Returns
- * 1 if some rank failed. */
-static int agree(job_t *j, ch_status s, const char *what)
-{
-    int failed_rank = -1;
-    if (s != CH_OK) ch_log_error("%s: %s", what, ch_error_message());
-    if (!j->pg) return s != CH_OK;
-    ch_status all = ch_pg_check_all(j->pg, s, &failed_rank);
-    if (all == CH_OK) return 0;
-    if (j->rank == 0 && s == CH_OK)
-        ch_log_error("%s failed on rank %d (see its message above)", what, failed_rank);
-    return 1;
-}
-
 
 /* --resume [PATH] is shorthand for --output.resume=PATH (default auto). */
 static char **rewrite_args(int argc, char **argv, int *out_argc)
@@ -239,18 +192,6 @@ static ch_status read_config(job_t *j)
     CH_TRY(ch_ddp_options_from_config(c, &j->ddp_opt));
     CH_TRY(ch_train_output_options_from_config(c, &j->out));
     CH_TRY(ch_train_output_resume_path(&j->out, j->resume_path, sizeof j->resume_path));
-    /* runtime keys */
-    CH_TRY(ch_config_get_string(c, "dist.device_rule", &j->device_rule_text));
-    CH_TRY(ch_config_get_string(c, "dist.warning_signal", &j->warning_signal_text));
-    CH_TRY(ch_config_get_bool(c, "dist.requeue", &j->requeue));
-    CH_TRY(ch_config_get_bool(c, "compute.allow_tf32", &j->allow_tf32));
-    CH_TRY(ch_config_get_bool(c, "compute.bf16", &j->bf16));
-    CH_TRY(ch_config_get_string(c, "compute.conv_search", &j->conv_search_text));
-    CH_TRY(ch_config_get_int(c, "compute.gpu_workspace_mb", &j->gpu_workspace_mb));
-    static const char *const conv_search_names[] = {"heuristics", "timed"};
-    CH_TRY(ch_config_get_choice(c, "compute.conv_search", conv_search_names, 2, &j->conv_search));
-    if (ch_signal_parse(j->warning_signal_text, &j->warning_signal) != CH_OK)
-        return ch_error_context("%s: dist.warning_signal", ch_config_source(c, "dist.warning_signal"));
     return CH_OK;
 }
 
@@ -298,7 +239,7 @@ static ch_status build_model(job_t *j)
      * through the NCCL group */
     ch_pg_t *grad_pg = j->pg;
     if (j->on_gpu) {
-        CH_TRY(ch_model_to_device(j->model, CH_DEV_CUDA, j->env.device));
+        CH_TRY(ch_model_to_device(j->model, CH_DEV_CUDA, j->device));
         grad_pg = j->nccl;
     }
     if (j->sync_bn && !j->freeze && j->world > 1) {
@@ -363,75 +304,46 @@ static int checkpoint(job_t *j, int model_epoch, int resume_epoch, int64_t epoch
         if (s == CH_OK) s = ch_train_state_write_resume(j->model, j->sgd, j->resume_path, &p, cfg_text);
         free(cfg_text);
     }
-    int failed = agree(j, s, "writing checkpoint");
+    int failed = ch_job_agree(j->job, s, "writing checkpoint");
     ch_prof_end(j->prof, PH_CKPT);
     return failed;
 }
 
 /* ------------------------------------------------------------------ training */
 
-static void progress(job_t *j, int epoch, int64_t step, int64_t steps, double loss_step,
-                     double loss_mean, double t_epoch, int64_t images, int final)
-{
-    if (j->rank != 0) return;
-    double ips = t_epoch > 0 ? (double)images / t_epoch : 0;
-    double eta = step > 0 ? t_epoch / (double)step * (double)(steps - step) : 0;
-    if (j->is_tty) {
-        int width = 30, filled = steps ? (int)(width * step / steps) : width;
-        char bar[64];
-        for (int i = 0; i < width; i++) bar[i] = i < filled ? '#' : '.';
-        bar[width] = 0;
-        fprintf(stderr, "\repoch %d [%s] %lld/%lld  %.0f img/s  ETA %.0fs  loss %.4f%s", epoch,
-                bar, (long long)step, (long long)steps, ips, eta, loss_mean, final ? "\n" : "");
-        fflush(stderr);
-    } else if (!final && (step % j->log_every == 0)) {
-        fprintf(stderr, "epoch %d step %lld/%lld  %.0f img/s  ETA %.0fs  loss %.7f (mean %.4f)\n",
-                epoch, (long long)step, (long long)steps, ips, eta, loss_step, loss_mean);
-        fflush(stderr);
-    }
-}
-
-static void requeue_self(void)
-{
-    const char *id = getenv("SLURM_JOB_ID");
-    if (!id || !*id) {
-        ch_log_warn("dist.requeue: SLURM_JOB_ID is not set, not requeueing");
-        return;
-    }
-    for (const char *p = id; *p; p++)
-        if (*p < '0' || *p > '9') {
-            ch_log_warn("dist.requeue: SLURM_JOB_ID '%s' is not a number", id);
-            return;
-        }
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "scontrol requeue %s", id);
-    int rc = system(cmd);
-    if (rc) ch_log_warn("dist.requeue: '%s' failed (status %d)", cmd, rc);
-    else ch_log_info("requeued job %s", id);
-}
-
-
 typedef struct {
     double loss;      /* running mean of the all-reduced loss */
     double images_per_s;
     double seconds;
-    int stop;         /* 1: a stop (preemption) agreed by all ranks */
-    int nonfinite;    /* 1: the all-reduced loss was not finite */
+    int stop;         /* 1: a stop agreed by all ranks (ch_job_stop_reasons says why) */
     int64_t steps_done;
     double loss_sum;
     int64_t loss_steps;
 } epoch_result_t;
 
+/* A step's collective failed (status s). MPI errors return (the runtime
+ * sets that up), and a failed MPI collective means a peer rank is gone: the
+ * runtime's own agreement then fails too, says in one line which rank it
+ * was, and ch_job_finalize ends with CH_EXIT_PEER_LOST; returns 1. Any
+ * other failure ends every rank now (ch_fatal): the others would wait in a
+ * collective. */
+static int step_failed(job_t *j, ch_status s, const char *what)
+{
+    if (s == CH_ERR_MPI && (ch_job_stop_agree(j->job, 0) & CH_STOP_PEER_LOST)) return 1;
+    ch_fatal(what, CH_EXIT_ERROR);
+}
+
 /* Forward, loss, backward (DDP buckets all-reduced as gradients become
  * ready), the wait for the buckets, and the SGD update, each timed in the
  * profile. On a GPU this queues kernels; the loss is read afterwards
- * (ch_model_loss_value), so the step is not stalled. Errors end the whole
- * job (ch_fatal): other ranks would otherwise wait in a collective. */
-static void train_step(job_t *j, const ch_tensor_t *x, const ch_tensor_t *y)
+ * (ch_model_loss_value), so the step is not stalled. Returns 1 when a peer
+ * rank is gone (step_failed); other errors end the whole job (ch_fatal). */
+static int train_step(job_t *j, const ch_tensor_t *x, const ch_tensor_t *y)
 {
     const ch_tensor_t *logits = NULL;
+    ch_status s;
     ch_prof_begin(j->prof, PH_FORWARD);
-    ch_check_fatal(ch_ddp_before_forward(j->ddp), "DDP");
+    if ((s = ch_ddp_before_forward(j->ddp))) return step_failed(j, s, "DDP buffer broadcast");
     ch_check_fatal(ch_model_forward(j->model, j->cx, x, &logits), "forward");
     ch_check_fatal(ch_model_loss(j->model, j->cx, y, NULL), "loss");
     ch_prof_end(j->prof, PH_FORWARD);
@@ -439,40 +351,57 @@ static void train_step(job_t *j, const ch_tensor_t *x, const ch_tensor_t *y)
     ch_check_fatal(ch_model_backward(j->model, j->cx, NULL), "backward");
     ch_prof_end(j->prof, PH_BACKWARD);
     double wait = 0;
-    ch_check_fatal(ch_ddp_finish(j->ddp, &wait), "gradient all-reduce");
+    if ((s = ch_ddp_finish(j->ddp, &wait))) return step_failed(j, s, "gradient all-reduce");
     ch_prof_add(j->prof, PH_ALLREDUCE, wait);
     ch_prof_begin(j->prof, PH_OPTIM);
     ch_check_fatal(ch_sgd_step(j->sgd), "optimizer");
     ch_prof_end(j->prof, PH_OPTIM);
+    return 0;
 }
 
 /* After a step's optimizer update: the loss for logging (mean over ranks)
- * and the stop flag in one all-reduce, so every rank stops at the same
- * step; the progress line. Returns 1 when the epoch stops here (a stop or
- * a non-finite loss, the same on every rank). */
+ * and the runtime's stop flag (ch_job_stop_local: preemption, stop file) in
+ * one all-reduce, so every rank stops at the same step; a non-finite mean
+ * loss adds CH_STOP_NONFINITE; the agreed reasons go to ch_job_stop_set;
+ * the progress line. Returns 1 when the epoch stops here (the same on every
+ * rank). */
+enum { STOP_BITS = 8 };
 static int end_step(job_t *j, int epoch, int64_t step, int64_t steps, float loss, double t0,
                     int64_t images, epoch_result_t *r)
 {
-    double v[2] = {loss, ch_preempt_pending() ? 1.0 : 0.0}, out[2];
+    /* the loss, then one 0/1 value per stop bit: summed, > 0 means some
+     * rank set it (an OR over ranks inside the SUM all-reduce) */
+    double v[1 + STOP_BITS], out[1 + STOP_BITS];
+    int local = ch_job_stop_local(j->job, 0), agreed = 0;
+    v[0] = loss;
+    for (int k = 0; k < STOP_BITS; k++) v[1 + k] = (local >> k) & 1;
     ch_prof_begin(j->prof, PH_ALLREDUCE);
-    ch_check_fatal(ch_pg_allreduce(j->pg, v, out, 2, CH_DIST_FLOAT64, CH_REDUCE_SUM),
-                   "loss all-reduce");
+    ch_status s = ch_pg_allreduce(j->pg, v, out, 1 + STOP_BITS, CH_DIST_FLOAT64, CH_REDUCE_SUM);
     ch_prof_end(j->prof, PH_ALLREDUCE);
+    if (s) return r->stop = step_failed(j, s, "loss all-reduce");
+    for (int k = 0; k < STOP_BITS; k++)
+        if (out[1 + k] > 0) agreed |= 1 << k;
     double lmean = out[0] / j->world;
+    if (!isfinite(lmean)) agreed |= CH_STOP_NONFINITE;
+    ch_job_stop_set(j->job, agreed);
+    r->stop = agreed != 0;
     r->steps_done = step + 1;
     if (!isfinite(lmean)) {
         if (j->rank == 0)
             ch_log_error("non-finite loss %g at epoch %d, step %lld of %lld (global step %lld): "
                      "stopping every rank", lmean, epoch, (long long)step + 1, (long long)steps,
                      (long long)j->global_step);
-        r->nonfinite = 1;
         return 1;
     }
     r->loss_sum += lmean;
     r->loss_steps++;
-    progress(j, epoch, step + 1, steps, lmean, r->loss_sum / (double)r->loss_steps,
-             ch_time_now() - t0, images * j->world, 0);
-    r->stop = out[1] > 0;
+    char what[48], text[128];
+    double t = ch_time_now() - t0;
+    snprintf(what, sizeof what, "epoch %d step", epoch);
+    snprintf(text, sizeof text, "%.0f img/s  loss %.7f (mean %.4f)",
+             t > 0 ? (double)(images * j->world) / t : 0, lmean,
+             r->loss_sum / (double)r->loss_steps);
+    ch_job_progress(j->job, what, step + 1, steps, j->log_every, text);
     return r->stop;
 }
 
@@ -503,7 +432,10 @@ static void train_epoch(job_t *j, int epoch, int64_t first_step, epoch_result_t 
         ch_check_fatal(ch_batch_feed_next(j->feed, &b), "reading training data");
         ch_prof_end(j->prof, PH_DATA);
         if (!b.x.data) break;
-        train_step(j, &b.x, &b.y);
+        if (train_step(j, &b.x, &b.y)) {
+            r->stop = 1;
+            break;
+        }
         /* the next batch's copy overlaps this step's kernels */
         ch_prof_begin(j->prof, PH_DATA);
         ch_check_fatal(ch_batch_feed_prefetch(j->feed), "reading training data");
@@ -520,8 +452,6 @@ static void train_epoch(job_t *j, int epoch, int64_t first_step, epoch_result_t 
     r->seconds = ch_time_now() - t0;
     r->loss = r->loss_steps ? r->loss_sum / (double)r->loss_steps : 0;
     r->images_per_s = r->seconds > 0 ? (double)(images * j->world) / r->seconds : 0;
-    if (!r->stop && !r->nonfinite)
-        progress(j, epoch, r->steps_done, steps, r->loss, r->loss, r->seconds, images * j->world, 1);
 }
 
 /* Evaluation: correct counts all-reduced. Returns the seed's accuracy
@@ -570,8 +500,8 @@ static void evaluate(job_t *j, int epoch, double *acc_seed, double *acc_exact)
 }
 
 /* One epoch with its evaluation, log line, metrics and checkpoints.
- * Returns EXIT_OK to go on, EXIT_PREEMPTED / EXIT_ERROR to end, or -1 to
- * end successfully (train.stop_after). */
+ * Returns CH_JOB_CONTINUE to go on, or the exit code to end with
+ * (CH_EXIT_OK after train.stop_after epochs). */
 static int run_epoch(job_t *j, int epoch)
 {
     int epochs = j->sched.epochs;
@@ -581,19 +511,23 @@ static int run_epoch(job_t *j, int epoch)
     if (epoch == j->start_epoch) ch_log_info("epoch %d: learning rate %.8g", epoch, lr);
     epoch_result_t r;
     train_epoch(j, epoch, epoch == j->start_epoch ? j->start_step_in_epoch : 0, &r);
-    if (r.nonfinite) return EXIT_ERROR;
+    int why = ch_job_stop_reasons(j->job);
+    if (why & (CH_STOP_NONFINITE | CH_STOP_PEER_LOST)) return CH_EXIT_ERROR;
+    char reason[64];
+    if (why & CH_STOP_PREEMPT) snprintf(reason, sizeof reason, "preemption signal %d",
+                                        ch_job_stop_signal(j->job));
+    else snprintf(reason, sizeof reason, "%s", why & CH_STOP_FILE ? "stop file" : "stop request");
     /* A stop agreed at the epoch's last step: the epoch is trained, so
      * finish it (evaluation, model file, resume file at the next epoch's
      * step 0) and stop after it. */
     int stop_after_epoch = r.stop && r.steps_done >= j->steps_per_epoch;
     if (r.stop && !stop_after_epoch) {
-        ch_log_info("preemption signal %d: stopping at epoch %d step %lld (global step %lld); "
-                    "writing %s", ch_preempt_pending() ? ch_preempt_pending() : 1, epoch,
+        ch_log_info("%s: stopping at epoch %d step %lld (global step %lld); writing %s", reason, epoch,
                     (long long)r.steps_done, (long long)j->global_step, j->resume_path);
         if (checkpoint(j, epoch, epoch, r.steps_done, 0, r.loss_sum, r.loss_steps))
-            return EXIT_ERROR;
-        if (j->requeue && j->rank == 0) requeue_self();
-        return EXIT_PREEMPTED;
+            return CH_EXIT_ERROR;
+        ch_job_requeue(j->job);
+        return CH_EXIT_PREEMPTED;
     }
     double acc = NAN, acc_exact = NAN;
     if (j->do_eval) {
@@ -614,145 +548,52 @@ static int run_epoch(job_t *j, int epoch)
     }
     int last = epoch + 1 == epochs;
     int save = ch_train_output_saves_model(&j->out, epoch, epochs);
-    if (checkpoint(j, epoch, epoch + 1, 0, save, 0, 0)) return EXIT_ERROR;
+    if (checkpoint(j, epoch, epoch + 1, 0, save, 0, 0)) return CH_EXIT_ERROR;
     if (save) ch_log_info("saved %s/model-%d.safetensors", j->out.dir, epoch);
     if (stop_after_epoch && !last) {
-        ch_log_info("preemption signal %d at the end of epoch %d (global step %lld): stopping; "
-                    "%s continues at epoch %d", ch_preempt_pending() ? ch_preempt_pending() : 1,
-                    epoch, (long long)j->global_step, j->resume_path, epoch + 1);
-        if (j->requeue && j->rank == 0) requeue_self();
-        return EXIT_PREEMPTED;
+        ch_log_info("%s at the end of epoch %d (global step %lld): stopping; %s continues at "
+                    "epoch %d", reason, epoch, (long long)j->global_step, j->resume_path, epoch + 1);
+        ch_job_requeue(j->job);
+        return CH_EXIT_PREEMPTED;
     }
     if (j->stop_after > 0 && epoch + 1 - j->start_epoch >= j->stop_after && !last) {
         ch_log_info("stopping after %d epoch%s as train.stop_after asks; continue with --resume",
                     j->stop_after, j->stop_after == 1 ? "" : "s");
-        return -1;
+        return CH_EXIT_OK;
     }
-    return EXIT_OK;
+    return CH_JOB_CONTINUE;
 }
 
-/* mkdir -p: create dir and every missing parent (mode 0777 & ~umask). */
-static ch_status make_dirs(const char *dir)
-{
-    char path[4096];
-    size_t n = strlen(dir);
-    if (n == 0 || n >= sizeof path) return CH_ERROR(CH_ERR_IO, "'%s': empty or too long", dir);
-    memcpy(path, dir, n + 1);
-    for (size_t i = 1; i <= n; i++) {
-        if (path[i] != '/' && path[i] != 0) continue;
-        char c = path[i];
-        path[i] = 0;
-        if (mkdir(path, 0777) && errno != EEXIST)
-            return CH_ERROR(CH_ERR_IO, "cannot create '%s': %s", path, strerror(errno));
-        path[i] = c;
-    }
-    return CH_OK;
-}
-
-
+/* Everything the recipe builds, each step's verdict agreed by every rank.
+ * Returns CH_JOB_CONTINUE or the exit code. */
 static int setup(job_t *j)
 {
-    ch_status s;
-    /* device choice and the per-node duplicate check */
-    ch_device_rule rule;
-    s = ch_device_rule_parse(j->device_rule_text, &rule);
-    if (s == CH_OK) {
-        int ndev = 0;
-        s = ch_device_count(&ndev);
-        if (s == CH_OK) s = ch_env_choose_device(&j->env, rule, ndev);
-    }
-    /* every rank takes part, also one whose own choice failed */
-    s = ch_env_check_devices_status(&j->env, s, MPI_COMM_WORLD);
-    if (agree(j, s, "device selection")) return EXIT_BAD_INPUT;
-
-    /* GPU ranks: all or none (the gradient collectives are NCCL or MPI for
-     * the whole world) */
-    j->on_gpu = j->env.device >= 0;
-    {
-        int mine[2] = {j->on_gpu, -j->on_gpu}, red[2] = {0, 0};
-        s = CH_OK;
-        if (MPI_Allreduce(mine, red, 2, MPI_INT, MPI_MIN, ch_pg_mpi_comm(j->pg)) != MPI_SUCCESS)
-            s = CH_ERROR(CH_ERR_MPI, "MPI_Allreduce of the GPU flags failed");
-        else if (red[0] != -red[1])
-            s = CH_ERROR(CH_ERR_INVALID, "some ranks have a GPU and others do not (this rank: %s); "
-                         "run every rank on GPUs or every rank on CPUs",
-                         j->on_gpu ? "GPU" : "no GPU");
-        if (s == CH_OK && j->bf16 && !j->on_gpu)
-            s = CH_ERROR(CH_ERR_CONFIG, "compute.bf16 = true needs a GPU, but this rank has none "
-                         "(%s); bf16 autocast is implemented by the GPU backend only",
-                         ch_device_backend_compiled() ? "no GPU visible"
-                                                      : "cohort was built without CUDA");
-        if (s == CH_OK && j->on_gpu) s = ch_device_set(j->env.device);
-    }
-    if (agree(j, s, "compute device")) return EXIT_BAD_INPUT;
-
-    ch_compute_options_t co;
-    ch_compute_options_default(&co);
-    co.num_threads = j->threads;
-    co.gpu_device = j->on_gpu ? j->env.device : -1;
-    co.allow_tf32 = j->allow_tf32;
-    co.bf16 = j->bf16;
-    co.conv_search = j->conv_search;
-    co.gpu_workspace_bytes = (size_t)j->gpu_workspace_mb << 20;
-    s = ch_compute_create(&j->cx, &co);
-    /* GPU state now (streams, handles), so failures show up here */
-    if (s == CH_OK && j->on_gpu) {
-        ch_error_clear();
-        if (!ch_compute_stream(j->cx, CH_DEV_CUDA))
-            s = ch_error_code() != CH_OK
-                    ? ch_error_context("GPU %d: setting up the compute backend", j->env.device)
-                    : CH_ERROR(CH_ERR_CUDA, "GPU %d: the compute backend could not set up its "
-                               "streams and handles", j->env.device);
-    }
-    if (agree(j, s, "compute backend")) return EXIT_ERROR;
-    if (j->on_gpu) {
-        /* NCCL over the MPI world for gradients and SyncBN; a failure may
-         * leave peers inside ncclCommInitRank, so it is fatal */
-        ch_check_fatal(ch_pg_create_nccl(j->pg, j->env.device, &j->nccl), "NCCL process group");
-        s = ch_pg_nccl_set_stream(j->nccl, ch_compute_stream(j->cx, CH_DEV_CUDA));
-        if (agree(j, s, "NCCL compute stream")) return EXIT_ERROR;
-    }
-
-    /* output directory: rank 0 creates and probes it */
-    s = CH_OK;
-    if (j->rank == 0) {
-        s = make_dirs(j->out.dir);
-        if (s == CH_OK) s = ch_checkpoint_check_dir(j->out.dir);
-        /* temp files of a writer killed in an earlier run (the files
-         * themselves are intact: writes are atomic) */
-        int removed = 0;
-        if (s == CH_OK) s = ch_atomic_file_remove_stale(j->resume_path, &removed);
-        if (s == CH_OK && removed)
-            ch_log_info("removed %d stale temporary file%s of %s", removed, removed == 1 ? "" : "s",
-                        j->resume_path);
-        if (s) ch_error_context("output.dir");
-    }
-    if (agree(j, s, "output directory")) return EXIT_BAD_INPUT;
-
+    ch_status s = read_config(j);
+    if (ch_job_agree(j->job, s, "configuration")) return CH_EXIT_BAD_INPUT;
     ch_data_setup_t du = {.in_channels = j->in_channels, .num_classes = j->num_classes,
                           .batch_size = j->batch_size, .seed = (uint64_t)j->seed,
                           .rank = j->rank, .world_size = j->world, .pinned = j->on_gpu,
                           .eval = j->do_eval};
     s = ch_data_create(&j->data_opt, &du, &j->data);
-    if (agree(j, s, "data")) return EXIT_BAD_INPUT;
+    if (ch_job_agree(j->job, s, "data")) return CH_EXIT_BAD_INPUT;
     j->steps_per_epoch = ch_loader_num_batches(j->data->train_loader);
     if (j->max_steps > 0 && j->max_steps < j->steps_per_epoch) j->steps_per_epoch = j->max_steps;
     ch_loader_t *loaders[2] = {j->data->train_loader, j->data->test_loader};
-    s = ch_batch_feed_create(j->cx, j->on_gpu ? CH_DEV_CUDA : CH_DEV_CPU, j->env.device, loaders,
+    s = ch_batch_feed_create(j->cx, j->on_gpu ? CH_DEV_CUDA : CH_DEV_CPU, j->device, loaders,
                              2, &j->feed);
-    if (agree(j, s, "device input buffers")) return EXIT_ERROR;
+    if (ch_job_agree(j->job, s, "device input buffers")) return CH_EXIT_ERROR;
 
     s = build_model(j);
-    if (agree(j, s, "model")) return EXIT_BAD_INPUT;
+    if (ch_job_agree(j->job, s, "model")) return CH_EXIT_BAD_INPUT;
 
     char auto_path[4096];
     const char *from = NULL;
     s = ch_train_output_resume_source(&j->out, auto_path, sizeof auto_path, &from);
     if (s == CH_OK && from) s = resume(j, from);
-    if (agree(j, s, "resume")) return EXIT_BAD_INPUT;
+    if (ch_job_agree(j->job, s, "resume")) return CH_EXIT_BAD_INPUT;
     /* all ranks start identical: rank 0's parameters and buffers */
     s = ch_ddp_broadcast_state(j->ddp);
-    if (agree(j, s, "broadcast of initial state")) return EXIT_ERROR;
+    if (ch_job_agree(j->job, s, "broadcast of initial state")) return CH_EXIT_ERROR;
     if (from)
         ch_log_info("resumed from %s at epoch %d, step %lld of the epoch (global step %lld)",
                     from, j->start_epoch, (long long)j->start_step_in_epoch,
@@ -765,28 +606,30 @@ static int setup(job_t *j)
                               "images_per_sec", "seconds"};
         s = ch_metrics_open(&j->metrics, j->out.dir, "metrics.csv", cols, 6, j->start_epoch);
     }
-    if (agree(j, s, "metrics files")) return EXIT_BAD_INPUT;
-    s = ch_preempt_install(j->warning_signal);
-    if (agree(j, s, "signal handlers")) return EXIT_ERROR;
-    return EXIT_OK;
+    if (ch_job_agree(j->job, s, "metrics files")) return CH_EXIT_BAD_INPUT;
+    return CH_JOB_CONTINUE;
 }
 
 static void describe(job_t *j)
 {
     if (j->rank != 0) return;
     char cxd[256];
+    ch_compute_options_t co;
+    ch_compute_options_default(&co);
+    if (ch_compute_from_config(j->cfg, &co)) ch_error_clear(); /* read at init already */
     ch_compute_describe(j->cx, cxd, sizeof cxd);
-    ch_log_info("cohort-train: %s, %d rank%s (%s), %s", j->arch, j->world, j->world == 1 ? "" : "s",
-                j->env.note, j->env.device >= 0 ? "GPU" : "CPU");
+    ch_log_info("cohort-train: %s, %d rank%s, %s", j->arch, j->world, j->world == 1 ? "" : "s",
+                j->on_gpu ? "GPU" : "CPU");
     ch_log_info("compute: %s; %d thread%s per rank", cxd, ch_compute_num_threads(j->cx),
                 ch_compute_num_threads(j->cx) == 1 ? "" : "s");
     if (j->on_gpu) {
         char name[256] = "?";
-        if (ch_device_name(j->env.device, name, sizeof name) != CH_OK) ch_error_clear();
+        if (ch_device_name(j->device, name, sizeof name) != CH_OK) ch_error_clear();
         ch_log_info("GPU: rank 0 on device %d (%s); %s, TF32 convolutions %s, conv algorithms by "
                     "%s, workspace cap %d MiB; gradients and SyncBN over NCCL",
-                    j->env.device, name, j->bf16 ? "bf16 autocast" : "fp32",
-                    j->allow_tf32 ? "on" : "off", j->conv_search_text, j->gpu_workspace_mb);
+                    j->device, name, co.bf16 ? "bf16 autocast" : "fp32",
+                    co.allow_tf32 ? "on" : "off", ch_compute_conv_search_names[co.conv_search],
+                    (int)(co.gpu_workspace_bytes >> 20));
     }
     ch_log_info("data: %s (%s): %lld train / %lld test samples, batch %d per rank (%d global), "
                 "%lld steps per epoch, %d workers",
@@ -804,104 +647,63 @@ static void describe(job_t *j)
                 j->sched.lrf);
 }
 
-static void cleanup(job_t *j)
+/* Registered with ch_job_on_finalize: runs on every exit path. */
+static void cleanup(void *arg)
 {
-    /* The preemption handlers stay installed (they only set a flag): a
-     * warning signal that arrives during the final cleanup must not kill a
-     * job that has finished its work. */
-    if (j->metrics) (void)ch_metrics_destroy(j->metrics);
+    job_t *j = arg;
+    if (j->metrics && ch_metrics_destroy(j->metrics)) ch_log_warn("metrics: %s", ch_error_message());
     ch_ddp_destroy(j->ddp);
     ch_sgd_destroy(j->sgd);
     ch_model_destroy(j->model);
     ch_batch_feed_destroy(j->feed);
     ch_data_destroy(j->data);
-    ch_compute_destroy(j->cx);
-    ch_prof_destroy(j->prof);
-    ch_pg_destroy(j->nccl);
-    ch_pg_destroy(j->pg);
-    ch_config_destroy(j->cfg);
 }
 
 int main(int argc, char **argv)
 {
-    job_t job, *j = &job;
-    int provided = 0, rc = EXIT_OK, stopped_early = 0;
-    memset(j, 0, sizeof *j);
-    MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
-
-    /* identity first, so that every message carries the right rank */
-    /* rank and world only: the GPU is chosen after the config is read
-     * (dist.device_rule) */
-    ch_env_options_t eo = {.needs_mpi_collectives = 1, .device_rule = CH_DEVICE_RULE_AUTO,
-                           .identity_only = 1};
-    ch_status s = ch_env_discover(&eo, &j->env);
-    if (s) {
-        fprintf(stderr, "cohort-train: %s\n", ch_error_message());
-        MPI_Finalize();
-        return EXIT_BAD_INPUT;
-    }
-    j->rank = j->env.rank;
-    j->world = j->env.world_size;
-    ch_log_set_rank(j->rank, j->world);
-    /* COHORT_LOG_LEVEL=debug: every rank states who it is (and what Slurm
-     * told it), to check a launch. */
-    {
-        const char *procid = getenv("SLURM_PROCID"), *ntasks = getenv("SLURM_NTASKS");
-        ch_log_debug("identity: %s; node %s; SLURM_PROCID %s, SLURM_NTASKS %s", j->env.note,
-                     j->env.node_name, procid ? procid : "-", ntasks ? ntasks : "-");
-    }
-    s = ch_pg_create_mpi(MPI_COMM_WORLD, &j->pg);
-    if (s) ch_fatal("process group", EXIT_ERROR);
-
-    int nargc = 0;
-    char **nargv = rewrite_args(argc, argv, &nargc);
-    ch_config_key_t keys[N_TRAIN_KEYS + CH_DATA_N_CONFIG_KEYS + CH_SGD_N_CONFIG_KEYS +
-                         CH_LR_COSINE_N_CONFIG_KEYS + CH_TRAIN_OUTPUT_N_CONFIG_KEYS +
-                         CH_DDP_N_CONFIG_KEYS + N_RUNTIME_KEYS];
-    int nk = 0;
-#define ADD(t, n) (memcpy(keys + nk, t, (size_t)(n) * sizeof *keys), nk += (n))
-    ADD(ch_data_config_keys, CH_DATA_N_CONFIG_KEYS);
-    ADD(train_keys, N_TRAIN_KEYS);
-    ADD(ch_sgd_config_keys, CH_SGD_N_CONFIG_KEYS);
-    ADD(ch_lr_cosine_config_keys, CH_LR_COSINE_N_CONFIG_KEYS);
-    ADD(ch_train_output_config_keys, CH_TRAIN_OUTPUT_N_CONFIG_KEYS);
-    ADD(ch_ddp_config_keys, CH_DDP_N_CONFIG_KEYS);
-    ADD(runtime_keys, N_RUNTIME_KEYS);
-#undef ADD
-    s = ch_config_load(keys, nk, nargc, nargv, &j->cfg);
-    free(nargv);
-    if (s == CH_OK && ch_config_help_requested(j->cfg)) {
-        /* ch_config_load printed the table (on rank 0) */
-        cleanup(j);
-        MPI_Finalize();
-        return EXIT_OK;
-    }
-    if (s == CH_OK) s = read_config(j);
-    if (s) {
-        /* the same on every rank: rank 0 reports it once */
-        if (j->rank == 0) fprintf(stderr, "cohort-train: %s\n", ch_error_message());
-        cleanup(j);
-        MPI_Finalize();
-        return EXIT_BAD_INPUT;
-    }
-    j->is_tty = isatty(STDERR_FILENO);
-    if (ch_prof_create(phase_names, PH_N, &j->prof)) ch_fatal("profiler", EXIT_ERROR);
-
+    static job_t job;
+    job_t *j = &job;
+    const ch_config_table_t tables[] = {
+        {"train", train_keys, N_TRAIN_KEYS},
+        ch_data_config_table(),
+        ch_sgd_config_table(),
+        ch_lr_cosine_config_table(),
+        ch_ddp_config_table(),
+        ch_train_output_config_table(),
+        ch_job_runtime_table(),
+        ch_compute_config_table(),
+    };
+    ch_job_options_t o;
+    ch_job_options_default(&o, "cohort-train",
+                           "data-parallel training of ResNets (the PyTorch DDP recipe)");
+    o.tables = tables;
+    o.n_tables = (int)(sizeof tables / sizeof tables[0]);
+    o.compute = 1;
+    o.threads_key = "train.threads";
+    o.output_dir_key = "output.dir";
+    o.phase_names = phase_names;
+    o.n_phases = PH_N;
+    o.preemption = 1;
+    o.rewrite_args = rewrite_args;
+    int rc = ch_job_init(&o, argc, argv, &j->job);
+    if (rc != CH_JOB_CONTINUE) return ch_job_finalize(j->job, rc);
+    if (ch_job_on_finalize(j->job, cleanup, j)) return ch_job_finalize(j->job, CH_EXIT_ERROR);
+    j->cfg = ch_job_config(j->job);
+    j->rank = ch_job_rank(j->job);
+    j->world = ch_job_world_size(j->job);
+    j->pg = ch_job_pg(j->job);
+    j->nccl = ch_job_nccl(j->job);
+    j->cx = ch_job_compute(j->job);
+    j->on_gpu = ch_job_on_gpu(j->job);
+    j->device = ch_job_env(j->job)->device;
+    j->prof = ch_job_profiler(j->job);
     rc = setup(j);
-    if (rc != EXIT_OK) {
-        cleanup(j);
-        MPI_Finalize();
-        return rc;
-    }
-    describe(j);
-
-    for (int epoch = j->start_epoch; epoch < j->sched.epochs && rc == EXIT_OK; epoch++)
+    if (rc == CH_JOB_CONTINUE) describe(j);
+    for (int epoch = j->start_epoch; rc == CH_JOB_CONTINUE && epoch < j->sched.epochs; epoch++)
         rc = run_epoch(j, epoch);
-    stopped_early = rc == -1;
-    if (stopped_early) rc = EXIT_OK;
-    if (rc == EXIT_OK && !stopped_early) ch_log_info("training finished: %d epochs", j->sched.epochs);
-    ch_prof_report(j->prof, MPI_COMM_WORLD, stdout);
-    cleanup(j);
-    MPI_Finalize();
-    return rc;
+    if (rc == CH_JOB_CONTINUE) {
+        ch_log_info("training finished: %d epochs", j->sched.epochs);
+        rc = CH_EXIT_OK;
+    }
+    return ch_job_finalize(j->job, rc);
 }

@@ -26,12 +26,17 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-/* Load argv (NULL-terminated, argv[0] the program) against one table. */
-static ch_status load(const ch_config_key_t *keys, int n, char **argv, ch_config_t **cfg)
+/* Load argv (NULL-terminated, argv[0] the program) against the tables. */
+static ch_status load_tables(const ch_config_table_t *t, int n, char **argv, ch_config_t **cfg)
 {
     int argc = 0;
     while (argv[argc]) argc++;
-    return ch_config_load(keys, n, argc, argv, cfg);
+    return ch_config_load_tables(t, n, NULL, argc, argv, cfg);
+}
+
+static ch_status load(ch_config_table_t t, char **argv, ch_config_t **cfg)
+{
+    return load_tables(&t, 1, argv, cfg);
 }
 
 static void test_data_defaults(void **state)
@@ -39,7 +44,7 @@ static void test_data_defaults(void **state)
     (void)state;
     char *argv[] = {"prog", NULL};
     ch_config_t *cfg = NULL;
-    assert_ch_ok(load(ch_data_config_keys, CH_DATA_N_CONFIG_KEYS, argv, &cfg));
+    assert_ch_ok(load(ch_data_config_table(), argv, &cfg));
     ch_data_options_t o;
     assert_ch_ok(ch_data_options_from_config(cfg, &o));
     assert_string_equal(o.path, "/usr/share/datasets/fashion-mnist");
@@ -62,20 +67,20 @@ static void test_data_options_errors(void **state)
     ch_config_t *cfg = NULL;
     ch_data_options_t o;
     char *fmt[] = {"prog", "--data.format=lmdb", NULL};
-    assert_ch_ok(load(ch_data_config_keys, CH_DATA_N_CONFIG_KEYS, fmt, &cfg));
+    assert_ch_ok(load(ch_data_config_table(), fmt, &cfg));
     assert_ch_error(ch_data_options_from_config(cfg, &o), CH_ERR_CONFIG, "idx, cifar10, imagefolder");
     ch_config_destroy(cfg);
     char *nan_[] = {"prog", "--data.mean=0.5,x,0.5", NULL};
-    assert_ch_ok(load(ch_data_config_keys, CH_DATA_N_CONFIG_KEYS, nan_, &cfg));
+    assert_ch_ok(load(ch_data_config_table(), nan_, &cfg));
     assert_ch_error(ch_data_options_from_config(cfg, &o), CH_ERR_CONFIG, "data.mean: 'x' is not a number");
     ch_config_destroy(cfg);
     char *zero[] = {"prog", "--data.std=0.2,0", NULL};
-    assert_ch_ok(load(ch_data_config_keys, CH_DATA_N_CONFIG_KEYS, zero, &cfg));
+    assert_ch_ok(load(ch_data_config_table(), zero, &cfg));
     assert_ch_error(ch_data_options_from_config(cfg, &o), CH_ERR_CONFIG,
                     "data.std: value 0 for channel 1 must be > 0");
     ch_config_destroy(cfg);
     char *two[] = {"prog", "--data.mean=0.4,0.5", "--data.std=0.2,0.3", NULL};
-    assert_ch_ok(load(ch_data_config_keys, CH_DATA_N_CONFIG_KEYS, two, &cfg));
+    assert_ch_ok(load(ch_data_config_table(), two, &cfg));
     assert_ch_ok(ch_data_options_from_config(cfg, &o));
     assert_ch_error(ch_data_options_check_channels(&o, 3), CH_ERR_CONFIG,
                     "data.mean: 2 values given, expected 1 or 3 (one per input channel, "
@@ -131,7 +136,7 @@ static void test_data_create_cifar(void **state)
                     "--data.mean=0.5,0.5,0.5", "--data.std=0.25", "--data.random_crop_padding=4",
                     "--data.hflip", "--data.workers=0", NULL};
     ch_config_t *cfg = NULL;
-    assert_ch_ok(load(ch_data_config_keys, CH_DATA_N_CONFIG_KEYS, argv, &cfg));
+    assert_ch_ok(load(ch_data_config_table(), argv, &cfg));
     ch_data_options_t o;
     assert_ch_ok(ch_data_options_from_config(cfg, &o));
     ch_data_setup_t u = {.in_channels = 3, .num_classes = 10, .batch_size = 8, .seed = 1,
@@ -186,7 +191,7 @@ static ch_data_t *cifar_data(char *d, size_t dlen, int eval)
     char *argv[] = {"prog", opt, "--data.format=cifar10", "--data.workers=1",
                     "--data.random_crop_padding=2", NULL};
     ch_config_t *cfg = NULL;
-    assert_ch_ok(load(ch_data_config_keys, CH_DATA_N_CONFIG_KEYS, argv, &cfg));
+    assert_ch_ok(load(ch_data_config_table(), argv, &cfg));
     ch_data_options_t o;
     assert_ch_ok(ch_data_options_from_config(cfg, &o));
     ch_data_setup_t u = {.in_channels = 3, .num_classes = 10, .batch_size = 8, .seed = 3,
@@ -363,34 +368,33 @@ static void test_ddp_options(void **state)
     ch_config_t *cfg = NULL;
     ch_ddp_options_t o;
     char *dflt[] = {"prog", NULL};
-    assert_ch_ok(load(ch_ddp_config_keys, CH_DDP_N_CONFIG_KEYS, dflt, &cfg));
+    assert_ch_ok(load(ch_ddp_config_table(), dflt, &cfg));
     assert_ch_ok(ch_ddp_options_from_config(cfg, &o));
     assert_int_equal(o.bucket_cap_bytes, (size_t)25 << 20);
     assert_int_equal(o.broadcast_buffers, 1);
     ch_config_destroy(cfg);
     char *set[] = {"prog", "--dist.bucket_mb=0.5", "--dist.broadcast_buffers=false", NULL};
-    assert_ch_ok(load(ch_ddp_config_keys, CH_DDP_N_CONFIG_KEYS, set, &cfg));
+    assert_ch_ok(load(ch_ddp_config_table(), set, &cfg));
     assert_ch_ok(ch_ddp_options_from_config(cfg, &o));
     assert_int_equal(o.bucket_cap_bytes, (size_t)1 << 19);
     assert_int_equal(o.broadcast_buffers, 0);
     ch_config_destroy(cfg);
     char *bad[] = {"prog", "--dist.bucket_mb=0", NULL};
-    assert_ch_error(load(ch_ddp_config_keys, CH_DDP_N_CONFIG_KEYS, bad, &cfg), CH_ERR_CONFIG,
+    assert_ch_error(load(ch_ddp_config_table(), bad, &cfg), CH_ERR_CONFIG,
                     "dist.bucket_mb");
 }
 
 static void test_sgd_and_schedule_options(void **state)
 {
     (void)state;
-    ch_config_key_t keys[CH_SGD_N_CONFIG_KEYS + CH_LR_COSINE_N_CONFIG_KEYS];
-    memcpy(keys, ch_sgd_config_keys, sizeof ch_sgd_config_keys);
-    memcpy(keys + CH_SGD_N_CONFIG_KEYS, ch_lr_cosine_config_keys, sizeof ch_lr_cosine_config_keys);
-    const int n = CH_SGD_N_CONFIG_KEYS + CH_LR_COSINE_N_CONFIG_KEYS;
+    const ch_config_table_t t[2] = {ch_sgd_config_table(), ch_lr_cosine_config_table()};
+    assert_string_equal(t[0].title, "optimizer");
+    assert_string_equal(t[1].title, "schedule");
     ch_config_t *cfg = NULL;
     ch_sgd_options_t o;
     ch_lr_cosine_t sch;
     char *dflt[] = {"prog", NULL};
-    assert_ch_ok(load(keys, n, dflt, &cfg));
+    assert_ch_ok(load_tables(t, 2, dflt, &cfg));
     assert_ch_ok(ch_sgd_options_from_config(cfg, &o));
     assert_true(o.lr == 0.01 && o.momentum == 0.9 && o.dampening == 0 &&
                 o.weight_decay == 0.005 && !o.nesterov);
@@ -399,13 +403,13 @@ static void test_sgd_and_schedule_options(void **state)
     assert_true(sch.lrf == 0.1 && sch.base_lr == 0.02 && sch.epoch == 0);
     ch_config_destroy(cfg);
     char *nest[] = {"prog", "--optimizer.nesterov", "--optimizer.momentum=0", NULL};
-    assert_ch_ok(load(keys, n, nest, &cfg));
+    assert_ch_ok(load_tables(t, 2, nest, &cfg));
     assert_ch_error(ch_sgd_options_from_config(cfg, &o), CH_ERR_CONFIG,
                     "optimizer.nesterov needs momentum > 0 and dampening 0 (got momentum 0, "
                     "dampening 0)");
     ch_config_destroy(cfg);
     char *set[] = {"prog", "--optimizer.nesterov", "--schedule.epochs=90", "--schedule.lrf=0", NULL};
-    assert_ch_ok(load(keys, n, set, &cfg));
+    assert_ch_ok(load_tables(t, 2, set, &cfg));
     assert_ch_ok(ch_sgd_options_from_config(cfg, &o));
     assert_int_equal(o.nesterov, 1);
     assert_ch_ok(ch_lr_cosine_from_config(cfg, 1.0, &sch));

@@ -483,8 +483,9 @@ static void test_output_options(void **state)
     (void)state;
     char *argv[] = {"prog", "--output.dir", dir, "--output.save_every=2", NULL};
     ch_config_t *cfg = NULL;
-    assert_ch_ok(ch_config_load(ch_train_output_config_keys, CH_TRAIN_OUTPUT_N_CONFIG_KEYS, 4,
-                                argv, &cfg));
+    ch_config_table_t t = ch_train_output_config_table();
+    assert_string_equal(t.title, "output");
+    assert_ch_ok(ch_config_load_tables(&t, 1, NULL, 4, argv, &cfg));
     ch_train_output_options_t o;
     assert_ch_ok(ch_train_output_options_from_config(cfg, &o));
     assert_string_equal(o.dir, dir);

@@ -51,11 +51,17 @@ void ch_ddp_options_default(ch_ddp_options_t *o)
     o->broadcast_buffers = 1;
 }
 
-const ch_config_key_t ch_ddp_config_keys[CH_DDP_N_CONFIG_KEYS] = {
+static const ch_config_key_t ch_ddp_config_keys[] = {
     {"dist.bucket_mb", CH_CFG_FLOAT, "25", 0.001, 1e6, "DDP gradient bucket size in MiB."},
     {"dist.broadcast_buffers", CH_CFG_BOOL, "true", CH_CFG_NO_RANGE,
      "Broadcast rank 0's BN buffers before each forward (when SyncBN is off)."},
 };
+
+ch_config_table_t ch_ddp_config_table(void)
+{
+    ch_config_table_t t = {"ddp", ch_ddp_config_keys, (int)(sizeof ch_ddp_config_keys / sizeof ch_ddp_config_keys[0])};
+    return t;
+}
 
 ch_status ch_ddp_options_from_config(const ch_config_t *cfg, ch_ddp_options_t *o)
 {

@@ -77,13 +77,12 @@ void ch_ddp_options_default(ch_ddp_options_t *o);
  *                           torch's bucket_cap_mb), range [0.001, 1e6]
  *   dist.broadcast_buffers  bool (default true, torch's broadcast_buffers)
  */
-#define CH_DDP_N_CONFIG_KEYS 2
-extern const ch_config_key_t ch_ddp_config_keys[CH_DDP_N_CONFIG_KEYS];
+ch_config_table_t ch_ddp_config_table(void);
 
 /* Options from those keys (PETSc's set-from-options): bucket_cap_bytes =
  * dist.bucket_mb * 2^20 (rounded down), broadcast_buffers =
  * dist.broadcast_buffers. cfg must have been loaded with
- * ch_ddp_config_keys among its keys. Errors: CH_ERR_INVALID (a key missing
+ * ch_ddp_config_table among its tables. Errors: CH_ERR_INVALID (a key missing
  * from cfg's table). */
 ch_status ch_ddp_options_from_config(const ch_config_t *cfg, ch_ddp_options_t *o);
 

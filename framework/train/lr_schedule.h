@@ -28,8 +28,7 @@ typedef struct {
  *                    [1, 1e6])
  *   schedule.lrf     float, final learning-rate fraction (default 0.1, [0, 1])
  */
-#define CH_LR_COSINE_N_CONFIG_KEYS 2
-extern const ch_config_key_t ch_lr_cosine_config_keys[CH_LR_COSINE_N_CONFIG_KEYS];
+ch_config_table_t ch_lr_cosine_config_table(void);
 
 /* Initialise *s at epoch 0 from those keys with base_lr (the optimizer's lr
  * after linear scaling). Errors: as ch_lr_cosine_init; CH_ERR_INVALID for a

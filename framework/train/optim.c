@@ -34,7 +34,7 @@ struct ch_sgd {
     ch_sgd_tensor_t *ts;   /* GPU: the fused step's tensor list (cap entries) */
 };
 
-const ch_config_key_t ch_sgd_config_keys[CH_SGD_N_CONFIG_KEYS] = {
+static const ch_config_key_t ch_sgd_config_keys[] = {
     {"optimizer.lr", CH_CFG_FLOAT, "0.01", 0, 1e3,
      "Base learning rate per rank; the job uses lr x world size."},
     {"optimizer.momentum", CH_CFG_FLOAT, "0.9", 0, 1e3, "SGD momentum."},
@@ -42,6 +42,12 @@ const ch_config_key_t ch_sgd_config_keys[CH_SGD_N_CONFIG_KEYS] = {
     {"optimizer.weight_decay", CH_CFG_FLOAT, "0.005", 0, 1e3, "SGD weight decay (L2)."},
     {"optimizer.nesterov", CH_CFG_BOOL, "false", CH_CFG_NO_RANGE, "Nesterov momentum."},
 };
+
+ch_config_table_t ch_sgd_config_table(void)
+{
+    ch_config_table_t t = {"optimizer", ch_sgd_config_keys, (int)(sizeof ch_sgd_config_keys / sizeof ch_sgd_config_keys[0])};
+    return t;
+}
 
 ch_status ch_sgd_options_from_config(const ch_config_t *cfg, ch_sgd_options_t *o)
 {

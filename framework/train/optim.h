@@ -50,8 +50,7 @@ typedef struct ch_sgd ch_sgd_t;
  *   optimizer.weight_decay  float (default 0.005, [0, 1e3])
  *   optimizer.nesterov      bool (default false)
  */
-#define CH_SGD_N_CONFIG_KEYS 5
-extern const ch_config_key_t ch_sgd_config_keys[CH_SGD_N_CONFIG_KEYS];
+ch_config_table_t ch_sgd_config_table(void);
 
 /* Options from those keys (PETSc's set-from-options); o->lr is the per-rank
  * optimizer.lr (scale it by the world size before ch_sgd_create).
