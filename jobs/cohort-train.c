@@ -112,7 +112,7 @@ typedef struct {
     ch_config_t *cfg;
     const char *arch, *weights;
     int num_classes, in_channels, weights_reshape, freeze, sync_bn;
-    int batch_size, threads, log_every, stop_after, do_eval;
+    int batch_size, log_every, stop_after, do_eval;
     long long seed, max_steps;
     ch_data_options_t data_opt;
     ch_sgd_options_t sgd_opt;
@@ -148,6 +148,7 @@ static char **rewrite_args(int argc, char **argv, int *out_argc)
 {
     char **v = calloc((size_t)argc + 2, sizeof *v);
     int n = 0;
+    if (!v) return NULL;
     for (int i = 0; i < argc; i++) {
         if (!strcmp(argv[i], "--resume")) {
             if (i + 1 < argc && strncmp(argv[i + 1], "--", 2)) {
@@ -181,7 +182,6 @@ static ch_status read_config(job_t *j)
     CH_TRY(ch_config_get_bool(c, "model.sync_bn", &j->sync_bn));
     CH_TRY(ch_config_get_int(c, "train.batch_size", &j->batch_size));
     CH_TRY(ch_config_get_int64(c, "train.seed", &j->seed));
-    CH_TRY(ch_config_get_int(c, "train.threads", &j->threads));
     CH_TRY(ch_config_get_int64(c, "train.max_steps", &j->max_steps));
     CH_TRY(ch_config_get_int(c, "train.log_every", &j->log_every));
     CH_TRY(ch_config_get_int(c, "train.stop_after", &j->stop_after));
@@ -196,22 +196,6 @@ static ch_status read_config(job_t *j)
 }
 
 /* ------------------------------------------------------------------ model */
-
-static ch_status sync_allreduce(void *ctx, float *data, size_t n)
-{
-    return ch_pg_allreduce((ch_pg_t *)ctx, data, data, (int64_t)n, CH_DIST_FLOAT32, CH_REDUCE_SUM);
-}
-
-static ch_status sync_allgather(void *ctx, const float *in, float *out, size_t n)
-{
-    return ch_pg_allgather((ch_pg_t *)ctx, in, out, (int64_t)n, CH_DIST_FLOAT32);
-}
-
-/* SyncBN on a GPU: the per-rank element counts travel on the host. */
-static ch_status sync_count_gather(void *ctx, int64_t local, int64_t *all)
-{
-    return ch_pg_allgather((ch_pg_t *)ctx, &local, all, 1, CH_DIST_INT64);
-}
 
 /* The model (pretrained weights, freezing, device, SyncBN), its DDP, the
  * SGD with lr x world size and the cosine schedule. */
@@ -242,11 +226,8 @@ static ch_status build_model(job_t *j)
         CH_TRY(ch_model_to_device(j->model, CH_DEV_CUDA, j->device));
         grad_pg = j->nccl;
     }
-    if (j->sync_bn && !j->freeze && j->world > 1) {
-        ch_nn_sync_t sync = {sync_allreduce, sync_allgather, grad_pg, j->rank, j->world};
-        CH_TRY(ch_model_convert_sync_bn(j->model, &sync, &j->converted_sync_bn));
-        if (j->on_gpu) CH_TRY(ch_model_set_sync_count_gather(j->model, sync_count_gather, j->pg));
-    }
+    if (j->sync_bn && !j->freeze && j->world > 1)
+        CH_TRY(ch_ddp_convert_sync_bn(j->model, grad_pg, j->pg, &j->converted_sync_bn));
     ch_ddp_options_t dopt = j->ddp_opt;
     dopt.broadcast_buffers = dopt.broadcast_buffers && !j->converted_sync_bn;
     CH_TRY(ch_ddp_create(j->model, grad_pg, &dopt, &j->ddp));

@@ -101,6 +101,18 @@ ch_status ch_ddp_create(ch_model_t *model, ch_pg_t *pg, const ch_ddp_options_t *
  * has no GPU stream. */
 ch_status ch_ddp_set_compute(ch_ddp_t *ddp, ch_compute_t *cx);
 
+/* torch.nn.SyncBatchNorm.convert_sync_batchnorm over process groups: every
+ * BatchNorm2d of model becomes a SyncBatchNorm (framework/nn/nn_exec.h)
+ * whose statistics go over pg (the group the gradients use: an NCCL group
+ * for a GPU model, whose buffers are then device memory, else an MPI one)
+ * and, on a GPU model, whose per-rank element counts go over host_pg (an
+ * MPI group; may be pg on the CPU). pg and host_pg must outlive the model.
+ * Call after ch_model_to_device and before ch_ddp_create. *n_converted (may
+ * be NULL) receives the number of layers converted. Errors: those of
+ * ch_model_convert_sync_bn and ch_model_set_sync_count_gather. */
+ch_status ch_ddp_convert_sync_bn(ch_model_t *model, ch_pg_t *pg, ch_pg_t *host_pg,
+                                 int *n_converted);
+
 /* Remove the hook, wait for anything in flight, free. NULL is a no-op. */
 void ch_ddp_destroy(ch_ddp_t *ddp);
 
