@@ -369,9 +369,9 @@ static int end_step(job_t *j, int epoch, int64_t step, int64_t steps, float loss
     r->steps_done = step + 1;
     if (!isfinite(lmean)) {
         if (j->rank == 0)
-            ch_log_error("non-finite loss %g at epoch %d, step %lld of %lld (global step %lld): "
-                     "stopping every rank", lmean, epoch, (long long)step + 1, (long long)steps,
-                     (long long)j->global_step);
+            ch_log_error("non-finite loss %g at epoch %d, step %lld of %lld (global step "
+                         "%lld): stopping every rank", lmean, epoch, (long long)step + 1,
+                         (long long)steps, (long long)j->global_step);
         return 1;
     }
     r->loss_sum += lmean;
