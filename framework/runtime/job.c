@@ -117,16 +117,15 @@ static int rank_in_mpi_error(const char *text)
     return -1;
 }
 
-/* A collective of the runtime failed: a peer rank is gone (or the network
- * is). One line from this rank; no collective after this. */
-static void report_peer_lost(ch_job_t *job, const char *what, int mpi_rc)
+/* A collective failed: a peer rank is gone (or the network is). One line
+ * from this rank, naming the lost rank when MPI's message does; no
+ * collective after this. */
+static void report_peer_lost_text(ch_job_t *job, const char *what, const char *detail)
 {
     if (job->peer_lost) return;
     job->peer_lost = 1;
-    char text[MPI_MAX_ERROR_STRING + 1] = "";
-    int len = 0;
-    if (MPI_Error_string(mpi_rc, text, &len) != MPI_SUCCESS) text[0] = 0;
-    text[len > 0 && len <= MPI_MAX_ERROR_STRING ? len : 0] = 0;
+    char text[CH_ERROR_MAX];
+    snprintf(text, sizeof text, "%s", detail ? detail : "");
     for (char *p = text; *p; p++)
         if (*p == '\n') *p = ' ';
     int lost = rank_in_mpi_error(text);
@@ -140,6 +139,25 @@ static void report_peer_lost(ch_job_t *job, const char *what, int mpi_rc)
              job->name, job->rank, who, what ? what : "a collective", text, CH_EXIT_PEER_LOST);
     fputs(line, stderr);
     fflush(stderr);
+}
+
+static void report_peer_lost(ch_job_t *job, const char *what, int mpi_rc)
+{
+    char text[MPI_MAX_ERROR_STRING + 1] = "";
+    int len = 0;
+    if (MPI_Error_string(mpi_rc, text, &len) != MPI_SUCCESS) len = 0;
+    text[len > 0 && len <= MPI_MAX_ERROR_STRING ? len : 0] = 0;
+    report_peer_lost_text(job, what, text);
+}
+
+int ch_job_check_collective(ch_job_t *job, ch_status s, const char *what)
+{
+    if (s == CH_OK) return 0;
+    if (job && s == CH_ERR_MPI) {
+        report_peer_lost_text(job, what, ch_error_message());
+        return CH_EXIT_PEER_LOST;
+    }
+    ch_fatal(what ? what : "collective", CH_EXIT_ERROR);
 }
 
 int ch_job_agree(ch_job_t *job, ch_status local, const char *what)
@@ -346,7 +364,8 @@ static int setup_compute(ch_job_t *job, const ch_job_options_t *opt, ch_device_r
         s = CH_ERROR(CH_ERR_INVALID, "some ranks have a GPU and others do not (this rank: %s); "
                      "run every rank on GPUs or every rank on CPUs",
                      job->on_gpu ? "GPU" : "no GPU");
-    if (s == CH_OK) s = ch_compute_from_config(job->cfg, &co);
+    ch_compute_options_default(&co);
+    if (s == CH_OK && has_key(job->cfg, "compute.bf16")) s = ch_compute_from_config(job->cfg, &co);
     if (s == CH_OK && opt->threads_key)
         s = ch_config_get_int(job->cfg, opt->threads_key, &co.num_threads);
     if (s == CH_OK && co.bf16 && !job->on_gpu)
@@ -458,7 +477,7 @@ static int init_steps(ch_job_t *job, const ch_job_options_t *opt, int argc, char
     ch_device_rule rule = CH_DEVICE_RULE_AUTO;
     if (s == CH_OK) s = read_runtime_keys(job, opt, &rule);
     if (ch_job_agree(job, s, NULL)) return CH_EXIT_BAD_INPUT;
-    ch_log_info("%s", job->env.note);
+    if (!opt->no_identity_line) ch_log_info("%s", job->env.note);
     /* COHORT_LOG_LEVEL=debug: every rank states who it is (and what Slurm
      * told it), to check a launch */
     {
@@ -689,13 +708,15 @@ int ch_job_finalize(ch_job_t *job, int exit_code)
     ch_config_destroy(job->cfg);
     if (job->env_ok) ch_env_finalize(&job->env);
     free(job->stop_file);
-    int started = job->mpi_started, lost = job->peer_lost;
+    const int started = job->mpi_started, lost = job->peer_lost;
     free(job);
     fflush(stdout);
     fflush(stderr);
-    /* After a lost peer MPI_Finalize may wait for it forever: the process
-     * ends without it (the launcher sees the exit code). */
-    if (started && !lost) MPI_Finalize();
+    /* After a lost peer MPI_Finalize (and MPI_Comm_free) may wait for it
+     * forever: the process ends here, without them; the launcher sees the
+     * exit code. (_exit: what MPI holds is not freed, by design.) */
+    if (lost) _exit(exit_code);
+    if (started) MPI_Finalize();
     return exit_code;
 }
 
