@@ -290,6 +290,8 @@ int64_t ch_loader_num_batches(const ch_loader_t *l) { return l->nb; }
 const ch_sampler_t *ch_loader_sampler(const ch_loader_t *l) { return l->sampler; }
 double ch_loader_wait_seconds(const ch_loader_t *l) { return l->wait_s; }
 
+int64_t ch_loader_batch_size(const ch_loader_t *l) { return l->batch_size; }
+
 void ch_loader_sample_shape(const ch_loader_t *l, int *c, int *h, int *w)
 {
     *c = l->c;

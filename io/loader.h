@@ -119,6 +119,9 @@ void ch_loader_release(ch_loader_t *l, ch_batch_t *batch);
 int64_t ch_loader_num_batches(const ch_loader_t *l);
 /* The loader's sampler (read-only use: num_samples, total_size, padding). */
 const ch_sampler_t *ch_loader_sampler(const ch_loader_t *l);
+/* Samples per batch (the configured batch_size; the last batch of an epoch
+ * may hold fewer). */
+int64_t ch_loader_batch_size(const ch_loader_t *l);
 /* Output sample shape (C, H, W). */
 void ch_loader_sample_shape(const ch_loader_t *l, int *c, int *h, int *w);
 /* Seconds ch_loader_next spent waiting for workers since create. */

@@ -205,6 +205,33 @@ static void test_missing_gradient_is_an_error(void **state)
     ch_ddp_destroy(ddp);
 }
 
+/* ch_ddp_convert_sync_bn: both BatchNorm layers of smallcnn become SyncBN
+ * over the group, so a training forward on rank-dependent batches leaves
+ * the same running statistics on every rank (per-rank BN would not). */
+static void test_convert_sync_bn(void **state)
+{
+    fixture_t *f = *state;
+    int n = -1;
+    assert_ch_ok(ch_ddp_convert_sync_bn(f->model, f->pg, f->pg, &n));
+    assert_int_equal(n, 2);
+    make_batch(f, ch_test_rank(), 1);
+    ch_model_train(f->model, 1);
+    const ch_tensor_t *logits = NULL;
+    assert_ch_ok(ch_model_forward(f->model, f->cx, &f->x, &logits));
+    const ch_param_t *rm = ch_model_find(f->model, "bn1.running_mean");
+    assert_non_null(rm);
+    const float *v = rm->data;
+    float *lo = malloc(rm->numel * sizeof *lo), *hi = malloc(rm->numel * sizeof *hi);
+    assert_int_equal(MPI_Allreduce(v, lo, (int)rm->numel, MPI_FLOAT, MPI_MIN, MPI_COMM_WORLD), MPI_SUCCESS);
+    assert_int_equal(MPI_Allreduce(v, hi, (int)rm->numel, MPI_FLOAT, MPI_MAX, MPI_COMM_WORLD), MPI_SUCCESS);
+    assert_memory_equal(lo, hi, rm->numel * sizeof *lo);
+    double moved = 0;
+    for (size_t i = 0; i < rm->numel; i++) moved += fabs((double)v[i]);
+    assert_true(moved > 0); /* the statistics did move from their initial 0 */
+    free(lo);
+    free(hi);
+}
+
 int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
@@ -212,6 +239,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_bucket_layout, setup, teardown),
         cmocka_unit_test_setup_teardown(test_broadcasts, setup, teardown),
         cmocka_unit_test_setup_teardown(test_missing_gradient_is_an_error, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_convert_sync_bn, setup, teardown),
     };
     return ch_test_main_mpi(argc, argv, tests, sizeof tests / sizeof tests[0]);
 }

@@ -51,6 +51,56 @@ void ch_ddp_options_default(ch_ddp_options_t *o)
     o->broadcast_buffers = 1;
 }
 
+static const ch_config_key_t ch_ddp_config_keys[] = {
+    {"dist.bucket_mb", CH_CFG_FLOAT, "25", 0.001, 1e6, "DDP gradient bucket size in MiB."},
+    {"dist.broadcast_buffers", CH_CFG_BOOL, "true", CH_CFG_NO_RANGE,
+     "Broadcast rank 0's BN buffers before each forward (when SyncBN is off)."},
+};
+
+ch_config_table_t ch_ddp_config_table(void)
+{
+    ch_config_table_t t = {"ddp", ch_ddp_config_keys, (int)(sizeof ch_ddp_config_keys / sizeof ch_ddp_config_keys[0])};
+    return t;
+}
+
+static ch_status sync_allreduce(void *pg, float *data, size_t n)
+{
+    return ch_pg_allreduce(pg, data, data, (int64_t)n, CH_DIST_FLOAT32, CH_REDUCE_SUM);
+}
+
+static ch_status sync_allgather(void *pg, const float *in, float *out, size_t n)
+{
+    return ch_pg_allgather(pg, in, out, (int64_t)n, CH_DIST_FLOAT32);
+}
+
+/* SyncBN on a GPU: the per-rank element counts travel on the host. */
+static ch_status sync_count_gather(void *pg, int64_t local, int64_t *all)
+{
+    return ch_pg_allgather(pg, &local, all, 1, CH_DIST_INT64);
+}
+
+ch_status ch_ddp_convert_sync_bn(ch_model_t *model, ch_pg_t *pg, ch_pg_t *host_pg,
+                                 int *n_converted)
+{
+    CH_REQUIRE(model && pg && host_pg, "ch_ddp_convert_sync_bn: NULL argument");
+    int dev_index;
+    ch_nn_sync_t sync = {sync_allreduce, sync_allgather, pg, ch_pg_rank(pg), ch_pg_size(pg)};
+    CH_TRY(ch_model_convert_sync_bn(model, &sync, n_converted));
+    if (ch_model_device(model, &dev_index) == CH_DEV_CUDA)
+        CH_TRY(ch_model_set_sync_count_gather(model, sync_count_gather, host_pg));
+    return CH_OK;
+}
+
+ch_status ch_ddp_options_from_config(const ch_config_t *cfg, ch_ddp_options_t *o)
+{
+    double mb;
+    ch_ddp_options_default(o);
+    CH_TRY(ch_config_get_double(cfg, "dist.bucket_mb", &mb));
+    CH_TRY(ch_config_get_bool(cfg, "dist.broadcast_buffers", &o->broadcast_buffers));
+    o->bucket_cap_bytes = (size_t)(mb * 1048576.0);
+    return CH_OK;
+}
+
 static ch_status launch(ch_ddp_t *d, bucket_t *b)
 {
     b->launched = 1;

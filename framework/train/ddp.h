@@ -51,6 +51,7 @@
 #ifndef COHORT_DDP_H
 #define COHORT_DDP_H
 
+#include "framework/core/configuration.h"
 #include "framework/dist/dist.h"
 #include "framework/nn/nn.h"
 #include "framework/ops/ops.h"
@@ -71,6 +72,20 @@ typedef struct {
 
 void ch_ddp_options_default(ch_ddp_options_t *o);
 
+/* The DDP's config keys (a job lists them as its "ddp" table):
+ *   dist.bucket_mb          float, MiB per gradient bucket (default 25,
+ *                           torch's bucket_cap_mb), range [0.001, 1e6]
+ *   dist.broadcast_buffers  bool (default true, torch's broadcast_buffers)
+ */
+ch_config_table_t ch_ddp_config_table(void);
+
+/* Options from those keys (PETSc's set-from-options): bucket_cap_bytes =
+ * dist.bucket_mb * 2^20 (rounded down), broadcast_buffers =
+ * dist.broadcast_buffers. cfg must have been loaded with
+ * ch_ddp_config_table among its tables. Errors: CH_ERR_INVALID (a key missing
+ * from cfg's table). */
+ch_status ch_ddp_options_from_config(const ch_config_t *cfg, ch_ddp_options_t *o);
+
 /* Build buckets over `model`'s trainable parameters and install the
  * gradient-ready hook on the model (replacing any other hook). The model
  * must be finalized; freeze parameters BEFORE creating the DDP. `pg` must
@@ -85,6 +100,18 @@ ch_status ch_ddp_create(ch_model_t *model, ch_pg_t *pg, const ch_ddp_options_t *
  * apart from remembering cx on the CPU. CH_ERR_UNSUPPORTED when the context
  * has no GPU stream. */
 ch_status ch_ddp_set_compute(ch_ddp_t *ddp, ch_compute_t *cx);
+
+/* torch.nn.SyncBatchNorm.convert_sync_batchnorm over process groups: every
+ * BatchNorm2d of model becomes a SyncBatchNorm (framework/nn/nn_exec.h)
+ * whose statistics go over pg (the group the gradients use: an NCCL group
+ * for a GPU model, whose buffers are then device memory, else an MPI one)
+ * and, on a GPU model, whose per-rank element counts go over host_pg (an
+ * MPI group; may be pg on the CPU). pg and host_pg must outlive the model.
+ * Call after ch_model_to_device and before ch_ddp_create. *n_converted (may
+ * be NULL) receives the number of layers converted. Errors: those of
+ * ch_model_convert_sync_bn and ch_model_set_sync_count_gather. */
+ch_status ch_ddp_convert_sync_bn(ch_model_t *model, ch_pg_t *pg, ch_pg_t *host_pg,
+                                 int *n_converted);
 
 /* Remove the hook, wait for anything in flight, free. NULL is a no-op. */
 void ch_ddp_destroy(ch_ddp_t *ddp);

@@ -11,6 +11,26 @@ double ch_lr_cosine_at(double base_lr, double lrf, int epochs, int epoch)
     return base_lr * lf;
 }
 
+static const ch_config_key_t ch_lr_cosine_config_keys[] = {
+    {"schedule.epochs", CH_CFG_INT, "5", 1, 1e6, "Epochs to train."},
+    {"schedule.lrf", CH_CFG_FLOAT, "0.1", 0, 1, "Cosine schedule's final learning-rate fraction."},
+};
+
+ch_config_table_t ch_lr_cosine_config_table(void)
+{
+    ch_config_table_t t = {"schedule", ch_lr_cosine_config_keys, (int)(sizeof ch_lr_cosine_config_keys / sizeof ch_lr_cosine_config_keys[0])};
+    return t;
+}
+
+ch_status ch_lr_cosine_from_config(const ch_config_t *cfg, double base_lr, ch_lr_cosine_t *s)
+{
+    int epochs;
+    double lrf;
+    CH_TRY(ch_config_get_int(cfg, "schedule.epochs", &epochs));
+    CH_TRY(ch_config_get_double(cfg, "schedule.lrf", &lrf));
+    return ch_lr_cosine_init(s, base_lr, lrf, epochs);
+}
+
 ch_status ch_lr_cosine_init(ch_lr_cosine_t *s, double base_lr, double lrf, int epochs)
 {
     CH_REQUIRE(s, "ch_lr_cosine_init: schedule is NULL");

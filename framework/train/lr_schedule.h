@@ -9,6 +9,7 @@
 #ifndef COHORT_LR_SCHEDULE_H
 #define COHORT_LR_SCHEDULE_H
 
+#include "framework/core/configuration.h"
 #include "framework/core/status.h"
 
 #ifdef __cplusplus
@@ -21,6 +22,18 @@ typedef struct {
     int epochs;     /* schedule length, > 0 */
     int epoch;      /* epochs stepped so far (LambdaLR's last_epoch) */
 } ch_lr_cosine_t;
+
+/* The schedule's config keys (a job lists them as its "schedule" table):
+ *   schedule.epochs  int, schedule length and epochs to train (default 5,
+ *                    [1, 1e6])
+ *   schedule.lrf     float, final learning-rate fraction (default 0.1, [0, 1])
+ */
+ch_config_table_t ch_lr_cosine_config_table(void);
+
+/* Initialise *s at epoch 0 from those keys with base_lr (the optimizer's lr
+ * after linear scaling). Errors: as ch_lr_cosine_init; CH_ERR_INVALID for a
+ * key missing from cfg's table. */
+ch_status ch_lr_cosine_from_config(const ch_config_t *cfg, double base_lr, ch_lr_cosine_t *s);
 
 /* lr(e) = base_lr * (((1 + cos(e * pi / epochs)) / 2) * (1 - lrf) + lrf).
  * Pure function; e may exceed epochs (the cosine continues, as in PyTorch). */

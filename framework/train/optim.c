@@ -34,6 +34,35 @@ struct ch_sgd {
     ch_sgd_tensor_t *ts;   /* GPU: the fused step's tensor list (cap entries) */
 };
 
+static const ch_config_key_t ch_sgd_config_keys[] = {
+    {"optimizer.lr", CH_CFG_FLOAT, "0.01", 0, 1e3,
+     "Base learning rate per rank; the job uses lr x world size."},
+    {"optimizer.momentum", CH_CFG_FLOAT, "0.9", 0, 1e3, "SGD momentum."},
+    {"optimizer.dampening", CH_CFG_FLOAT, "0", 0, 1, "SGD dampening."},
+    {"optimizer.weight_decay", CH_CFG_FLOAT, "0.005", 0, 1e3, "SGD weight decay (L2)."},
+    {"optimizer.nesterov", CH_CFG_BOOL, "false", CH_CFG_NO_RANGE, "Nesterov momentum."},
+};
+
+ch_config_table_t ch_sgd_config_table(void)
+{
+    ch_config_table_t t = {"optimizer", ch_sgd_config_keys, (int)(sizeof ch_sgd_config_keys / sizeof ch_sgd_config_keys[0])};
+    return t;
+}
+
+ch_status ch_sgd_options_from_config(const ch_config_t *cfg, ch_sgd_options_t *o)
+{
+    memset(o, 0, sizeof *o);
+    CH_TRY(ch_config_get_double(cfg, "optimizer.lr", &o->lr));
+    CH_TRY(ch_config_get_double(cfg, "optimizer.momentum", &o->momentum));
+    CH_TRY(ch_config_get_double(cfg, "optimizer.dampening", &o->dampening));
+    CH_TRY(ch_config_get_double(cfg, "optimizer.weight_decay", &o->weight_decay));
+    CH_TRY(ch_config_get_bool(cfg, "optimizer.nesterov", &o->nesterov));
+    if (o->nesterov && (o->momentum <= 0 || o->dampening != 0))
+        return CH_ERROR(CH_ERR_CONFIG, "optimizer.nesterov needs momentum > 0 and dampening 0 "
+                        "(got momentum %g, dampening %g)", o->momentum, o->dampening);
+    return CH_OK;
+}
+
 ch_status ch_sgd_create(const ch_sgd_options_t *o, ch_sgd_t **out)
 {
     CH_REQUIRE(o && out, "ch_sgd_create: NULL argument");

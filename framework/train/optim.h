@@ -20,6 +20,7 @@
 
 #include <stddef.h>
 
+#include "framework/core/configuration.h"
 #include "framework/core/status.h"
 #include "framework/tensor/tensor.h"
 
@@ -39,6 +40,24 @@ typedef struct {
 } ch_sgd_options_t;
 
 typedef struct ch_sgd ch_sgd_t;
+
+/* The optimizer's config keys (a job lists them as its "optimizer" table):
+ *   optimizer.lr            float, base learning rate PER RANK (default
+ *                           0.01, [0, 1e3]); the training job uses
+ *                           lr x world size (linear scaling rule)
+ *   optimizer.momentum      float (default 0.9, [0, 1e3])
+ *   optimizer.dampening     float (default 0, [0, 1])
+ *   optimizer.weight_decay  float (default 0.005, [0, 1e3])
+ *   optimizer.nesterov      bool (default false)
+ */
+ch_config_table_t ch_sgd_config_table(void);
+
+/* Options from those keys (PETSc's set-from-options); o->lr is the per-rank
+ * optimizer.lr (scale it by the world size before ch_sgd_create).
+ * Errors: CH_ERR_CONFIG for nesterov without momentum > 0 and dampening 0
+ * (the message names optimizer.nesterov and both values), CH_ERR_INVALID
+ * for a key missing from cfg's table. */
+ch_status ch_sgd_options_from_config(const ch_config_t *cfg, ch_sgd_options_t *o);
 
 /* Create an SGD optimizer with no parameters. CH_ERR_INVALID for values
  * PyTorch rejects (negative lr/momentum/weight_decay, nesterov with
