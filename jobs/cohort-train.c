@@ -621,9 +621,9 @@ static void describe(job_t *j)
                 ch_model_param_numel(j->model), ch_model_trainable_numel(j->model),
                 j->converted_sync_bn ? "on" : "off", ch_ddp_num_buckets(j->ddp),
                 ch_ddp_num_buckets(j->ddp) == 1 ? "" : "s");
-    ch_log_info("optimizer: SGD lr %g x %d ranks = %g, momentum %g, weight decay %g%s; cosine "
+    ch_log_info("optimizer: SGD lr %g x %d rank%s = %g, momentum %g, weight decay %g%s; cosine "
                 "schedule over %d epochs, lrf %g",
-                j->sgd_opt.lr, j->world, j->sgd_opt.lr * j->world, j->sgd_opt.momentum,
+                j->sgd_opt.lr, j->world, j->world == 1 ? "" : "s", j->sgd_opt.lr * j->world, j->sgd_opt.momentum,
                 j->sgd_opt.weight_decay, j->sgd_opt.nesterov ? ", nesterov" : "", j->sched.epochs,
                 j->sched.lrf);
 }

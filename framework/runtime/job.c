@@ -66,7 +66,7 @@ struct ch_job {
 
 static const ch_config_key_t runtime_keys[] = {
     {"dist.device_rule", CH_CFG_STRING, "auto", CH_CFG_NO_RANGE,
-     "GPU choice: auto (Slurm: SLURM_PROCID mod devices; else local rank), slurm, local_rank."},
+     "GPU choice: auto (Slurm: SLURM_PROCID mod devices; else local rank), slurm_procid_mod, local_rank."},
     {"dist.warning_signal", CH_CFG_STRING, "USR2", CH_CFG_NO_RANGE,
      "Signal announcing preemption (besides SIGTERM), e.g. from #SBATCH --signal=B:USR2@120."},
     {"dist.requeue", CH_CFG_BOOL, "false", CH_CFG_NO_RANGE,
