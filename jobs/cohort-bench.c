@@ -31,6 +31,7 @@
 
 #include "framework/tensor/device.h"
 #include "framework/dist/dist.h"
+#include "framework/core/config_man.h"
 #include "framework/core/log.h"
 #include "framework/core/status.h"
 
@@ -54,35 +55,78 @@ typedef struct {
 static int g_rank, g_size;
 static int g_aa; /* --aa: the "cohort" column also runs the raw call (A/A control) */
 
+/* The options, for --help and the man page (--help-man): one table. */
+static const ch_man_option_t bench_options[] = {
+    {"-b, --min-bytes N", "smallest message size in bytes (default 8)"},
+    {"-e, --max-bytes N", "largest message size in bytes (default 256M)"},
+    {"-f, --step-factor N", "multiply the size by N each step (default 2, >= 2)"},
+    {"-w, --warmup N", "untimed iterations per size and backend call (default 5)"},
+    {"-n, --iters N", "timed iterations per size (default 50)"},
+    {"--min-iters N", "at least this many timed iterations (default 5)"},
+    {"--bytes-per-size N", "fewer iterations for big sizes: iterations x bytes <= N,\n"
+                           "but >= --min-iters (default 1G)"},
+    {"-p, --place MODE", "out (out-of-place), in (in-place) or both (default out)"},
+    {"-c, --check 0|1", "compare cohort's result with the expected sum (default 1)"},
+    {"-d, --backend B", "auto, mpi or nccl (default auto: nccl when every rank\n"
+                        "has its own GPU, else mpi)"},
+    {"--aa", "A/A control: the cohort column runs the raw call too,\n"
+             "showing the noise floor of the comparison"},
+    {"--raw-comm C", "communicator of the raw MPI call: world (MPI_COMM_WORLD,\n"
+                     "default) or group (cohort's own duplicate of it)"},
+    {"-h, --help", "this text"},
+};
+#define N_BENCH_OPTIONS ((int)(sizeof bench_options / sizeof *bench_options))
+
+static const char bench_summary[] =
+    "all-reduce benchmark of cohort's process group against raw MPI or NCCL";
+static const char bench_intro[] =
+    "All-reduce (float32, sum) benchmark: cohort's ch_pg_allreduce against the raw\n"
+    "backend call on the same buffers, interleaved in one run. Sizes take K, M, G\n"
+    "suffixes (binary: 1K = 1024 bytes).";
+static const char bench_columns[] =
+    "Columns: time is the median over iterations of the slowest rank (us);\n"
+    "algbw = bytes/time; busbw = algbw*2(W-1)/W (GB/s = 1e9 B/s); maxerr = max\n"
+    "|cohort result - expected|; ratio = median over iterations of the paired\n"
+    "ratio cohort time / raw time of the two back-to-back calls of an iteration;\n"
+    "ratio min = fastest cohort call / fastest raw call.";
+
 static void usage(FILE *f)
 {
-    fprintf(f,
-        "usage: mpiexec -n W cohort-bench [options]\n"
-        "All-reduce (float32, sum) benchmark: cohort's ch_pg_allreduce against the raw\n"
-        "backend call on the same buffers, interleaved in one run. Sizes take K, M, G\n"
-        "suffixes (binary: 1K = 1024 bytes).\n"
-        "  -b, --min-bytes N       smallest message size in bytes (default 8)\n"
-        "  -e, --max-bytes N       largest message size in bytes (default 256M)\n"
-        "  -f, --step-factor N     multiply the size by N each step (default 2, >= 2)\n"
-        "  -w, --warmup N          untimed iterations per size and backend call (default 5)\n"
-        "  -n, --iters N           timed iterations per size (default 50)\n"
-        "      --min-iters N       at least this many timed iterations (default 5)\n"
-        "      --bytes-per-size N  fewer iterations for big sizes: iterations x bytes <= N,\n"
-        "                          but >= --min-iters (default 1G)\n"
-        "  -p, --place MODE        out (out-of-place), in (in-place) or both (default out)\n"
-        "  -c, --check 0|1         compare cohort's result with the expected sum (default 1)\n"
-        "  -d, --backend B         auto, mpi or nccl (default auto: nccl when every rank\n"
-        "                          has its own GPU, else mpi)\n"
-        "      --aa                A/A control: the cohort column runs the raw call too,\n"
-        "                          showing the noise floor of the comparison\n"
-        "      --raw-comm C        communicator of the raw MPI call: world (MPI_COMM_WORLD,\n"
-        "                          default) or group (cohort's own duplicate of it)\n"
-        "  -h, --help              this text\n"
-        "Columns: time is the median over iterations of the slowest rank (us);\n"
-        "algbw = bytes/time; busbw = algbw*2(W-1)/W (GB/s = 1e9 B/s); maxerr = max\n"
-        "|cohort result - expected|; ratio = median over iterations of the paired\n"
-        "ratio cohort time / raw time of the two back-to-back calls of an iteration;\n"
-        "ratio min = fastest cohort call / fastest raw call.\n");
+    fprintf(f, "usage: mpiexec -n W cohort-bench [options]\n%s\n", bench_intro);
+    for (int i = 0; i < N_BENCH_OPTIONS; i++) {
+        const char *flags = bench_options[i].flags, *h = bench_options[i].help;
+        /* "-b, --x" at column 2, a long-only option at column 6 */
+        int col = fprintf(f, "%s%s", flags[1] == '-' ? "      " : "  ", flags);
+        for (;;) {
+            size_t n = strcspn(h, "\n");
+            fprintf(f, "%*s%.*s\n", col < 26 ? 26 - col : 1, "", (int)n, h);
+            if (!h[n]) break;
+            h += n + 1;
+            col = 0;
+        }
+    }
+    fprintf(f, "%s\n", bench_columns);
+}
+
+/* --help-man: the same text as a man page. */
+static int write_man(void)
+{
+    char desc[sizeof bench_intro + sizeof bench_columns + 2];
+    snprintf(desc, sizeof desc, "%s\n\n%s", bench_intro, bench_columns);
+    const ch_man_page_t page = {
+        .prog = "cohort-bench",
+        .summary = bench_summary,
+        .synopsis = "[options]",
+        .description = desc,
+        .options = bench_options,
+        .n_options = N_BENCH_OPTIONS,
+        .see_also = "cohort-train(1)",
+    };
+    if (ch_man_write(stdout, &page) || fflush(stdout)) {
+        fprintf(stderr, "cohort-bench: %s\n", ch_error_message());
+        return 1;
+    }
+    return 0;
 }
 
 static int parse_size(const char *s, size_t *out)
@@ -446,6 +490,11 @@ int main(int argc, char **argv)
     MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
     MPI_Comm_size(MPI_COMM_WORLD, &g_size);
     ch_log_set_rank(g_rank, g_size);
+    if (ch_man_requested(argc, argv)) {
+        int rc = g_rank == 0 ? write_man() : 0;
+        MPI_Finalize();
+        return rc;
+    }
     bench_opts o;
     int pr = parse_args(argc, argv, &o);
     if (pr != 0) {

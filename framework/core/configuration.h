@@ -32,6 +32,8 @@
  *                                     a bool key alone (--train.nesterov)
  *                                     means true
  *     --help | -h                     print the key table, files are not read
+ *     --help-man                      print the same as a man page (roff,
+ *                                     framework/core/config_man.h)
  * Anything else is an error (with the closest option suggested).
  *
  * Precedence: command line > file(s) > table default. Every value, whatever
@@ -91,6 +93,16 @@ typedef struct {
 
 typedef struct ch_config ch_config_t;
 
+/* A named key table: the keys of one owner (the job, or an object it uses:
+ * compute, ddp, sgd, ...). title groups them in --help ("train",
+ * "compute", "runtime", ...). The keys (and strings) must outlive every
+ * ch_config_t loaded from them. */
+typedef struct {
+    const char *title;
+    const ch_config_key_t *keys;
+    int n_keys;
+} ch_config_table_t;
+
 /* Name of a type as used in messages and --help ("int", "float", ...). */
 const char *ch_config_type_name(ch_config_type t);
 
@@ -113,7 +125,8 @@ ch_status ch_config_load(const ch_config_key_t *keys, int n_keys, int argc,
 /* Free a config and every string it returned. NULL is a no-op. */
 void ch_config_destroy(ch_config_t *cfg);
 
-/* 1 when --help was given (the help text has been printed), else 0. */
+/* 1 when --help or --help-man was given (the help text or man page has been
+ * printed), else 0. */
 int ch_config_help_requested(const ch_config_t *cfg);
 
 /* Print the generated help: usage line for prog, the options, then one entry

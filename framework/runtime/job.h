@@ -74,13 +74,7 @@ enum {
 /* ch_job_init's return when the job should go on (not an exit code). */
 #define CH_JOB_CONTINUE (-1)
 
-/* A named key table: an object's (or the job's) config keys. title groups
- * them in --help and the man page ("train", "compute", "ddp", ...). */
-typedef struct {
-    const char *title;
-    const ch_config_key_t *keys;
-    int n_keys;
-} ch_config_table_t;
+/* ch_config_table_t (a named key table) is in framework/core/configuration.h. */
 
 /* Reasons to stop at a step boundary (bits; ch_job_stop_agree ORs them over
  * ranks). */
