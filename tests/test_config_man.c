@@ -1,0 +1,203 @@
+/* Tests for framework/core/config_man: the man page made from key tables
+ * (roff escaping, sections, table subsections, key order and descriptions
+ * as in --help, option tables of getopt programs, errors) and --help-man
+ * through ch_config_load. The rendered pages are checked with man(1) by
+ * tests/test_install.sh. Single process. */
+#define _GNU_SOURCE /* open_memstream */
+#include "config.h"
+
+#include "tests/harness.h"
+
+#include "framework/core/config_man.h"
+#include "framework/core/configuration.h"
+#include "framework/core/status.h"
+
+#include <fcntl.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static const ch_config_key_t train_keys[] = {
+    {"train.lr", CH_CFG_FLOAT, "0.01", 0, 10, "Base learning rate before scaling by world size."},
+    {"train.epochs", CH_CFG_INT, "90", 1, 100000, ".starts with a dot, has a back\\slash."},
+    {"data.path", CH_CFG_STRING, NULL, CH_CFG_NO_RANGE, "Dataset directory (required)."},
+    {"data.max-bytes", CH_CFG_INT64, "1024", 0, INFINITY, "'quoted start; a-b."},
+};
+static const ch_config_key_t dist_keys[] = {
+    {"dist.warning_signal", CH_CFG_STRING, "USR2", CH_CFG_NO_RANGE, "Preemption warning."},
+};
+
+/* The page of `page` as a malloc'd string. */
+static char *page_text(const ch_man_page_t *page)
+{
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    assert_non_null(f);
+    assert_ch_ok(ch_man_write(f, page));
+    assert_int_equal(fclose(f), 0);
+    return buf;
+}
+
+static void test_config_page(void **state)
+{
+    const ch_config_table_t tables[] = {{"train", train_keys, 4}, {"runtime", dist_keys, 1}};
+    const ch_man_page_t page = {.prog = "cohort-x", .summary = "does x over the ranks",
+                                .tables = tables, .n_tables = 2,
+                                .see_also = "cohort-train(1)"};
+    char *t = page_text(&page);
+    /* header, NAME line for whatis, no date (reproducible) */
+    assert_non_null(strstr(t, ".TH COHORT\\-X 1 \"\" \"cohort " PACKAGE_VERSION "\""));
+    assert_non_null(strstr(t, ".SH NAME\ncohort\\-x \\- does x over the ranks\n"));
+    const char *sections[] = {".SH SYNOPSIS", ".SH DESCRIPTION", ".SH OPTIONS", ".SH KEYS",
+                              ".SH \"CONFIGURATION FILES\"", ".SH \"EXIT STATUS\"",
+                              ".SH ENVIRONMENT", ".SH \"SEE ALSO\""};
+    const char *prev = t;
+    for (size_t i = 0; i < sizeof sections / sizeof *sections; i++) {
+        const char *at = strstr(t, sections[i]);
+        assert_non_null(at);
+        assert_true(at > prev); /* in man(7)'s order */
+        prev = at;
+    }
+    /* the config options, --help-man among them; every exit code */
+    assert_non_null(strstr(t, "\\fB\\-\\-config\\fR \\fIFILE\\fR"));
+    assert_non_null(strstr(t, "\\fB\\-\\-help\\-man\\fR"));
+    for (int code = 0; code <= 4; code++) {
+        char want[16];
+        snprintf(want, sizeof want, ".TP\n.B %d\n", code);
+        assert_non_null(strstr(t, want));
+    }
+    /* one subsection per table, in the given order; keys sorted as --help
+     * sorts them (data.* before train.*; epochs before lr) */
+    const char *ss_train = strstr(t, ".SS \"train\""), *ss_rt = strstr(t, ".SS \"runtime\"");
+    assert_non_null(ss_train);
+    assert_non_null(ss_rt);
+    assert_true(ss_train < ss_rt);
+    const char *k_path = strstr(t, "\\fB\\-\\-data.path\\fR\n(string, required)\n");
+    const char *k_bytes =
+        strstr(t, "\\fB\\-\\-data.max\\-bytes\\fR\n(int64, default 1024, range [0, inf])\n");
+    const char *k_ep =
+        strstr(t, "\\fB\\-\\-train.epochs\\fR\n(int, default 90, range [1, 100000])\n");
+    const char *k_lr = strstr(t, "\\fB\\-\\-train.lr\\fR\n(float, default 0.01, range [0, 10])\n");
+    const char *k_sig = strstr(t, "\\fB\\-\\-dist.warning_signal\\fR\n(string, default \"USR2\")\n");
+    assert_non_null(k_path);
+    assert_non_null(k_bytes);
+    assert_non_null(k_ep);
+    assert_non_null(k_lr);
+    assert_non_null(k_sig);
+    assert_true(ss_train < k_bytes && k_bytes < k_path && k_path < k_ep && k_ep < k_lr &&
+                k_lr < ss_rt && ss_rt < k_sig);
+    /* roff escapes: a help line starting with '.' or '\'' is guarded, a
+     * backslash is \e, a minus is \- */
+    assert_non_null(strstr(t, "\n\\&.starts with a dot, has a back\\eslash.\n"));
+    assert_non_null(strstr(t, "\n\\&'quoted start; a\\-b.\n"));
+    assert_null(strstr(t, "\n.starts"));
+    assert_non_null(strstr(t, "\\fBcohort\\fR(7), cohort\\-train(1), \\fBmpiexec\\fR(1)"));
+    free(t);
+}
+
+static void test_option_page(void **state)
+{
+    const ch_man_option_t opts[] = {
+        {"-b, --min-bytes N", "smallest size\nin bytes"},
+        {"-c, --check 0|1", "compare"},
+    };
+    const ch_man_page_t page = {.prog = "cohort-bench", .synopsis = "[options]",
+                                .description = "First paragraph\ngoes on.\n\nSecond.",
+                                .options = opts, .n_options = 2};
+    char *t = page_text(&page);
+    /* the fallback summary; options bold, arguments italic */
+    assert_non_null(strstr(t, "cohort\\-bench \\- a cohort batch job\n"));
+    assert_non_null(strstr(t, ".TP\n\\fB\\-b\\fR, \\fB\\-\\-min\\-bytes\\fR \\fIN\\fR\nsmallest size\nin bytes\n"));
+    assert_non_null(strstr(t, "\\fB\\-\\-check\\fR \\fI0\\fR|\\fI1\\fR\n"));
+    /* the program's own parser still gets --help-man; no config sections */
+    assert_non_null(strstr(t, "\\fB\\-\\-help\\-man\\fR"));
+    assert_null(strstr(t, "\\-\\-config"));
+    assert_null(strstr(t, ".SH KEYS"));
+    assert_null(strstr(t, "CONFIGURATION FILES"));
+    assert_non_null(strstr(t, "\\fBcohort\\-bench\\fR [\\fIoptions\\fR]\n"));
+    /* a blank line of the description is a new paragraph */
+    assert_non_null(strstr(t, "First paragraph\ngoes on.\n.PP\nSecond.\n"));
+    free(t);
+}
+
+static void test_errors(void **state)
+{
+    const ch_config_table_t bad = {"t", NULL, 2};
+    ch_man_page_t page = {.prog = "p", .tables = &bad, .n_tables = 1};
+    FILE *f = fopen("/dev/null", "w");
+    assert_non_null(f);
+    assert_ch_error(ch_man_write(f, &page), CH_ERR_INVALID, "table 0 (t)");
+    assert_ch_error(ch_man_write(f, NULL), CH_ERR_INVALID, "NULL");
+    page.tables = NULL;
+    page.n_tables = 0;
+    page.prog = "";
+    assert_ch_error(ch_man_write(f, &page), CH_ERR_INVALID, "program name");
+    page.prog = "p";
+    page.n_options = 1;
+    assert_ch_error(ch_man_write(f, &page), CH_ERR_INVALID, "option list");
+    fclose(f);
+    /* a stream that cannot be written */
+    page.n_options = 0;
+    f = fopen("/dev/null", "r");
+    assert_non_null(f);
+    assert_ch_error(ch_man_write(f, &page), CH_ERR_IO, "man page of p");
+    fclose(f);
+}
+
+static void test_requested(void **state)
+{
+    char *a[] = {"prog", "--x=1", "--help-man", NULL};
+    assert_int_equal(ch_man_requested(3, a), 1);
+    assert_int_equal(ch_man_requested(2, a), 0);
+    char *b[] = {"--help-man", "--help-man-not", NULL}; /* argv[0] is the program */
+    assert_int_equal(ch_man_requested(2, b), 0);
+    assert_int_equal(ch_man_requested(0, NULL), 0);
+}
+
+/* --help-man through ch_config_load: the page on stdout, the help flag set,
+ * no file read, and "help-man" is a reserved key name. */
+static void test_load(void **state)
+{
+    char path[] = "/tmp/cohort-test-man.XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    fflush(stdout);
+    int saved = dup(1);
+    dup2(fd, 1);
+    char *argv[] = {"/some/dir/cohort-x", "--config", "/nonexistent.cfg", "--help-man", NULL};
+    ch_config_t *cfg = NULL;
+    ch_status s = ch_config_load(train_keys, 4, 4, argv, &cfg);
+    fflush(stdout);
+    dup2(saved, 1);
+    close(saved);
+    assert_ch_ok(s);
+    assert_int_equal(ch_config_help_requested(cfg), 1);
+    ch_config_destroy(cfg);
+    char text[65536];
+    ssize_t n = pread(fd, text, sizeof text - 1, 0);
+    close(fd);
+    unlink(path);
+    assert_true(n > 0);
+    text[n] = '\0';
+    assert_non_null(strstr(text, ".TH COHORT\\-X 1 "));
+    assert_non_null(strstr(text, "\\fB\\-\\-train.lr\\fR\n(float, default 0.01, range [0, 10])\n"));
+    assert_non_null(strstr(text, "\\fB\\-\\-data.path\\fR\n(string, required)\n"));
+
+    const ch_config_key_t reserved[] = {{"help-man", CH_CFG_BOOL, "false", CH_CFG_NO_RANGE, "x"}};
+    char *plain[] = {"p", NULL};
+    assert_ch_error(ch_config_load(reserved, 1, 1, plain, &cfg), CH_ERR_INVALID,
+                    "'help-man' is reserved");
+}
+
+int main(int argc, char **argv)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_config_page), cmocka_unit_test(test_option_page),
+        cmocka_unit_test(test_errors),      cmocka_unit_test(test_requested),
+        cmocka_unit_test(test_load),
+    };
+    return ch_test_main(argc, argv, tests, sizeof tests / sizeof tests[0]);
+}
