@@ -145,7 +145,10 @@ ok $? "every installed header compiles alone as C++11 (g++ -std=c++11 -pedantic 
 # man_text FILE: the page as man shows it (80 columns); groff's warnings in
 # $T/man.err.
 man_text() { MANWIDTH=80 man --warnings -l "$1" 2>"$T/man.err"; }
-for p in man1/cohort-train.1 man1/cohort-bench.1 man7/cohort.7; do
+# every program in bin/ has a page; cohort(7)
+pages=man7/cohort.7
+for b in "$prefix"/bin/*; do pages="$pages man1/$(basename "$b").1"; done
+for p in $pages; do
     f=$datadir/man/$p
     name=$(basename "$p" | sed 's/\.[0-9]$//')
     txt=$(man_text "$f")
@@ -156,19 +159,22 @@ for p in man1/cohort-train.1 man1/cohort-bench.1 man7/cohort.7; do
     ok $? "man -l $p renders (NAME '$name - ...', EXIT STATUS), groff silent"
     diag <"$T/man.err"
 done
-# every key of --help is in the page
-help=$(env COHORT_LOG_LEVEL=warn "$prefix/bin/cohort-train" --help 2>&1)
-keys=$(echo "$help" | sed -n 's/^  --\([A-Za-z0-9_.-]*\)  (.*/\1/p')
-page=$(man_text "$datadir/man/man1/cohort-train.1")
-absent=$(for k in $keys; do echo "$page" | grep -q -F -e "--$k" || echo "$k"; done)
-[ -n "$keys" ] && [ -z "$absent" ]
-ok $? "each of the $(echo "$keys" | wc -w) keys of cohort-train --help is in cohort-train(1)${absent:+ (absent: $absent)}"
-help=$("$prefix/bin/cohort-bench" --help 2>&1)
-opts=$(echo "$help" | grep -o -E -e '(^|[ ,])--[a-z][a-z-]*' | sed 's/^[ ,]*//' | sort -u)
-page=$(man_text "$datadir/man/man1/cohort-bench.1")
-absent=$(for o in $opts; do echo "$page" | grep -q -F -e "$o" || echo "$o"; done)
-[ -n "$opts" ] && [ -z "$absent" ]
-ok $? "each of the $(echo "$opts" | wc -w) options of cohort-bench --help is in cohort-bench(1)${absent:+ (absent: $absent)}"
+# every key (config programs: "  --KEY  (type, ...)" lines) or else every
+# long option of PROG --help is in PROG(1)
+for b in "$prefix"/bin/*; do
+    name=$(basename "$b")
+    help=$(env COHORT_LOG_LEVEL=warn "$b" --help 2>&1)
+    what=keys
+    names=$(echo "$help" | sed -n 's/^  \(--[A-Za-z0-9_.-]*\)  (.*/\1/p')
+    if [ -z "$names" ]; then
+        what=options
+        names=$(echo "$help" | grep -o -E -e '(^|[ ,])--[a-z][a-z-]*' | sed 's/^[ ,]*//' | sort -u)
+    fi
+    page=$(man_text "$datadir/man/man1/$name.1")
+    absent=$(for k in $names; do echo "$page" | grep -q -F -e "$k" || echo "$k"; done)
+    [ -n "$names" ] && [ -z "$absent" ]
+    ok $? "each of the $(echo "$names" | wc -w) $what of $name --help is in $name(1)${absent:+ (absent: $absent)}"
+done
 
 # ---- templates
 tpl=$pkgdatadir/slurm/cpu-1node.sbatch
