@@ -2,9 +2,9 @@
 # cohort: the installed package, used the way a cluster user uses it.
 #
 # make check: makes a clean source tree (make distdir), configures it with
-# this build's configure options and a temporary --prefix, builds it and
-# installs it twice: into that prefix, and staged with DESTDIR (the two trees
-# must hold the same files). Then:
+# this build's configure options (without CUDA, see below) and a temporary
+# --prefix, builds it and installs it twice: into that prefix, and staged
+# with DESTDIR (the two trees must hold the same files). Then:
 #   - the staged headers: only public ones (no config.h, no *_internal.h),
 #     their includes rewritten to <cohort/...>, each compiles alone as C11
 #     and as C++11 with only `pkg-config --define-prefix --cflags cohort`
@@ -58,13 +58,18 @@ else
     ok $? "make distdir: a clean source tree in $T/src"
     # this build's configure options, without its directories
     eval "set -- $("$builddir/config.status" --config)"
+    # The GPU backend is left out unless COHORT_INSTALL_TEST_CUDA=1: nothing
+    # checked here depends on it and nvcc would make this test slow; the
+    # installcheck of distcheck checks the installation as configured.
     args=()
     for a in "$@"; do
         case $a in
         --prefix=* | --exec-prefix=* | --*dir=* | --cache-file=* | -C | --config-cache) ;;
+        --with-cuda* | --without-cuda) [ "${COHORT_INSTALL_TEST_CUDA:-0}" = 1 ] && args+=("$a") ;;
         *) args+=("$a") ;;
         esac
     done
+    [ "${COHORT_INSTALL_TEST_CUDA:-0}" = 1 ] || args+=(--without-cuda)
     mkdir -p "$T/build"
     (cd "$T/build" && quiet_run "$T/configure.log" "$T/src/configure" "${args[@]}" --prefix="$prefix")
     ok $? "configure ${args[*]} --prefix=$prefix"
