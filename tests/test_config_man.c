@@ -1,7 +1,7 @@
 /* Tests for framework/core/config_man: the man page made from key tables
  * (roff escaping, sections, table subsections, key order and descriptions
- * as in --help, option tables of getopt programs, errors) and --help-man
- * through ch_config_load. The rendered pages are checked with man(1) by
+ * as in --help, NAME and DESCRIPTION from the summary, errors) and
+ * --help-man through ch_config_load and ch_config_load_tables. The rendered pages are checked with man(1) by
  * tests/test_install.sh. Single process. */
 #define _GNU_SOURCE /* open_memstream */
 #include "config.h"
@@ -98,28 +98,30 @@ static void test_config_page(void **state)
     free(t);
 }
 
-static void test_option_page(void **state)
+static void test_summary(void **state)
 {
-    const ch_man_option_t opts[] = {
-        {"-b, --min-bytes N", "smallest size\nin bytes"},
-        {"-c, --check 0|1", "compare"},
-    };
-    const ch_man_page_t page = {.prog = "cohort-bench", .synopsis = "[options]",
-                                .description = "First paragraph\ngoes on.\n\nSecond.",
-                                .options = opts, .n_options = 2};
+    /* NAME: the first sentence, newlines as spaces, without its period;
+     * DESCRIPTION: all of it, paragraphs kept */
+    ch_man_page_t page = {.prog = "cohort-b",
+                          .summary = "All-reduce benchmark: cohort against the\nraw call. "
+                                     "Columns: time, busbw.\n\nSecond paragraph."};
     char *t = page_text(&page);
-    /* the fallback summary; options bold, arguments italic */
-    assert_non_null(strstr(t, "cohort\\-bench \\- a cohort batch job\n"));
-    assert_non_null(strstr(t, ".TP\n\\fB\\-b\\fR, \\fB\\-\\-min\\-bytes\\fR \\fIN\\fR\nsmallest size\nin bytes\n"));
-    assert_non_null(strstr(t, "\\fB\\-\\-check\\fR \\fI0\\fR|\\fI1\\fR\n"));
-    /* the program's own parser still gets --help-man; no config sections */
-    assert_non_null(strstr(t, "\\fB\\-\\-help\\-man\\fR"));
-    assert_null(strstr(t, "\\-\\-config"));
+    assert_non_null(strstr(t, ".SH NAME\ncohort\\-b \\- All\\-reduce benchmark: cohort "
+                              "against the raw call\n.SH SYNOPSIS\n"));
+    assert_non_null(strstr(t, ".SH DESCRIPTION\nAll\\-reduce benchmark: cohort against the\n"
+                              "raw call. Columns: time, busbw.\n.PP\nSecond paragraph.\n.PP\n"));
+    /* no tables: no KEYS section; the fallback summary */
     assert_null(strstr(t, ".SH KEYS"));
-    assert_null(strstr(t, "CONFIGURATION FILES"));
-    assert_non_null(strstr(t, "\\fBcohort\\-bench\\fR [\\fIoptions\\fR]\n"));
-    /* a blank line of the description is a new paragraph */
-    assert_non_null(strstr(t, "First paragraph\ngoes on.\n.PP\nSecond.\n"));
+    free(t);
+    page.summary = "one sentence.";
+    t = page_text(&page);
+    assert_non_null(strstr(t, "cohort\\-b \\- one sentence\n"));
+    assert_non_null(strstr(t, ".SH DESCRIPTION\none sentence.\n.PP\n"));
+    free(t);
+    page.summary = NULL;
+    t = page_text(&page);
+    assert_non_null(strstr(t, "cohort\\-b \\- a cohort batch job\n"));
+    assert_non_null(strstr(t, ".SH DESCRIPTION\na cohort batch job\n\\&.\n"));
     free(t);
 }
 
@@ -136,11 +138,11 @@ static void test_errors(void **state)
     page.prog = "";
     assert_ch_error(ch_man_write(f, &page), CH_ERR_INVALID, "program name");
     page.prog = "p";
-    page.n_options = 1;
-    assert_ch_error(ch_man_write(f, &page), CH_ERR_INVALID, "option list");
+    page.n_tables = 1;
+    assert_ch_error(ch_man_write(f, &page), CH_ERR_INVALID, "table list");
     fclose(f);
     /* a stream that cannot be written */
-    page.n_options = 0;
+    page.n_tables = 0;
     f = fopen("/dev/null", "r");
     assert_non_null(f);
     assert_ch_error(ch_man_write(f, &page), CH_ERR_IO, "man page of p");
@@ -186,6 +188,31 @@ static void test_load(void **state)
     assert_non_null(strstr(text, "\\fB\\-\\-train.lr\\fR\n(float, default 0.01, range [0, 10])\n"));
     assert_non_null(strstr(text, "\\fB\\-\\-data.path\\fR\n(string, required)\n"));
 
+    /* through ch_config_load_tables: the job's summary and titled tables */
+    const ch_config_table_t tables[] = {{"train", train_keys, 4}, {"runtime", dist_keys, 1}};
+    char path2[] = "/tmp/cohort-test-man.XXXXXX";
+    fd = mkstemp(path2);
+    assert_true(fd >= 0);
+    fflush(stdout);
+    saved = dup(1);
+    dup2(fd, 1);
+    s = ch_config_load_tables(tables, 2, "trains a model. More text.", 4, argv, &cfg);
+    fflush(stdout);
+    dup2(saved, 1);
+    close(saved);
+    assert_ch_ok(s);
+    assert_int_equal(ch_config_help_requested(cfg), 1);
+    ch_config_destroy(cfg);
+    n = pread(fd, text, sizeof text - 1, 0);
+    close(fd);
+    unlink(path2);
+    assert_true(n > 0);
+    text[n] = '\0';
+    assert_non_null(strstr(text, "cohort\\-x \\- trains a model\n"));
+    assert_non_null(strstr(text, ".SS \"train\""));
+    assert_non_null(strstr(text, ".SS \"runtime\""));
+    assert_non_null(strstr(text, "\\fB\\-\\-dist.warning_signal\\fR\n"));
+
     const ch_config_key_t reserved[] = {{"help-man", CH_CFG_BOOL, "false", CH_CFG_NO_RANGE, "x"}};
     char *plain[] = {"p", NULL};
     assert_ch_error(ch_config_load(reserved, 1, 1, plain, &cfg), CH_ERR_INVALID,
@@ -195,7 +222,7 @@ static void test_load(void **state)
 int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_config_page), cmocka_unit_test(test_option_page),
+        cmocka_unit_test(test_config_page), cmocka_unit_test(test_summary),
         cmocka_unit_test(test_errors),      cmocka_unit_test(test_requested),
         cmocka_unit_test(test_load),
     };
