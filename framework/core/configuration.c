@@ -1074,7 +1074,8 @@ static void print_usage(FILE *out, const char *prog, const char *summary)
             "                    files win). Keys are nested groups: train.lr is\n"
             "                    train = { lr = 0.1; };\n"
             "  --set KEY=VALUE   Override one key; --KEY=VALUE and --KEY VALUE do the same.\n"
-            "  --help, -h        Print this help and exit.\n\n");
+            "  --help, -h        Print this help and exit.\n"
+            "  --help-man        Print it as a man page (roff) and exit.\n\n");
 }
 
 /* One entry per key, sorted by name. */
