@@ -159,62 +159,60 @@ static void test_requested(void **state)
     assert_int_equal(ch_man_requested(0, NULL), 0);
 }
 
-/* --help-man through ch_config_load: the page on stdout, the help flag set,
- * no file read, and "help-man" is a reserved key name. */
-static void test_load(void **state)
+/* Run --help-man through ch_config_load (tables NULL: train_keys alone) or
+ * ch_config_load_tables with stdout captured; check the help flag; return
+ * the page (malloc'd). */
+static char *help_man_text(const ch_config_table_t *tables, int n_tables, const char *summary)
 {
     char path[] = "/tmp/cohort-test-man.XXXXXX";
     int fd = mkstemp(path);
     assert_true(fd >= 0);
+    unlink(path);
     fflush(stdout);
     int saved = dup(1);
     dup2(fd, 1);
     char *argv[] = {"/some/dir/cohort-x", "--config", "/nonexistent.cfg", "--help-man", NULL};
     ch_config_t *cfg = NULL;
-    ch_status s = ch_config_load(train_keys, 4, 4, argv, &cfg);
+    ch_status s = tables ? ch_config_load_tables(tables, n_tables, summary, 4, argv, &cfg)
+                         : ch_config_load(train_keys, 4, 4, argv, &cfg);
     fflush(stdout);
     dup2(saved, 1);
     close(saved);
     assert_ch_ok(s);
     assert_int_equal(ch_config_help_requested(cfg), 1);
     ch_config_destroy(cfg);
-    char text[65536];
-    ssize_t n = pread(fd, text, sizeof text - 1, 0);
+    off_t len = lseek(fd, 0, SEEK_END);
+    assert_true(len > 0);
+    char *text = malloc((size_t)len + 1);
+    assert_non_null(text);
+    assert_int_equal(pread(fd, text, (size_t)len, 0), len);
+    text[len] = '\0';
     close(fd);
-    unlink(path);
-    assert_true(n > 0);
-    text[n] = '\0';
+    return text;
+}
+
+/* --help-man through ch_config_load and ch_config_load_tables: the page on
+ * stdout, the help flag set, no file read; "help-man" is a reserved key. */
+static void test_load(void **state)
+{
+    char *text = help_man_text(NULL, 0, NULL);
     assert_non_null(strstr(text, ".TH COHORT\\-X 1 "));
     assert_non_null(strstr(text, "\\fB\\-\\-train.lr\\fR\n(float, default 0.01, range [0, 10])\n"));
     assert_non_null(strstr(text, "\\fB\\-\\-data.path\\fR\n(string, required)\n"));
+    free(text);
 
-    /* through ch_config_load_tables: the job's summary and titled tables */
+    /* the job's summary and titled tables */
     const ch_config_table_t tables[] = {{"train", train_keys, 4}, {"runtime", dist_keys, 1}};
-    char path2[] = "/tmp/cohort-test-man.XXXXXX";
-    fd = mkstemp(path2);
-    assert_true(fd >= 0);
-    fflush(stdout);
-    saved = dup(1);
-    dup2(fd, 1);
-    s = ch_config_load_tables(tables, 2, "trains a model. More text.", 4, argv, &cfg);
-    fflush(stdout);
-    dup2(saved, 1);
-    close(saved);
-    assert_ch_ok(s);
-    assert_int_equal(ch_config_help_requested(cfg), 1);
-    ch_config_destroy(cfg);
-    n = pread(fd, text, sizeof text - 1, 0);
-    close(fd);
-    unlink(path2);
-    assert_true(n > 0);
-    text[n] = '\0';
+    text = help_man_text(tables, 2, "trains a model. More text.");
     assert_non_null(strstr(text, "cohort\\-x \\- trains a model\n"));
     assert_non_null(strstr(text, ".SS \"train\""));
     assert_non_null(strstr(text, ".SS \"runtime\""));
     assert_non_null(strstr(text, "\\fB\\-\\-dist.warning_signal\\fR\n"));
+    free(text);
 
     const ch_config_key_t reserved[] = {{"help-man", CH_CFG_BOOL, "false", CH_CFG_NO_RANGE, "x"}};
     char *plain[] = {"p", NULL};
+    ch_config_t *cfg = NULL;
     assert_ch_error(ch_config_load(reserved, 1, 1, plain, &cfg), CH_ERR_INVALID,
                     "'help-man' is reserved");
 }
