@@ -737,13 +737,20 @@ static int mpi_rank_or_zero(void)
     return rank;
 }
 
+/* The program name for --help and --help-man: argv[0] without its
+ * directory ("cohort" without argv[0]). */
+static const char *prog_name(int argc, char *const *argv)
+{
+    const char *prog = argc > 0 && argv[0] ? strrchr(argv[0], '/') : NULL;
+    return prog ? prog + 1 : (argc > 0 && argv[0] ? argv[0] : "cohort");
+}
+
 static ch_status load(ch_config_t *c, int argc, char *const *argv)
 {
     if (ch_man_requested(argc, argv)) {
         c->help = 1;
         if (mpi_rank_or_zero() != 0) return CH_OK;
-        const char *prog = argc > 0 && argv[0] ? strrchr(argv[0], '/') : NULL;
-        prog = prog ? prog + 1 : (argc > 0 && argv[0] ? argv[0] : "cohort");
+        const char *prog = prog_name(argc, argv);
         /* ch_config_load_tables: the job's tables and summary; ch_config_load:
          * one untitled table */
         const ch_config_table_t all = {NULL, c->keys, c->n};
@@ -758,8 +765,7 @@ static ch_status load(ch_config_t *c, int argc, char *const *argv)
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             c->help = 1;
             if (mpi_rank_or_zero() == 0) {
-                const char *prog = argc > 0 && argv[0] ? strrchr(argv[0], '/') : NULL;
-                prog = prog ? prog + 1 : (argc > 0 && argv[0] ? argv[0] : "cohort");
+                const char *prog = prog_name(argc, argv);
                 if (c->tables)
                     ch_config_print_help_tables(c->tables, c->n_tables, prog, c->summary, stdout);
                 else
