@@ -4,6 +4,8 @@
 #include "config.h"
 
 #include "framework/core/configuration.h"
+#include "framework/core/config_internal.h"
+#include "framework/core/config_man.h"
 
 #include <errno.h>
 #include <libconfig.h>
@@ -96,6 +98,23 @@ static void fmt_range(char *buf, size_t len, const ch_config_key_t *k)
     fmt_num(a, sizeof a, k->min);
     fmt_num(b, sizeof b, k->max);
     snprintf(buf, len, "[%s, %s]", a, b);
+}
+
+void ch_config_key_describe(const ch_config_key_t *k, char *buf, size_t len)
+{
+    char def[200], range[160] = "";
+    if (!k->def)
+        snprintf(def, sizeof def, "required");
+    else if (k->type == CH_CFG_STRING || k->type == CH_CFG_STRLIST)
+        snprintf(def, sizeof def, "default \"%s\"", k->def);
+    else
+        snprintf(def, sizeof def, "default %s", k->def);
+    if (has_range(k)) {
+        char r[140];
+        fmt_range(r, sizeof r, k);
+        snprintf(range, sizeof range, ", range %s", r);
+    }
+    snprintf(buf, len, "%s, %s%s", ch_config_type_name(k->type), def, range);
 }
 
 /* Range check of a numeric value; `shown` is the value as text. */
@@ -286,7 +305,7 @@ static void suggestion(char *buf, size_t len, const ch_config_t *c, const char *
 
 static ch_status check_table(const ch_config_key_t *keys, int n)
 {
-    static const char *const reserved[] = {"config", "set", "help"};
+    static const char *const reserved[] = {"config", "set", "help", "help-man"};
     for (int i = 0; i < n; i++) {
         const ch_config_key_t *k = &keys[i];
         if (!valid_name(k->name))
@@ -294,7 +313,7 @@ static ch_status check_table(const ch_config_key_t *keys, int n)
                             "config table entry %d: invalid key name '%s' (dotted libconfig "
                             "names [A-Za-z][-A-Za-z0-9_]*, under %d characters)",
                             i, k->name ? k->name : "(null)", NAME_MAX_LEN);
-        for (size_t r = 0; r < 3; r++)
+        for (size_t r = 0; r < sizeof reserved / sizeof *reserved; r++)
             if (!strcmp(k->name, reserved[r]))
                 return CH_ERROR(CH_ERR_INVALID, "config table: key name '%s' is reserved",
                                 k->name);
@@ -718,14 +737,35 @@ static int mpi_rank_or_zero(void)
     return rank;
 }
 
+/* The program name for --help and --help-man: argv[0] without its
+ * directory ("cohort" without argv[0]). */
+static const char *prog_name(int argc, char *const *argv)
+{
+    const char *prog = argc > 0 && argv[0] ? strrchr(argv[0], '/') : NULL;
+    return prog ? prog + 1 : (argc > 0 && argv[0] ? argv[0] : "cohort");
+}
+
 static ch_status load(ch_config_t *c, int argc, char *const *argv)
 {
+    if (ch_man_requested(argc, argv)) {
+        c->help = 1;
+        if (mpi_rank_or_zero() != 0) return CH_OK;
+        const char *prog = prog_name(argc, argv);
+        /* ch_config_load_tables: the job's tables and summary; ch_config_load:
+         * one untitled table */
+        const ch_config_table_t all = {NULL, c->keys, c->n};
+        const ch_man_page_t page = {.prog = prog, .summary = c->summary,
+                                    .tables = c->tables ? c->tables : &all,
+                                    .n_tables = c->tables ? c->n_tables : 1};
+        ch_status s = ch_man_write(stdout, &page);
+        fflush(stdout);
+        return s;
+    }
     for (int i = 1; i < argc; i++)
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             c->help = 1;
             if (mpi_rank_or_zero() == 0) {
-                const char *prog = argc > 0 && argv[0] ? strrchr(argv[0], '/') : NULL;
-                prog = prog ? prog + 1 : (argc > 0 && argv[0] ? argv[0] : "cohort");
+                const char *prog = prog_name(argc, argv);
                 if (c->tables)
                     ch_config_print_help_tables(c->tables, c->n_tables, prog, c->summary, stdout);
                 else
@@ -1024,6 +1064,11 @@ static int *sorted_order(const ch_config_key_t *keys, int n)
     return idx;
 }
 
+int *ch_config_sorted_order(const ch_config_key_t *keys, int n)
+{
+    return sorted_order(keys, n);
+}
+
 static void print_usage(FILE *out, const char *prog, const char *summary)
 {
     fprintf(out, "Usage: %s [--config FILE]... [--set KEY=VALUE]... [--KEY=VALUE]... [--help]\n",
@@ -1035,7 +1080,8 @@ static void print_usage(FILE *out, const char *prog, const char *summary)
             "                    files win). Keys are nested groups: train.lr is\n"
             "                    train = { lr = 0.1; };\n"
             "  --set KEY=VALUE   Override one key; --KEY=VALUE and --KEY VALUE do the same.\n"
-            "  --help, -h        Print this help and exit.\n\n");
+            "  --help, -h        Print this help and exit.\n"
+            "  --help-man        Print it as a man page (roff) and exit.\n\n");
 }
 
 /* One entry per key, sorted by name. */
@@ -1044,19 +1090,9 @@ static void print_keys(const ch_config_key_t *keys, int n_keys, FILE *out)
     int *idx = sorted_order(keys, n_keys);
     for (int j = 0; j < n_keys; j++) {
         const ch_config_key_t *k = &keys[idx ? idx[j] : j];
-        char def[200], range[160] = "";
-        if (!k->def)
-            snprintf(def, sizeof def, "required");
-        else if (k->type == CH_CFG_STRING || k->type == CH_CFG_STRLIST)
-            snprintf(def, sizeof def, "default \"%s\"", k->def);
-        else
-            snprintf(def, sizeof def, "default %s", k->def);
-        if (has_range(k)) {
-            char r[140];
-            fmt_range(r, sizeof r, k);
-            snprintf(range, sizeof range, ", range %s", r);
-        }
-        fprintf(out, "  --%s  (%s, %s%s)\n", k->name, ch_config_type_name(k->type), def, range);
+        char desc[400];
+        ch_config_key_describe(k, desc, sizeof desc);
+        fprintf(out, "  --%s  (%s)\n", k->name, desc);
         if (k->help && *k->help) print_wrapped(out, k->help, 6, 79);
     }
     free(idx);

@@ -32,6 +32,8 @@
  *                                     a bool key alone (--train.nesterov)
  *                                     means true
  *     --help | -h                     print the key table, files are not read
+ *     --help-man                      print the same as a man page (roff,
+ *                                     framework/core/config_man.h)
  * Anything else is an error (with the closest option suggested).
  *
  * Precedence: command line > file(s) > table default. Every value, whatever
@@ -134,7 +136,8 @@ ch_status ch_config_load_tables(const ch_config_table_t *tables, int n_tables,
 /* Free a config and every string it returned. NULL is a no-op. */
 void ch_config_destroy(ch_config_t *cfg);
 
-/* 1 when --help was given (the help text has been printed), else 0. */
+/* 1 when --help or --help-man was given (the help text or man page has been
+ * printed), else 0. */
 int ch_config_help_requested(const ch_config_t *cfg);
 
 /* Print the generated help: usage line for prog, the options, then one entry
