@@ -507,7 +507,7 @@ static int run_epoch(job_t *j, int epoch)
                     (long long)r.steps_done, (long long)j->global_step, j->resume_path);
         if (checkpoint(j, epoch, epoch, r.steps_done, 0, r.loss_sum, r.loss_steps))
             return CH_EXIT_ERROR;
-        ch_job_requeue(j->job);
+        if (why & CH_STOP_PREEMPT) ch_job_requeue(j->job); /* not after the user's stop */
         return CH_EXIT_PREEMPTED;
     }
     double acc = NAN, acc_exact = NAN;
@@ -534,7 +534,7 @@ static int run_epoch(job_t *j, int epoch)
     if (stop_after_epoch && !last) {
         ch_log_info("%s at the end of epoch %d (global step %lld): stopping; %s continues at "
                     "epoch %d", reason, epoch, (long long)j->global_step, j->resume_path, epoch + 1);
-        ch_job_requeue(j->job);
+        if (why & CH_STOP_PREEMPT) ch_job_requeue(j->job); /* not after the user's stop */
         return CH_EXIT_PREEMPTED;
     }
     if (j->stop_after > 0 && epoch + 1 - j->start_epoch >= j->stop_after && !last) {

@@ -13,6 +13,8 @@
  *     mismatch), --help (nothing before the help text, printed once), bad
  *     configuration, normal end;
  *   - stale temporary files of atomic writes are removed, other files kept;
+ *   - the run-directory lock: refused while a live process holds it, taken
+ *     over from one that has ended (issue 13);
  *   - a rank that dies: the job ends (no hang), no rank passes the
  *     agreement.
  * Plain (non-MPI) test program; each run has a hard timeout. */
@@ -293,7 +295,10 @@ static void stop_case(const char *mode, int exit_code, const char *line)
         assert_int_equal(count_lines(r.out, "total (wall)"), 1);
         char stop[128];
         snprintf(stop, sizeof stop, "%s/STOP", dir);
-        assert_int_not_equal(access(stop, F_OK), 0); /* removed when found */
+        assert_int_not_equal(access(stop, F_OK), 0); /* gone when found */
+        /* renamed to STOPPED (for the batch script) only by a stop file */
+        snprintf(stop, sizeof stop, "%s/STOPPED", dir);
+        assert_int_equal(access(stop, F_OK) == 0, !strcmp(mode, "stopfile"));
         remove_dir(dir);
     }
 }
@@ -465,6 +470,78 @@ static void test_stale_temporaries_removed(void **state)
     assert_non_null(strstr(r.out, want));
     snprintf(want, sizeof want, "removed 1 stale temporary file of %s/resume.safetensors", dir);
     assert_non_null(strstr(r.out, want));
+    remove_dir(dir);
+}
+
+/* The run-directory lock: a directory whose lock a live process holds is
+ * refused at once (exit 2, one line naming the holder), and nothing in it
+ * is touched (the holder's temporary file stays); once the holder is gone
+ * (SIGKILL: the kernel drops its lock, its name stays in the file) the
+ * next run takes the lock over, says from whom, removes the dead writer's
+ * temporary file, and clears the lock file at its end. */
+static void test_run_dir_lock(void **state)
+{
+    (void)state;
+    char dir[64], path[128];
+    make_dir(dir, sizeof dir);
+    snprintf(path, sizeof path, "%s/cohort.lock", dir);
+    int ready[2], hold[2];
+    assert_int_equal(pipe(ready), 0);
+    assert_int_equal(pipe(hold), 0);
+    pid_t holder = fork();
+    assert_true(holder >= 0);
+    if (holder == 0) {
+        close(ready[0]);
+        close(hold[1]);
+        int fd = open(path, O_RDWR | O_CREAT, 0666);
+        struct flock fl;
+        memset(&fl, 0, sizeof fl);
+        fl.l_type = F_WRLCK;
+        fl.l_whence = SEEK_SET;
+        if (fd < 0 || fcntl(fd, F_SETLK, &fl) != 0) _exit(1);
+        char line[128];
+        int n = snprintf(line, sizeof line, "host=elsewhere job=77 pid=%ld\n", (long)getpid());
+        if (write(fd, line, (size_t)n) != n) _exit(1);
+        touch(dir, ".model-1.safetensors.tmp.Live01"); /* its checkpoint in progress */
+        if (write(ready[1], "k", 1) != 1) _exit(1);
+        char c;
+        while (read(hold[0], &c, 1) != 0) { /* until killed */ }
+        _exit(0);
+    }
+    close(ready[1]);
+    close(hold[0]);
+    char c;
+    assert_int_equal(read(ready[0], &c, 1), 1);
+    close(ready[0]);
+
+    const char *args[] = {dir_arg(dir), NULL};
+    run_t r;
+    run_helper(&r, 2, NULL, args);
+    expect_exit(&r, 2);
+    assert_int_equal(count_lines(r.err, NULL), 1);
+    char want[512];
+    snprintf(want, sizeof want, "'%s' is in use by another run: host=elsewhere job=77 pid=%ld holds "
+             "its lock %s", dir, (long)holder, path);
+    if (!strstr(r.err, want)) fail_msg("stderr '%s' lacks '%s'", r.err, want);
+    assert_non_null(strstr(r.err, "job_helper: rank 0: output directory: test.output_dir: "));
+    assert_int_equal(count_lines(r.out, "stopped at"), 0);
+    assert_true(exists(dir, ".model-1.safetensors.tmp.Live01")); /* a live writer's */
+
+    kill(holder, SIGKILL);
+    int st;
+    assert_int_equal(waitpid(holder, &st, 0), holder);
+    close(hold[1]);
+    run_helper(&r, 2, NULL, args);
+    expect_exit(&r, 0);
+    snprintf(want, sizeof want, "run directory lock %s: taking it over from host=elsewhere job=77 "
+             "pid=%ld, which has ended", path, (long)holder);
+    if (!strstr(r.out, want)) fail_msg("stdout lacks '%s'", want);
+    assert_false(exists(dir, ".model-1.safetensors.tmp.Live01"));
+    snprintf(want, sizeof want, "removed 1 stale temporary file of %s/model-1.safetensors", dir);
+    assert_non_null(strstr(r.out, want));
+    struct stat sb;
+    assert_int_equal(stat(path, &sb), 0);
+    assert_int_equal(sb.st_size, 0); /* released: the holder's name cleared */
     remove_dir(dir);
 }
 
@@ -655,6 +732,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_bad_output_dir),
         cmocka_unit_test(test_launch_mismatch),
         cmocka_unit_test(test_stale_temporaries_removed),
+        cmocka_unit_test(test_run_dir_lock),
         cmocka_unit_test(test_dead_rank_ends_the_job),
         cmocka_unit_test(test_lost_peer_line_and_exit_code),
         cmocka_unit_test(test_progress_lines),

@@ -14,6 +14,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <math.h>
 #include <mpi.h>
@@ -24,8 +25,13 @@
 #include <time.h>
 #include <unistd.h>
 
-/* The name of the user's stop file inside the output directory. */
+/* The name of the user's stop file inside the output directory, and what
+ * rank 0 renames it to once it has stopped for it (the sbatch templates do
+ * not requeue a job that stopped for its stop file). */
 #define STOP_FILE_NAME "STOP"
+#define STOPPED_FILE_NAME "STOPPED"
+/* The run-directory lock file (see lock_output_dir). */
+#define LOCK_FILE_NAME "cohort.lock"
 
 typedef struct {
     void (*fn)(void *arg);
@@ -45,6 +51,7 @@ struct ch_job {
     ch_prof_t *prof;
     const char *out_dir; /* string of cfg */
     char *stop_file;     /* <out_dir>/STOP, or NULL */
+    int lock_fd;         /* rank 0: <out_dir>/cohort.lock, locked; else -1 */
     int warning_signal;
     int requeue;
     int running;         /* ch_job_init returned CH_JOB_CONTINUE */
@@ -296,6 +303,111 @@ static ch_status remove_stale_temps(const char *dir)
     return s;
 }
 
+/* The run-directory lock. Rank 0 holds a POSIX write lock on
+ * <dir>/cohort.lock for the whole run; the file says who holds it,
+ * "host=H job=J pid=P" (J: SLURM_JOB_ID, "-" outside Slurm).
+ *
+ * fcntl locks, not flock(2): fcntl (POSIX record) locks are the ones the
+ * shared file systems carry between nodes: NFSv4 natively (NFSv3 through
+ * NLM/lockd), Lustre when mounted with -o flock (-o localflock makes them
+ * node-local, the default noflock refuses them with ENOSYS), GPFS and
+ * BeeGFS cluster-wide. Linux's NFS client only emulates flock(2) with a
+ * whole-file fcntl lock since 2.6.12, and elsewhere flock may be node-local.
+ * Open-file-description locks (F_OFD_SETLK, Linux >= 3.15; the same lock
+ * over NFS) are used where they exist: a classic F_SETLK lock is dropped
+ * when the process closes ANY descriptor of the file, OFD locks only when
+ * this descriptor closes. The kernel (or the NFS server, when a client
+ * node dies: after its lease, 90 s by default on NFSv4) releases the lock
+ * of a process that has ended, so "the lock is free" is exactly "the holder
+ * is gone": a stale file left by a killed job is taken over, and a holder
+ * still running is never. */
+#ifdef F_OFD_SETLK
+#define LOCK_CMD F_OFD_SETLK
+#else
+#define LOCK_CMD F_SETLK
+#endif
+
+/* "host=H job=J pid=P" of this process into buf. */
+static void lock_identity(char *buf, size_t len)
+{
+    char host[256] = "?";
+    if (gethostname(host, sizeof host) != 0) snprintf(host, sizeof host, "?");
+    host[sizeof host - 1] = 0;
+    const char *jobid = getenv("SLURM_JOB_ID");
+    snprintf(buf, len, "host=%s job=%s pid=%ld", host, jobid && *jobid ? jobid : "-",
+             (long)getpid());
+}
+
+/* The first line of the lock file (its holder), "" when empty or unreadable. */
+static void lock_read_holder(int fd, char *buf, size_t len)
+{
+    ssize_t n = pread(fd, buf, len - 1, 0);
+    buf[n > 0 ? n : 0] = 0;
+    buf[strcspn(buf, "\n")] = 0;
+}
+
+/* Take the run-directory lock of dir: *fd_out gets the locked descriptor
+ * (kept open until ch_job_finalize). Errors: CH_ERR_INVALID "'dir' is in use
+ * by another run: host=... job=... pid=... holds ..." when a live process
+ * holds it (refused at once, nothing in dir is touched); CH_ERR_UNSUPPORTED
+ * when the file system has no POSIX locks; CH_ERR_IO naming the file. */
+static ch_status lock_output_dir(const char *dir, int *fd_out)
+{
+    *fd_out = -1;
+    char path[4200];
+    if ((size_t)snprintf(path, sizeof path, "%s/%s", dir, LOCK_FILE_NAME) >= sizeof path)
+        return CH_ERROR(CH_ERR_INVALID, "'%s': path too long", dir);
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+    if (fd < 0) return CH_ERROR(CH_ERR_IO, "cannot open lock file '%s': %s", path, strerror(errno));
+    struct flock fl;
+    memset(&fl, 0, sizeof fl);
+    fl.l_type = F_WRLCK;
+    fl.l_whence = SEEK_SET; /* l_start = l_len = 0: the whole file; l_pid 0 (OFD) */
+    char holder[512];
+    if (fcntl(fd, LOCK_CMD, &fl) != 0) {
+        int e = errno;
+        lock_read_holder(fd, holder, sizeof holder);
+        close(fd);
+        if (e == EAGAIN || e == EACCES)
+            return CH_ERROR(CH_ERR_INVALID,
+                            "'%s' is in use by another run: %s holds its lock %s (two runs "
+                            "in one directory would overwrite each other's checkpoints); "
+                            "wait for it to end, cancel it, or choose another directory",
+                            dir, *holder ? holder : "(a process that has not written its "
+                            "name yet)", path);
+        if (e == ENOSYS || e == EOPNOTSUPP || e == ENOLCK || e == EINVAL)
+            return CH_ERROR(CH_ERR_UNSUPPORTED,
+                            "cannot lock '%s': %s (the file system has no POSIX locks; on "
+                            "Lustre mount it with -o flock)", path, strerror(e));
+        return CH_ERROR(CH_ERR_IO, "cannot lock '%s': %s", path, strerror(e));
+    }
+    /* Ours. A name left in the file is a holder that has ended without
+     * clearing it (killed, node lost): its lock is gone, so is it. */
+    lock_read_holder(fd, holder, sizeof holder);
+    if (*holder) ch_log_info("run directory lock %s: taking it over from %s, which has ended", path,
+                             holder);
+    char me[512];
+    lock_identity(me, sizeof me);
+    size_t n = strlen(me);
+    me[n++] = '\n';
+    if (ftruncate(fd, 0) != 0 || pwrite(fd, me, n, 0) != (ssize_t)n || fsync(fd) != 0) {
+        int e = errno;
+        close(fd);
+        return CH_ERROR(CH_ERR_IO, "cannot write lock file '%s': %s", path, strerror(e));
+    }
+    *fd_out = fd;
+    return CH_OK;
+}
+
+/* Release: the holder's name is cleared (an empty file is a free lock),
+ * then the descriptor closed, which drops the lock. */
+static void unlock_output_dir(int fd)
+{
+    if (fd < 0) return;
+    if (ftruncate(fd, 0) != 0) ch_log_warn("run directory lock: clearing it: %s", strerror(errno));
+    close(fd);
+}
+
 /* ------------------------------------------------------------------ init */
 
 static int has_key(const ch_config_t *cfg, const char *name)
@@ -399,8 +511,10 @@ static int setup_compute(ch_job_t *job, const ch_job_options_t *opt, ch_device_r
     return CH_JOB_CONTINUE;
 }
 
-/* Rank 0 creates and probes the output directory and removes stale
- * temporary files. */
+/* Rank 0 creates and probes the output directory, takes its lock (refused
+ * when another live run holds it) and, holding it, removes stale temporary
+ * files: with the lock held no other cohort process writes there, so every
+ * temporary file found is a dead writer's. */
 static int setup_output_dir(ch_job_t *job, const ch_job_options_t *opt)
 {
     ch_status s = CH_OK;
@@ -411,6 +525,7 @@ static int setup_output_dir(ch_job_t *job, const ch_job_options_t *opt)
     if (s == CH_OK && job->rank == 0) {
         s = make_dirs(job->out_dir);
         if (s == CH_OK) s = ch_checkpoint_check_dir(job->out_dir);
+        if (s == CH_OK) s = lock_output_dir(job->out_dir, &job->lock_fd);
         if (s == CH_OK) s = remove_stale_temps(job->out_dir);
         if (s) ch_error_context("%s", opt->output_dir_key);
     }
@@ -520,6 +635,7 @@ int ch_job_init(const ch_job_options_t *opt, int argc, char **argv, ch_job_t **o
         return CH_EXIT_ERROR;
     }
     *out = job;
+    job->lock_fd = -1;
     snprintf(job->name, sizeof job->name, "%s", opt && opt->name ? opt->name : "cohort");
     if (!opt || (opt->n_tables > 0 && !opt->tables) || opt->n_tables < 0 ||
         (opt->n_phases > 0 && !opt->phase_names)) {
@@ -542,12 +658,22 @@ int ch_job_stop_local(ch_job_t *job, int local_reasons)
     if (job->stop_requested) r |= CH_STOP_REQUESTED;
     if (job->rank == 0 && job->stop_file && access(job->stop_file, F_OK) == 0) {
         r |= CH_STOP_FILE;
-        /* gone, so that a resumed run does not stop at its first step */
-        if (unlink(job->stop_file) == 0)
-            ch_log_info("stop file %s found (and removed): stopping", job->stop_file);
-        else
-            ch_log_warn("stop file %s found but not removed (%s): stopping", job->stop_file,
-                        strerror(errno));
+        /* renamed to STOPPED: gone, so that a resumed run does not stop at
+         * its first step, and there for the batch script, which must not
+         * requeue a run its user stopped */
+        size_t len = strlen(job->stop_file) + sizeof STOPPED_FILE_NAME;
+        char *done = malloc(len);
+        if (done) {
+            snprintf(done, len, "%s/%s", job->out_dir, STOPPED_FILE_NAME);
+            if (rename(job->stop_file, done) == 0)
+                ch_log_info("stop file %s found (renamed to %s): stopping", job->stop_file, done);
+            else
+                ch_log_warn("stop file %s found but not renamed to %s (%s): stopping",
+                            job->stop_file, done, strerror(errno));
+            free(done);
+        } else {
+            ch_log_warn("stop file %s found (out of memory renaming it): stopping", job->stop_file);
+        }
     }
     return r;
 }
@@ -708,6 +834,7 @@ int ch_job_finalize(ch_job_t *job, int exit_code)
     ch_config_destroy(job->cfg);
     if (job->env_ok) ch_env_finalize(&job->env);
     free(job->stop_file);
+    unlock_output_dir(job->lock_fd);
     const int started = job->mpi_started, lost = job->peer_lost;
     free(job);
     fflush(stdout);

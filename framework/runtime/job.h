@@ -43,8 +43,13 @@
  *      when the job lists ch_compute_config_table(); else the defaults), and
  *      an NCCL process group over MPI when the ranks are on GPUs.
  *   6. with opt->output_dir_key: rank 0 creates the directory (mkdir -p),
- *      probes it, and removes stale temp files of atomic writes left by a
- *      killed writer.
+ *      probes it, takes the run-directory lock (<dir>/cohort.lock, a POSIX
+ *      fcntl write lock held until ch_job_finalize; the file holds
+ *      "host=H job=SLURM_JOB_ID pid=P"): a directory locked by a live run
+ *      is refused at once (CH_EXIT_BAD_INPUT, the message names the holder),
+ *      a lock left by a run that has ended is taken over (logged). Holding
+ *      it, rank 0 removes stale temp files of atomic writes: no other run
+ *      writes there, so they are a dead writer's.
  *   7. the profiler (opt->phase_names) and, with opt->preemption, the
  *      preemption signal handlers (SIGTERM + dist.warning_signal).
  *
@@ -191,8 +196,10 @@ int ch_job_check_collective(ch_job_t *job, ch_status s, const char *what);
  * at the same step). local_reasons are CH_STOP_* bits this rank adds (e.g.
  * CH_STOP_NONFINITE); the runtime adds CH_STOP_PREEMPT when a signal
  * arrived, CH_STOP_FILE when the stop file exists (rank 0 checks), and
- * CH_STOP_REQUESTED after ch_job_request_stop. Rank 0 removes the stop
- * file when it finds it (so that a resumed run goes on) and logs it.
+ * CH_STOP_REQUESTED after ch_job_request_stop. Rank 0 renames the stop
+ * file to <output dir>/STOPPED when it finds it (so that a resumed run goes
+ * on, and a batch script can tell a user's stop from a preemption: the
+ * sbatch templates do not requeue it) and logs it.
  * Returns the OR over ranks
  * (0: go on); the same value on every rank. The value is also kept
  * (ch_job_stop_reasons). */
