@@ -1,4 +1,5 @@
 /* cohort: a model and its SGD state to and from safetensors files. */
+#define _GNU_SOURCE /* asprintf */
 #include "config.h"
 
 #include "io/train_state.h"
@@ -24,6 +25,9 @@ static const ch_config_key_t ch_train_output_config_keys[] = {
      "Write model-<epoch>.safetensors every N epochs (0: only at the end)."},
     {"output.resume", CH_CFG_STRING, "", CH_CFG_NO_RANGE,
      "Resume file to continue from; 'auto' = <output.dir>/resume.safetensors when present."},
+    {"output.resume_allow", CH_CFG_STRLIST, "", CH_CFG_NO_RANGE,
+     "Keys that may differ from the resumed run's saved configuration (intended changes, "
+     "e.g. optimizer.lr); any other key that changes the result must match."},
 };
 
 ch_config_table_t ch_train_output_config_table(void)
@@ -441,5 +445,108 @@ done:
     free(views);
     ch_safetensors_destroy(st);
     if (rep) *rep = r;
+    return s;
+}
+
+/* ------------------------------------------------------------ resume config */
+
+ch_status ch_train_state_read_config(const char *path, char **config)
+{
+    CH_REQUIRE(path && config, "ch_train_state_read_config: NULL argument");
+    *config = NULL;
+    ch_safetensors_t *st = NULL;
+    ch_resume_info_t info;
+    CH_TRY(ch_checkpoint_read_resume(path, &st, &info));
+    *config = strdup(info.config);
+    ch_safetensors_destroy(st);
+    return *config ? CH_OK : CH_ERROR(CH_ERR_NOMEM, "%s: out of memory", path);
+}
+
+static int in_list(const char *name, const char *const *list, int n)
+{
+    for (int i = 0; i < n; i++) {
+        size_t l = strlen(list[i]);
+        /* "group." names every key of the group */
+        if (l && list[i][l - 1] == '.' ? !strncmp(name, list[i], l) : !strcmp(name, list[i]))
+            return 1;
+    }
+    return 0;
+}
+
+/* Append "name saved X, now Y" (or "name: not saved, now Y") to a
+ * growing malloc'd list; returns 0 out of memory. */
+static int append_change(char **list, size_t *len, const ch_config_change_t *c)
+{
+    char *item = NULL;
+    int n = c->saved ? asprintf(&item, "%s%s (saved %s, now %s)", *len ? ", " : "", c->name,
+                                c->saved, c->now)
+                     : asprintf(&item, "%s%s (not in the saved configuration, now %s)",
+                                *len ? ", " : "", c->name, c->now);
+    if (n < 0) return 0;
+    char *grown = realloc(*list, *len + (size_t)n + 1);
+    if (!grown) {
+        free(item);
+        return 0;
+    }
+    memcpy(grown + *len, item, (size_t)n + 1);
+    *list = grown;
+    *len += (size_t)n;
+    free(item);
+    return 1;
+}
+
+ch_status ch_train_resume_config_check(const char *path, const char *saved_config,
+                                       const ch_config_t *cfg, const char *const *free_keys,
+                                       int n_free)
+{
+    CH_REQUIRE(path && saved_config && cfg && (free_keys || n_free == 0),
+               "ch_train_resume_config_check: NULL argument");
+    const char *const *allow = NULL;
+    int n_allow = 0;
+    CH_TRY(ch_config_get_strlist(cfg, "output.resume_allow", &allow, &n_allow));
+    for (int i = 0; i < n_allow; i++) {
+        size_t l = strlen(allow[i]);
+        if (l && allow[i][l - 1] == '.') continue; /* a group: checked below by use */
+        if (!ch_config_source(cfg, allow[i]))
+            return CH_ERROR(CH_ERR_CONFIG, "output.resume_allow: '%s' is not a configuration key",
+                            allow[i]);
+    }
+    if (!*saved_config) {
+        ch_log_warn("resume: %s holds no saved configuration (an older cohort wrote it): "
+                    "the configuration is not compared", path);
+        return CH_OK;
+    }
+    ch_config_change_t *ch = NULL;
+    int n = 0;
+    ch_status s = ch_config_compare_dump(cfg, saved_config, &ch, &n);
+    if (s) {
+        ch_error_context("%s", path);
+        return s;
+    }
+    char *refused = NULL, *allowed = NULL, *other = NULL;
+    size_t lr = 0, la = 0, lo = 0;
+    int ok = 1;
+    for (int i = 0; i < n && ok; i++) {
+        if (in_list(ch[i].name, free_keys, n_free)) ok = append_change(&other, &lo, &ch[i]);
+        else if (in_list(ch[i].name, allow, n_allow)) ok = append_change(&allowed, &la, &ch[i]);
+        else ok = append_change(&refused, &lr, &ch[i]);
+    }
+    if (!ok) {
+        s = CH_ERROR(CH_ERR_NOMEM, "%s: out of memory comparing configurations", path);
+    } else if (refused) {
+        s = CH_ERROR(CH_ERR_INVALID,
+                     "%s: this run's configuration differs from the saved one in keys that "
+                     "change the result: %s; start in another output.dir, or, if the change is "
+                     "intended, list the keys in output.resume_allow (--resume-allow KEY,...)",
+                     path, refused);
+    } else {
+        if (allowed)
+            ch_log_info("resume: %s: changed as output.resume_allow permits: %s", path, allowed);
+        if (other) ch_log_info("resume: %s: changed (does not change the result): %s", path, other);
+    }
+    free(refused);
+    free(allowed);
+    free(other);
+    ch_config_changes_free(ch, n);
     return s;
 }

@@ -39,6 +39,7 @@ typedef struct {
     int save_every;     /* output.save_every: model file every N epochs (0: only the last) */
     const char *resume; /* output.resume: "" (none), "auto" or a resume file path */
 } ch_train_output_options_t;
+/* output.resume_allow (a string list) is read by ch_train_resume_config_check. */
 
 ch_config_table_t ch_train_output_config_table(void);
 
@@ -127,6 +128,31 @@ ch_status ch_train_state_read_resume(ch_model_t *model, ch_sgd_t *sgd, const cha
 ch_status ch_train_resume_check(const char *path, const ch_train_progress_t *saved,
                                 int world_size, int64_t steps_per_epoch, uint64_t seed,
                                 int64_t *start_step);
+
+/* The effective configuration a resume file saved (ch_config_dump text;
+ * "" from files of older cohorts) into *config (malloc'd, caller frees).
+ * Errors: those of ch_checkpoint_read_resume (naming path), CH_ERR_NOMEM. */
+ch_status ch_train_state_read_config(const char *path, char **config);
+
+/* Can the run configured by cfg continue the one whose configuration
+ * saved_config (ch_config_dump text of the resume file `path`) is? Every
+ * key that differs (ch_config_compare_dump) must be
+ *  - in free_keys[0..n_free): keys that do not change the result (logging,
+ *    loader workers, threads, checkpoint cadence, the launch's keys); an
+ *    entry ending in '.' names a whole group ("compute.");
+ *  - or in cfg's output.resume_allow list: changes the user intends
+ *    (a key, or a group ending in '.'); logged, one line.
+ * Anything else is refused: CH_ERR_INVALID "<path>: this run's configuration
+ * differs from the saved one in keys that change the result: optimizer.lr
+ * (saved 0.01, now 0.02), ...", each key with both values. An empty
+ * saved_config (an older file) is not compared (a warning says so).
+ * Errors also: CH_ERR_CONFIG for an output.resume_allow entry that is not a
+ * key of cfg, CH_ERR_FORMAT (naming path) for a saved text that does not
+ * parse, CH_ERR_NOMEM. The world size is not a key: ch_train_resume_check
+ * decides about it. */
+ch_status ch_train_resume_config_check(const char *path, const char *saved_config,
+                                       const ch_config_t *cfg, const char *const *free_keys,
+                                       int n_free);
 
 /* ------------------------------------------------------------ pretrained */
 

@@ -1,6 +1,7 @@
 /* cohort-train: data-parallel training of ResNets (PyTorch DDP recipe).
  *
  *   mpiexec -n W jobs/cohort-train [--config FILE] [--key=value ...] [--resume [PATH]]
+ *                                  [--resume-allow KEY,...]
  *   srun --mpi=pmi2 jobs/cohort-train ...
  *
  * The recipe (SEMANTICS.md): DistributedSampler + BatchSampler(drop_last)
@@ -143,7 +144,8 @@ typedef struct {
     int converted_sync_bn;
 } job_t;
 
-/* --resume [PATH] is shorthand for --output.resume=PATH (default auto). */
+/* --resume [PATH] is shorthand for --output.resume=PATH (default auto),
+ * --resume-allow KEY,... for --output.resume_allow=KEY,... */
 static char **rewrite_args(int argc, char **argv, int *out_argc)
 {
     char **v = calloc((size_t)argc + 2, sizeof *v);
@@ -157,6 +159,12 @@ static char **rewrite_args(int argc, char **argv, int *out_argc)
             } else {
                 v[n++] = "--output.resume=auto";
             }
+        } else if (!strcmp(argv[i], "--resume-allow")) {
+            v[n++] = "--output.resume_allow";
+        } else if (!strncmp(argv[i], "--resume-allow=", 15)) {
+            static char allow[4200];
+            snprintf(allow, sizeof allow, "--output.resume_allow=%s", argv[i] + 15);
+            v[n++] = allow;
         } else if (!strncmp(argv[i], "--resume=", 9)) {
             static char buf[4200];
             snprintf(buf, sizeof buf, "--output.resume=%s", argv[i] + 9);
@@ -240,10 +248,28 @@ static ch_status build_model(job_t *j)
     return ch_lr_cosine_from_config(j->cfg, so.lr, &j->sched);
 }
 
-/* Continue from a resume file: model, momentum, progress; at an epoch
- * boundary any world size, mid-epoch only the writer's. */
+/* Keys that may differ between a run and the one it resumes: they do not
+ * change the trained parameters (logging, evaluation, loader parallelism,
+ * threads, checkpoint cadence and place, the launch's signal and requeue
+ * settings, the device rule). Every other key, present or added later,
+ * must match or be listed in output.resume_allow. */
+static const char *const resume_free_keys[] = {
+    "train.threads", "train.log_every", "train.stop_after", "train.eval", "data.workers",
+    "data.prefetch", "output.", "dist.device_rule", "dist.requeue", "dist.warning_signal",
+};
+
+/* Continue from a resume file: the saved configuration compared with this
+ * run's, then model, momentum, progress; at an epoch boundary any world
+ * size, mid-epoch only the writer's. */
 static ch_status resume(job_t *j, const char *path)
 {
+    char *saved_cfg = NULL;
+    CH_TRY(ch_train_state_read_config(path, &saved_cfg));
+    ch_status s = ch_train_resume_config_check(
+        path, saved_cfg, j->cfg, resume_free_keys,
+        (int)(sizeof resume_free_keys / sizeof resume_free_keys[0]));
+    free(saved_cfg);
+    CH_TRY(s);
     ch_train_progress_t saved;
     CH_TRY(ch_train_state_read_resume(j->model, j->sgd, path, &saved));
     CH_TRY(ch_train_resume_check(path, &saved, j->world, j->steps_per_epoch, (uint64_t)j->seed,

@@ -1245,3 +1245,94 @@ ch_status ch_config_dump_string(const ch_config_t *cfg, char **out)
     *out = buf;
     return CH_OK;
 }
+
+/* The dump text of a slot's value ("0.10000000000000001", "\"a\"", ...). */
+static char *value_text(const slot_t *s)
+{
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    if (!f) return NULL;
+    put_value(f, s);
+    if (fclose(f) != 0) {
+        free(buf);
+        return NULL;
+    }
+    return buf;
+}
+
+void ch_config_changes_free(ch_config_change_t *changes, int n)
+{
+    for (int i = 0; i < n; i++) {
+        free(changes[i].saved);
+        free(changes[i].now);
+    }
+    free(changes);
+}
+
+ch_status ch_config_compare_dump(const ch_config_t *cfg, const char *dump,
+                                 ch_config_change_t **out, int *n_out)
+{
+    CH_REQUIRE(cfg != NULL && dump != NULL && out != NULL && n_out != NULL,
+               "ch_config_compare_dump: NULL argument");
+    *out = NULL;
+    *n_out = 0;
+    config_t lc;
+    config_init(&lc);
+    if (config_read_string(&lc, dump) != CONFIG_TRUE) {
+        ch_status e = CH_ERROR(CH_ERR_FORMAT, "saved configuration: line %d: %s",
+                               config_error_line(&lc), config_error_text(&lc));
+        config_destroy(&lc);
+        return e;
+    }
+    int *idx = sorted_order(cfg->keys, cfg->n);
+    ch_config_change_t *ch = calloc(cfg->n > 0 ? (size_t)cfg->n : 1, sizeof *ch);
+    ch_status st = idx && ch ? CH_OK : CH_ERROR(CH_ERR_NOMEM, "config compare: out of memory");
+    int n = 0;
+    for (int j = 0; st == CH_OK && j < cfg->n; j++) {
+        const slot_t *now = &cfg->slots[idx[j]];
+        const config_setting_t *set = config_lookup(&lc, now->key->name);
+        char *now_text = value_text(now), *saved_text = NULL;
+        if (!now_text) {
+            st = CH_ERROR(CH_ERR_NOMEM, "config compare: out of memory");
+            break;
+        }
+        if (set) {
+            slot_t old;
+            memset(&old, 0, sizeof old);
+            old.key = now->key;
+            if (assign_setting(&old, set, "saved configuration") == CH_OK) {
+                saved_text = value_text(&old);
+            } else {
+                char got[128];
+                describe_setting(got, sizeof got, set);
+                saved_text = strdup(got);
+            }
+            value_free(&old.v);
+            free(old.source);
+            if (!saved_text) {
+                free(now_text);
+                st = CH_ERROR(CH_ERR_NOMEM, "config compare: out of memory");
+                break;
+            }
+        }
+        if (saved_text ? strcmp(saved_text, now_text) != 0 : strcmp(now->source, "default") != 0) {
+            ch[n].name = now->key->name;
+            ch[n].saved = saved_text;
+            ch[n].now = now_text;
+            n++;
+        } else {
+            free(saved_text);
+            free(now_text);
+        }
+    }
+    free(idx);
+    config_destroy(&lc);
+    if (st != CH_OK) {
+        ch_config_changes_free(ch, n);
+        return st;
+    }
+    *out = ch;
+    *n_out = n;
+    return CH_OK;
+}

@@ -185,6 +185,29 @@ ch_status ch_config_dump(const ch_config_t *cfg, FILE *out);
  * Errors: CH_ERR_NOMEM. */
 ch_status ch_config_dump_string(const ch_config_t *cfg, char **out);
 
+/* One key whose value differs between a saved dump and a configuration. */
+typedef struct {
+    const char *name; /* the key's name (a string of cfg's table) */
+    char *saved;      /* its value in the dump as dump text ("0.02", "\"a\"");
+                         NULL when the dump lacks the key */
+    char *now;        /* its effective value in cfg, as dump text */
+} ch_config_change_t;
+
+/* Compare cfg with `dump`, the text ch_config_dump wrote for an earlier
+ * run (e.g. the "config" text of a resume file): *changes gets, in key
+ * order, every key of cfg whose value differs (values compared as dump
+ * text, so floats by their 17 digits), and every key the dump lacks that cfg
+ * sets explicitly (a key the dump lacks and cfg leaves at its default is the
+ * same run: a newer table's key). Keys of the dump that cfg does not know
+ * are ignored. *n the count (0: the same configuration, *changes still to
+ * be freed). Errors: CH_ERR_FORMAT "saved configuration: line L: <text>"
+ * for a dump libconfig cannot parse, CH_ERR_NOMEM; then *changes is NULL. */
+ch_status ch_config_compare_dump(const ch_config_t *cfg, const char *dump,
+                                 ch_config_change_t **changes, int *n);
+
+/* Free what ch_config_compare_dump returned (NULL is a no-op). */
+void ch_config_changes_free(ch_config_change_t *changes, int n);
+
 #ifdef __cplusplus
 }
 #endif
