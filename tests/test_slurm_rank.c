@@ -13,10 +13,12 @@
  * first run (SLURM_RESTART_COUNT unset or 0) every rank then waits up to
  * SECONDS for SIGUSR2 or SIGTERM, prints
  *   rank R got signal NAME
- * (or "rank R no signal") and exits 0: this checks that a template forwards
- * the preemption warning signal from the batch shell to the program. A
- * requeued run (SLURM_RESTART_COUNT >= 1) does not wait.
- * Exit status 0 on success, 1 if MPI fails. */
+ * (or "rank R no signal") and exits 3 after a signal, as cohort-train does
+ * after a preemption stop (0 without one): this checks that a template
+ * forwards the preemption warning signal from the batch shell to the
+ * program and requeues after it. A requeued run (SLURM_RESTART_COUNT >= 1)
+ * does not wait.
+ * Exit status 0 on success, 3 after a signal, 1 if MPI fails. */
 #include <mpi.h>
 #include <signal.h>
 #include <stdio.h>
@@ -94,5 +96,5 @@ int main(int argc, char **argv)
         fflush(stdout);
     }
     MPI_Finalize();
-    return 0;
+    return got_signal ? 3 : 0;
 }

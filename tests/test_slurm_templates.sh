@@ -5,7 +5,9 @@
 # MPI rank printer (tests/test_slurm_rank) in place of cohort-train (COHORT_BIN),
 # passing it the config, the overrides, the thread count and the run
 # directory; the warning signal reaches the ranks and the job requeues itself
-# and runs again with the same run directory. Prints TAP; SKIPs where Slurm
+# (the stand-in exits 3 after it, as cohort-train does after a preemption
+# stop) and runs again with the same run directory; a --time close to the
+# warning lead is warned about. Prints TAP; SKIPs where Slurm
 # is not installed or not usable (not root).
 set -u
 . "${COHORT_SRCDIR:-$(dirname "$0")/..}/tests/test_slurm_lib.sh"
@@ -61,6 +63,19 @@ rank 1 of 2 procid 1 nodeid 0 localid 1 threads 1 gpus - restart - $(expected_ar
     && [ -d "$w/runs/cohort-cpu-$jid" ]
 ok $? "cpu-1node.sbatch runs 2 ranks to completion with config, overrides, thread count and run dir (job $jid, $job_state)"
 
+grep -q "^job $jid (restart 0) on" "$outfile" && ! grep -q '^warning: the time limit' "$outfile"
+ok $? "cpu-1node.sbatch: no time-limit warning with --time=01:00:00 and the 120 s warning lead (job $jid)"
+
+# ---- --time close to the warning lead: a warning at the start
+run_template cpu-1node --time=5
+[ "$job_state" = COMPLETED ] \
+    && grep -q '^warning: the time limit 5:00 (300 s) leaves less than 3 x the warning lead (120 s, --signal=B:USR2@120) for work: every run is warned after at most 180 s' "$outfile"
+ok $? "sbatch --time=5: the template warns that 300 s leave less than 3 x the 120 s lead (job $jid, $job_state)"
+run_template cpu-1node --time=1-0
+[ "$job_state" = COMPLETED ] && grep -q "^job $jid (restart 0) on" "$outfile" \
+    && ! grep -q '^warning: the time limit' "$outfile"
+ok $? "sbatch --time=1-0 (a day): no warning (job $jid, $job_state)"
+
 # ---- --cpus-per-task feeds the thread count
 run_template cpu-1node --cpus-per-task=3
 [ "$job_state" = COMPLETED ] && [ "$(grep -c "^rank [01] of 2 .* threads 3 .*--set train.threads=3 " "$outfile")" = 2 ]
@@ -100,7 +115,8 @@ wait_file_line "$outfile" '^warning signal received: requeueing' 30
 wait_job_state "$jid" 20 PENDING && scontrol update JobId="$jid" StartTime=now+2
 wait_job_state "$jid" 60 COMPLETED FAILED CANCELLED TIMEOUT NODE_FAIL
 diag <"$outfile" 2>/dev/null
-[ "$(grep -c '^rank [01] got signal USR2$' "$outfile")" = 2 ]
+[ "$(grep -c '^rank [01] got signal USR2$' "$outfile")" = 2 ] \
+    && grep -q "^warning signal received: requeueing job $jid to resume from $w/runs/cohort-cpu-$jid\$" "$outfile"
 ok $? "scancel -b -s USR2 to the batch shell reaches both ranks through the template's forwarding (job $jid)"
 [ "$job_state" = COMPLETED ] && [ "$(job_field "$jid" Restarts)" = 1 ] \
     && [ "$(grep -c "^rank [01] of 2 .* restart 1 .*--set output.dir=$w/runs/cohort-cpu-$jid " "$outfile")" = 2 ] \
