@@ -91,3 +91,99 @@ close_to() {
     awk -v x="$1" -v y="$2" -v r="$3" \
         'BEGIN { d = x - y; if (d < 0) d = -d; a = y < 0 ? -y : y; exit !(d <= r * a) }'
 }
+
+# rank_pids RUNDIR: PIDs of the cohort-train ranks writing RUNDIR (not srun,
+# whose command line holds it too).
+rank_pids() {
+    local p
+    for p in $(pgrep -f -- "output.dir=$1\$" ; pgrep -f -- "output.dir=$1 "); do
+        case "$(cat /proc/"$p"/comm 2>/dev/null)" in
+            cohort-train | lt-cohort-train) echo "$p" ;;
+        esac
+    done | sort -u
+}
+
+# signal_pending PID SIGNUM: the signal is pending for the (stopped) process.
+signal_pending() {
+    local mask
+    for mask in $(sed -n 's/^\(ShdPnd\|SigPnd\):[[:space:]]*//p' /proc/"$1"/status 2>/dev/null); do
+        [ $(( 0x$mask >> ($2 - 1) & 1 )) = 1 ] && return 0
+    done
+    return 1
+}
+
+# wait_file FILE SECONDS: return as soon as FILE exists (polled every 10 ms).
+wait_file() {
+    local t0=$SECONDS
+    while [ ! -e "$1" ]; do
+        [ $((SECONDS - t0)) -ge "$2" ] && return 1
+        sleep 0.01
+    done
+}
+
+# stop_ranks_at RUNDIR FILE: wait (<= 90 s each) until both cohort-train
+# ranks writing RUNDIR are up and RUNDIR holds FILE (written by rank 0 with
+# no delay, unlike the output, which comes through Slurm's I/O forwarding),
+# then stop them (SIGSTOP, by PID) at lowest CPU priority. Sets pids.
+stop_ranks_at() {
+    local t0=$SECONDS
+    while :; do
+        pids=$(rank_pids "$1")
+        [ "$(echo $pids | wc -w)" = 2 ] || [ $((SECONDS - t0)) -ge 90 ] && break
+        sleep 0.05
+    done
+    # shellcheck disable=SC2086
+    [ -n "$pids" ] && renice -n 19 -p $pids >/dev/null
+    wait_file "$1/$2" 90 || echo "no $1/$2" | diag
+    # shellcheck disable=SC2086
+    [ -n "$pids" ] && kill -STOP $pids
+}
+
+# wait_pending SECONDS SIGNUM...: wait until one of the signals is pending
+# on every process of $pids (or the process is gone).
+wait_pending() {
+    local limit=$1 t0=$SECONDS p s found
+    shift
+    for p in $pids; do
+        while :; do
+            found=
+            for s in "$@"; do signal_pending "$p" "$s" && found=1; done
+            [ -n "$found" ] || [ ! -e /proc/"$p" ] || [ $((SECONDS - t0)) -ge "$limit" ] && break
+            sleep 0.05
+        done
+        [ -n "$found" ] || echo "none of signals $* pending on rank process $p" | diag
+    done
+}
+
+# epochs_once CSV EPOCHS: the metrics file has exactly one row for each epoch
+# 0..EPOCHS-1, in order.
+epochs_once() {
+    [ "$(cut -d, -f1 "$1" 2>/dev/null | tail -n +2 | tr '\n' ' ')" = "$(seq -s ' ' 0 $(($2 - 1))) " ]
+}
+
+# tensorboard_once RUNDIR: TensorBoard (EventAccumulator, as `tensorboard
+# --logdir` merges a directory's event files) shows one point per epoch for
+# every column of RUNDIR/metrics.csv, with the CSV's values. Exit 77 when the
+# tensorboard package is missing.
+tensorboard_once() {
+    "${PYTHON3:-/usr/bin/python3}" - "$1" <<'PY'
+import csv, struct, sys
+try:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+except ImportError:
+    sys.exit(77)
+rows = list(csv.DictReader(open(sys.argv[1] + "/metrics.csv")))
+ea = EventAccumulator(sys.argv[1], size_guidance={"scalars": 0})
+ea.Reload()
+f32 = lambda x: struct.unpack("<f", struct.pack("<f", x))[0]
+bad = 0
+for col in [c for c in rows[0] if c not in ("epoch", "step", "wall_time")]:
+    got = [(e.step, e.value) for e in ea.Scalars(col)]
+    want = [(int(r["epoch"]), f32(float(r[col]))) for r in rows]
+    if [s for s, _ in got] != [s for s, _ in want] or any(
+            not (a == b or (a != a and b != b)) for (_, a), (_, b) in zip(got, want)):
+        print(f"{col}: TensorBoard {got} vs metrics.csv {want}")
+        bad = 1
+sys.exit(bad)
+PY
+}

@@ -36,35 +36,6 @@ ok $? "reference: uninterrupted mpiexec -n 2 run, 30 epochs of 1 step"
 cluster_up c --nodes 1 --cpus 4
 ok $? "1-node cluster (4 CPUs) comes up"
 
-# rank_pids RUNDIR: PIDs of the cohort-train ranks writing RUNDIR (not srun,
-# whose command line holds it too).
-rank_pids() {
-    local p
-    for p in $(pgrep -f -- "output.dir=$1\$" ; pgrep -f -- "output.dir=$1 "); do
-        case "$(cat /proc/"$p"/comm 2>/dev/null)" in
-            cohort-train | lt-cohort-train) echo "$p" ;;
-        esac
-    done | sort -u
-}
-
-# signal_pending PID SIGNUM: the signal is pending for the (stopped) process.
-signal_pending() {
-    local mask
-    for mask in $(sed -n 's/^\(ShdPnd\|SigPnd\):[[:space:]]*//p' /proc/"$1"/status 2>/dev/null); do
-        [ $(( 0x$mask >> ($2 - 1) & 1 )) = 1 ] && return 0
-    done
-    return 1
-}
-
-# wait_file FILE SECONDS: return as soon as FILE exists (polled every 10 ms).
-wait_file() {
-    local t0=$SECONDS
-    while [ ! -e "$1" ]; do
-        [ $((SECONDS - t0)) -ge "$2" ] && return 1
-        sleep 0.01
-    done
-}
-
 # preempt_run CONFIG FILE [OVERRIDES...]: submit cpu-1node with the job; once
 # the run directory holds FILE (written by rank 0 at the end of an epoch,
 # with no delay, unlike the output, which comes through Slurm's I/O
