@@ -551,6 +551,67 @@ static void test_dump_floats_exact(void **state)
 
 /* ---- several tables (ch_config_load_tables): a job's and its objects' */
 
+/* ch_config_compare_dump: the keys whose values differ from a saved dump
+ * (floats by their dump text: 0.1 and 0.30000000000000004 differ; strings,
+ * lists, int64), in key order; a key
+ * the dump lacks only when set explicitly; a dump that does not parse is
+ * CH_ERR_FORMAT naming the line. */
+static void test_compare_dump(void **state)
+{
+    (void)state;
+    ch_config_t *saved = NULL, *now = NULL;
+    assert_ch_ok(LOAD(&saved, "--train.lr=0.1", "--data.files=p,q"));
+    char *text = NULL;
+    assert_ch_ok(ch_config_dump_string(saved, &text));
+    ch_config_change_t *ch = NULL;
+    int n = -1;
+    assert_ch_ok(ch_config_compare_dump(saved, text, &ch, &n));
+    assert_int_equal(n, 0); /* the same configuration */
+    ch_config_changes_free(ch, n);
+
+    assert_ch_ok(LOAD(&now, "--train.lr=0.30000000000000004", "--data.files=p",
+                      "--data.max_bytes=1099511627777", "--train.optimizer=adam"));
+    assert_ch_ok(ch_config_compare_dump(now, text, &ch, &n));
+    assert_int_equal(n, 4);
+    assert_string_equal(ch[0].name, "data.files");
+    assert_string_equal(ch[0].saved, "[ \"p\", \"q\" ]");
+    assert_string_equal(ch[0].now, "[ \"p\" ]");
+    assert_string_equal(ch[1].name, "data.max_bytes");
+    assert_string_equal(ch[1].saved, "1099511627776L");
+    assert_string_equal(ch[1].now, "1099511627777L");
+    assert_string_equal(ch[2].name, "train.lr");
+    assert_string_equal(ch[2].saved, "0.1");
+    assert_string_equal(ch[2].now, "0.30000000000000004");
+    assert_string_equal(ch[3].name, "train.optimizer");
+    assert_string_equal(ch[3].saved, "\"sgd\"");
+    assert_string_equal(ch[3].now, "\"adam\"");
+    ch_config_changes_free(ch, n);
+
+    /* a dump without the key "seed" (an older table): only an explicit
+     * value counts as a change */
+    char *cut = strstr(text, "seed = ");
+    assert_non_null(cut);
+    cut[0] = '#';
+    assert_ch_ok(ch_config_compare_dump(saved, text, &ch, &n));
+    assert_int_equal(n, 0);
+    ch_config_changes_free(ch, n);
+    ch_config_destroy(now);
+    assert_ch_ok(LOAD(&now, "--train.lr=0.1", "--data.files=p,q", "--seed=3"));
+    assert_ch_ok(ch_config_compare_dump(now, text, &ch, &n));
+    assert_int_equal(n, 1);
+    assert_string_equal(ch[0].name, "seed");
+    assert_null(ch[0].saved);
+    assert_string_equal(ch[0].now, "3");
+    ch_config_changes_free(ch, n);
+
+    assert_ch_error(ch_config_compare_dump(now, "train = { lr = ; };", &ch, &n), CH_ERR_FORMAT,
+                    "saved configuration: line 1: ");
+    assert_null(ch);
+    free(text);
+    ch_config_destroy(now);
+    ch_config_destroy(saved);
+}
+
 static const ch_config_key_t job_keys[] = {
     {"train.lr", CH_CFG_FLOAT, "0.01", 0, 10, "Base learning rate."},
     {"output.dir", CH_CFG_STRING, "runs", CH_CFG_NO_RANGE, "Output directory."},
@@ -658,6 +719,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_choice),
         cmocka_unit_test(test_dump_round_trip),
         cmocka_unit_test(test_dump_floats_exact),
+        cmocka_unit_test(test_compare_dump),
         cmocka_unit_test(test_tables),
         cmocka_unit_test(test_help_tables),
     };

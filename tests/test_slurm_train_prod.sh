@@ -16,7 +16,8 @@
 #  - a second job submitted into the run directory of a running one is
 #    refused at once (exit 2, naming the holder), the first one unharmed;
 #  - the warning signal arriving after the last epoch's model file (training
-#    done): the job ends COMPLETED and is not requeued.
+#    done): the job ends COMPLETED and is not requeued;
+#  - scancel while the job trains: CANCELLED, not requeued.
 # The ranks are held with SIGSTOP while a signal travels, so that the stop
 # lands mid-run however fast the machine is. Prints TAP; SKIPs where Slurm is
 # not installed or usable (not root) or the data set is missing.
@@ -153,6 +154,18 @@ grep -v '^ \|^epoch [0-9]* step ' "$outfile" 2>/dev/null | diag
     && [ "$(job_field "$jid" ExitCode)" = 0:0 ] && grep -q '^training finished: 3 epochs' "$outfile" \
     && ! grep -q 'requeueing' "$outfile" && [ "$(job_field "$jid" JobState)" = COMPLETED ]
 ok $? "the warning signal after training finished: exit 0, COMPLETED, not requeued (job $jid, $job_state)"
+# ---- scancel while training: the batch shell gets SIGTERM too, no requeue
+submit_train
+stop_ranks_at "$rundir" model-0.safetensors
+scancel "$jid"
+# shellcheck disable=SC2086
+kill -CONT $pids 2>/dev/null
+wait_job_state "$jid" 60 $ended
+sleep 3    # a requeue would show now as PENDING and Restarts=1
+grep -v '^ \|^epoch [0-9]* step ' "$outfile" 2>/dev/null | diag
+[ "$(job_field "$jid" JobState)" = CANCELLED ] && [ "$(job_field "$jid" Restarts)" = 0 ] \
+    && ! grep -q 'requeueing' "$outfile"
+ok $? "scancel while the job trains: CANCELLED, not requeued (job $jid, $job_state)"
 cluster_down "$c"
 ok $? "cluster goes down"
 
