@@ -46,35 +46,17 @@ ok $? "1-node cluster (4 CPUs) comes up"
 # let the template requeue the job, release it, wait for the end. Sets jid,
 # job_state, outfile, rundir.
 preempt_run() {
-    local cfg=$1 trigger=$2 pids p usr2 t0
+    local cfg=$1 trigger=$2 usr2
     shift 2
     usr2=$(kill -l USR2)
     jid=$(COHORT_BIN=$train_prog submit "$srcdir/slurm/cpu-1node.sbatch" "$cfg" \
           --set train.log_every=1 "$@")
     outfile=$w/cohort-cpu-$jid.out
     rundir=$w/runs/cohort-cpu-$jid
-    # the ranks' PIDs, once both are up (before the line is awaited, so that
-    # they can be stopped the moment it appears)
-    t0=$SECONDS
-    while :; do
-        pids=$(rank_pids "$rundir")
-        [ "$(echo $pids | wc -w)" = 2 ] || [ $((SECONDS - t0)) -ge 90 ] && break
-        sleep 0.05
-    done
-    # lowest CPU priority for the ranks, so that this shell runs at once
-    # even where the ranks keep every core busy
-    # shellcheck disable=SC2086
-    [ -n "$pids" ] && renice -n 19 -p $pids >/dev/null
-    wait_file "$rundir/$trigger" 90 || echo "no $rundir/$trigger" | diag
-    # shellcheck disable=SC2086
-    [ -n "$pids" ] && kill -STOP $pids
+    stop_ranks_at "$rundir" "$trigger"
     echo "ranks $(echo $pids) stopped after '$(grep '^epoch [0-9]* step ' "$outfile" | tail -n 1)'" | diag
     scancel -b -s USR2 "$jid"
-    t0=$SECONDS
-    for p in $pids; do
-        while ! signal_pending "$p" "$usr2" && [ $((SECONDS - t0)) -lt 30 ]; do sleep 0.05; done
-        signal_pending "$p" "$usr2" || echo "USR2 not pending on rank process $p" | diag
-    done
+    wait_pending 30 "$usr2"
     # shellcheck disable=SC2086
     [ -n "$pids" ] && kill -CONT $pids
     wait_file_line "$outfile" '^warning signal received: requeueing' 60 \
