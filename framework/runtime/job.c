@@ -592,6 +592,13 @@ static int init_steps(ch_job_t *job, const ch_job_options_t *opt, int argc, char
     ch_device_rule rule = CH_DEVICE_RULE_AUTO;
     if (s == CH_OK) s = read_runtime_keys(job, opt, &rule);
     if (ch_job_agree(job, s, NULL)) return CH_EXIT_BAD_INPUT;
+    /* the preemption handlers as soon as the signal is known: a preemption
+     * during the device, NCCL and output-directory setup (seconds on GPUs)
+     * is then a stop at the first step, not a death by the signal */
+    if (opt->preemption) {
+        s = ch_preempt_install(job->warning_signal);
+        if (ch_job_agree(job, s, "signal handlers")) return CH_EXIT_ERROR;
+    }
     if (!opt->no_identity_line) ch_log_info("%s", job->env.note);
     /* COHORT_LOG_LEVEL=debug: every rank states who it is (and what Slurm
      * told it), to check a launch */
@@ -613,14 +620,10 @@ static int init_steps(ch_job_t *job, const ch_job_options_t *opt, int argc, char
         if (rc != CH_JOB_CONTINUE) return rc;
     }
 
-    /* 7. profiler, preemption handlers */
+    /* 7. profiler */
     s = CH_OK;
     if (opt->n_phases > 0) s = ch_prof_create(opt->phase_names, opt->n_phases, &job->prof);
     if (ch_job_agree(job, s, "profiler")) return CH_EXIT_ERROR;
-    if (opt->preemption) {
-        s = ch_preempt_install(job->warning_signal);
-        if (ch_job_agree(job, s, "signal handlers")) return CH_EXIT_ERROR;
-    }
     return CH_JOB_CONTINUE;
 }
 

@@ -50,8 +50,11 @@
  *      a lock left by a run that has ended is taken over (logged). Holding
  *      it, rank 0 removes stale temp files of atomic writes: no other run
  *      writes there, so they are a dead writer's.
- *   7. the profiler (opt->phase_names) and, with opt->preemption, the
- *      preemption signal handlers (SIGTERM + dist.warning_signal).
+ *   7. the profiler (opt->phase_names). With opt->preemption the
+ *      preemption signal handlers (SIGTERM + dist.warning_signal) are
+ *      installed earlier, right after the configuration (step 4): a signal
+ *      during steps 5-7 (device, NCCL, output directory) is a stop at the
+ *      job's first ch_job_stop_agree, not a death by the signal.
  *
  * Threading: every ch_job_* function is called from the thread that called
  * ch_job_init (the main thread), unless its docstring says otherwise.
