@@ -350,7 +350,8 @@ static void lock_read_holder(int fd, char *buf, size_t len)
  * (kept open until ch_job_finalize). Errors: CH_ERR_INVALID "'dir' is in use
  * by another run: host=... job=... pid=... holds ..." when a live process
  * holds it (refused at once, nothing in dir is touched); CH_ERR_UNSUPPORTED
- * when the file system has no POSIX locks; CH_ERR_IO naming the file. */
+ * when the file system has no POSIX locks (the caller goes on without the
+ * lock, warned); CH_ERR_IO naming the file. */
 static ch_status lock_output_dir(const char *dir, int *fd_out)
 {
     *fd_out = -1;
@@ -378,7 +379,7 @@ static ch_status lock_output_dir(const char *dir, int *fd_out)
         if (e == ENOSYS || e == EOPNOTSUPP || e == ENOLCK || e == EINVAL)
             return CH_ERROR(CH_ERR_UNSUPPORTED,
                             "cannot lock '%s': %s (the file system has no POSIX locks; on "
-                            "Lustre mount it with -o flock)", path, strerror(e));
+                            "Lustre it needs the mount option -o flock)", path, strerror(e));
         return CH_ERROR(CH_ERR_IO, "cannot lock '%s': %s", path, strerror(e));
     }
     /* Ours. A name left in the file is a holder that has ended without
@@ -525,8 +526,19 @@ static int setup_output_dir(ch_job_t *job, const ch_job_options_t *opt)
     if (s == CH_OK && job->rank == 0) {
         s = make_dirs(job->out_dir);
         if (s == CH_OK) s = ch_checkpoint_check_dir(job->out_dir);
-        if (s == CH_OK) s = lock_output_dir(job->out_dir, &job->lock_fd);
-        if (s == CH_OK) s = remove_stale_temps(job->out_dir);
+        if (s == CH_OK) {
+            s = lock_output_dir(job->out_dir, &job->lock_fd);
+            if (s == CH_ERR_UNSUPPORTED) {
+                /* a file system without locks: run unprotected rather than
+                 * not at all, and leave temporary files alone (their writer
+                 * may be another live run) */
+                ch_log_warn("%s; running without the run-directory lock, stale temporary "
+                            "files are not removed", ch_error_message());
+                s = CH_OK;
+            } else if (s == CH_OK) {
+                s = remove_stale_temps(job->out_dir);
+            }
+        }
         if (s) ch_error_context("%s", opt->output_dir_key);
     }
     if (ch_job_agree(job, s, "output directory")) return CH_EXIT_BAD_INPUT;

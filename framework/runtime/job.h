@@ -49,7 +49,9 @@
  *      is refused at once (CH_EXIT_BAD_INPUT, the message names the holder),
  *      a lock left by a run that has ended is taken over (logged). Holding
  *      it, rank 0 removes stale temp files of atomic writes: no other run
- *      writes there, so they are a dead writer's.
+ *      writes there, so they are a dead writer's. On a file system without
+ *      POSIX locks (Lustre without -o flock) the run goes on without the
+ *      lock and without the sweep, with a warning.
  *   7. the profiler (opt->phase_names). With opt->preemption the
  *      preemption signal handlers (SIGTERM + dist.warning_signal) are
  *      installed earlier, right after the configuration (step 4): a signal
