@@ -9,17 +9,25 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <math.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
-#include <pthread.h>
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
-enum { TAG_RESULT = 1, TAG_TICK = 2, TAG_ERROR = 3, TAG_ASSIGN = 4, TAG_CTRL = 5 };
+/* Frames on the rank-0 <-> worker streams: a header, then len bytes. */
+enum { MSG_RESULT = 1, MSG_ERROR = 2, MSG_ASSIGN = 3, MSG_CTRL = 4 };
 enum { CTRL_FINISH = 1, CTRL_KILL = 2 };
+typedef struct {
+    uint32_t type, len;
+} frame_t;
 
 typedef struct {
     int64_t id;
@@ -38,6 +46,13 @@ typedef struct {
 /* Task states on rank 0. */
 enum { T_PENDING = 0, T_RUNNING, T_RETRY, T_DONE, T_SKIPPED, T_FAILED };
 
+/* One end of a stream with its input buffer. */
+typedef struct {
+    int fd;
+    char *in;
+    size_t len, cap;
+} conn_t;
+
 struct ch_farm {
     ch_farm_options_t o;
     MPI_Comm comm;
@@ -46,11 +61,8 @@ struct ch_farm {
     int *slot_busy, *slot_dead;
     int64_t *slot_task;
     int *cpus, n_cpus;
-    pthread_mutex_t mu;
-    int wake[2];
-    volatile int stop_poll;
-    pthread_t poll_thread;
-    int poll_started;
+    conn_t *conns; /* rank 0: one per worker rank (index = rank); worker: conns[0] to rank 0 */
+    int n_conns;
     int64_t n_tasks;
     /* rank 0 */
     ch_journal_state_t *js;
@@ -146,7 +158,10 @@ static ch_status wait_for_open_attempts(ch_farm_t *f)
     int64_t n_open = 0;
     ch_journal_start_t *open = NULL;
     if (f->rank == 0) {
-        s = ch_journal_scan(f->o.dir, ch_taskfile_checksum(tf), f->n_tasks, &f->js);
+        if (mkdir(f->o.dir, 0777) != 0 && errno != EEXIST)
+            s = CH_ERROR(CH_ERR_IO, "cannot create the farm directory %s: %s", f->o.dir,
+                         strerror(errno));
+        if (!s) s = ch_journal_scan(f->o.dir, ch_taskfile_checksum(tf), f->n_tasks, &f->js);
         if (!s && f->js->n_files > 0 && !f->o.resume)
             s = CH_ERROR(CH_ERR_CONFIG, "%s/journal holds the journal of an earlier run (%d "
                          "files): pass --resume to continue it, or choose a new farm.dir",
@@ -211,21 +226,165 @@ static ch_status wait_for_open_attempts(ch_farm_t *f)
     return agree(f->comm, f->rank, s);
 }
 
-static void *poll_main(void *arg);
+/* ------------------------------------------------------------ streams */
+
+static ch_status send_all(int fd, const void *p, size_t n)
+{
+    const char *c = p;
+    while (n) {
+        ssize_t w = send(fd, c, n, MSG_NOSIGNAL);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) return CH_ERROR(CH_ERR_IO, "farm stream: send: %s", strerror(errno));
+        c += w;
+        n -= (size_t)w;
+    }
+    return CH_OK;
+}
+
+static ch_status write_frame(int fd, int type, const void *p, size_t len)
+{
+    frame_t h = {(uint32_t)type, (uint32_t)len};
+    char buf[4096];
+    if (len + sizeof h > sizeof buf) { /* large: header, then body */
+        CH_TRY(send_all(fd, &h, sizeof h));
+        return send_all(fd, p, len);
+    }
+    memcpy(buf, &h, sizeof h);
+    if (len) memcpy(buf + sizeof h, p, len);
+    return send_all(fd, buf, len + sizeof h);
+}
+
+/* Read what is there into c->in. Returns 1 on data, 0 at end of stream, -1 on error. */
+static int conn_read(conn_t *c)
+{
+    if (c->cap - c->len < 65536) {
+        size_t cap = c->cap ? 2 * c->cap : 131072;
+        char *p = realloc(c->in, cap);
+        if (!p) return -1;
+        c->in = p;
+        c->cap = cap;
+    }
+    ssize_t r;
+    do r = recv(c->fd, c->in + c->len, c->cap - c->len, 0);
+    while (r < 0 && errno == EINTR);
+    if (r < 0) return -1;
+    if (r == 0) return 0;
+    c->len += (size_t)r;
+    return 1;
+}
+
+/* The next complete frame in c->in (header in *h, body at *body), or 0. */
+static int conn_frame(conn_t *c, size_t *off, frame_t *h, const char **body)
+{
+    if (c->len - *off < sizeof *h) return 0;
+    memcpy(h, c->in + *off, sizeof *h);
+    if (c->len - *off - sizeof *h < h->len) return 0;
+    *body = c->in + *off + sizeof *h;
+    *off += sizeof *h + h->len;
+    return 1;
+}
+
+static void conn_consumed(conn_t *c, size_t off)
+{
+    memmove(c->in, c->in + off, c->len - off);
+    c->len -= off;
+}
+
+static void nodelay(int fd)
+{
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+}
+
+/* Rank 0 listens on a TCP port of its host; every worker connects and says
+ * its rank. (MPI carries only setup and the final summary: a blocking MPI
+ * receive spins a core in MPICH, which would take it from the tasks.) */
+static ch_status connect_ranks(ch_farm_t *f)
+{
+    char host[256] = "";
+    int port = 0, lfd = -1;
+    ch_status s = CH_OK;
+    f->n_conns = f->rank == 0 ? f->size : 1;
+    f->conns = calloc((size_t)f->n_conns, sizeof *f->conns);
+    if (!f->conns) s = CH_ERROR(CH_ERR_NOMEM, "out of memory");
+    for (int i = 0; f->conns && i < f->n_conns; i++) f->conns[i].fd = -1;
+    if (!s && f->rank == 0 && f->size > 1) {
+        struct sockaddr_in6 a;
+        memset(&a, 0, sizeof a);
+        a.sin6_family = AF_INET6;
+        a.sin6_addr = in6addr_any;
+        socklen_t al = sizeof a;
+        lfd = socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (lfd < 0 || bind(lfd, (struct sockaddr *)&a, sizeof a) != 0 ||
+            listen(lfd, f->size) != 0 || getsockname(lfd, (struct sockaddr *)&a, &al) != 0)
+            s = CH_ERROR(CH_ERR_IO, "farm: rank 0 cannot listen on a TCP port: %s", strerror(errno));
+        port = ntohs(a.sin6_port);
+        gethostname(host, sizeof host - 1);
+    }
+    CH_TRY(agree(f->comm, f->rank, s));
+    if (f->size == 1) return CH_OK;
+    MPI_Bcast(host, sizeof host, MPI_CHAR, 0, f->comm);
+    MPI_Bcast(&port, 1, MPI_INT, 0, f->comm);
+    if (f->rank != 0) {
+        char mine[256] = "", ps[16];
+        gethostname(mine, sizeof mine - 1);
+        snprintf(ps, sizeof ps, "%d", port);
+        struct addrinfo hints, *res = NULL, *ai;
+        memset(&hints, 0, sizeof hints);
+        hints.ai_socktype = SOCK_STREAM;
+        const char *target = strcmp(mine, host) == 0 ? "localhost" : host;
+        int e = getaddrinfo(target, ps, &hints, &res);
+        int fd = -1;
+        for (ai = e ? NULL : res; ai; ai = ai->ai_next) {
+            fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
+            if (fd >= 0 && connect(fd, ai->ai_addr, ai->ai_addrlen) == 0) break;
+            if (fd >= 0) close(fd);
+            fd = -1;
+        }
+        if (res) freeaddrinfo(res);
+        if (fd < 0)
+            s = CH_ERROR(CH_ERR_IO, "farm: cannot connect to rank 0 at %s port %d: %s", target,
+                         port, e ? gai_strerror(e) : strerror(errno));
+        else {
+            nodelay(fd);
+            int32_t r = f->rank;
+            if (send(fd, &r, sizeof r, MSG_NOSIGNAL) != (ssize_t)sizeof r)
+                s = CH_ERROR(CH_ERR_IO, "farm: send to rank 0: %s", strerror(errno));
+            f->conns[0].fd = fd;
+        }
+    } else {
+        for (int i = 1; !s && i < f->size; i++) {
+            struct pollfd p = {lfd, POLLIN, 0};
+            if (poll(&p, 1, 60000) != 1) {
+                s = CH_ERROR(CH_ERR_IO, "farm: only %d of %d ranks connected to rank 0 (port %d) "
+                             "within 60 s", i - 1, f->size - 1, port);
+                break;
+            }
+            int fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
+            int32_t r = -1;
+            if (fd < 0 || recv(fd, &r, sizeof r, MSG_WAITALL) != (ssize_t)sizeof r || r < 1 ||
+                r >= f->size || f->conns[r].fd >= 0) {
+                s = CH_ERROR(CH_ERR_IO, "farm: bad connection to rank 0 (rank %d)", (int)r);
+                if (fd >= 0) close(fd);
+                break;
+            }
+            nodelay(fd);
+            f->conns[r].fd = fd;
+        }
+    }
+    if (lfd >= 0) close(lfd);
+    return agree(f->comm, f->rank, s);
+}
 
 ch_status ch_farm_create(const ch_farm_options_t *o, MPI_Comm comm, ch_farm_t **out)
 {
     CH_REQUIRE(o && o->tasks && o->dir && out, "ch_farm_create: NULL argument");
     *out = NULL;
-    int rank, provided;
+    int rank;
     MPI_Comm_rank(comm, &rank);
-    MPI_Query_thread(&provided);
     ch_status s = CH_OK;
-    if (provided < MPI_THREAD_MULTIPLE)
-        s = CH_ERROR(CH_ERR_MPI, "the task farm needs MPI_THREAD_MULTIPLE (MPI gave level %d)",
-                     provided);
-    else if (o->cores_per_task < 1 || o->retries < 0 || o->slots_per_rank < 0 ||
-             o->kill_after < 0 || o->timeout < 0 || o->preempt_grace < 0)
+    if (o->cores_per_task < 1 || o->retries < 0 || o->slots_per_rank < 0 || o->kill_after < 0 ||
+        o->timeout < 0 || o->preempt_grace < 0)
         s = CH_ERROR(CH_ERR_INVALID, "ch_farm_create: bad option (cores_per_task %d, retries %d, "
                      "slots %d)", o->cores_per_task, o->retries, o->slots_per_rank);
     ch_farm_t *f = s ? NULL : calloc(1, sizeof *f);
@@ -233,9 +392,7 @@ ch_status ch_farm_create(const ch_farm_options_t *o, MPI_Comm comm, ch_farm_t **
     CH_TRY(agree(comm, rank, s));
     f->o = *o;
     f->rank = rank;
-    f->wake[0] = f->wake[1] = -1;
     f->n_tasks = ch_taskfile_count(o->tasks);
-    pthread_mutex_init(&f->mu, NULL);
     s = MPI_Comm_dup(comm, &f->comm) == MPI_SUCCESS ? CH_OK
                                                      : CH_ERROR(CH_ERR_MPI, "MPI_Comm_dup failed");
     if (s) {
@@ -255,8 +412,7 @@ ch_status ch_farm_create(const ch_farm_options_t *o, MPI_Comm comm, ch_farm_t **
     f->slot_task = calloc((size_t)f->slots, sizeof(int64_t));
     s = f->sup && f->slot_busy && f->slot_dead && f->slot_task ? CH_OK
                                                               : CH_ERROR(CH_ERR_NOMEM, "out of memory");
-    if (!s && pipe2(f->wake, O_CLOEXEC) != 0) s = CH_ERROR(CH_ERR_IO, "pipe: %s", strerror(errno));
-    /* one options struct per slot (the child reads its copy after fork) */
+    /* the supervisors are forked before any socket exists, so none inherits one */
     ch_supervisor_options_t so = {
         .tasks = o->tasks, .dir = o->dir, .rank = rank, .output = o->output,
         .kill_after = o->kill_after, .sync = o->sync,
@@ -274,172 +430,143 @@ ch_status ch_farm_create(const ch_farm_options_t *o, MPI_Comm comm, ch_farm_t **
         }
         s = ch_supervisor_spawn(&so, &f->sup[k]);
     }
-    if (!s) {
-        if (pthread_create(&f->poll_thread, NULL, poll_main, f) != 0)
-            s = CH_ERROR(CH_ERR_IO, "pthread_create failed");
-        else
-            f->poll_started = 1;
-    }
-    return agree(f->comm, rank, s);
-}
-
-static void stop_poll_thread(ch_farm_t *f)
-{
-    if (!f->poll_started) return;
-    f->stop_poll = 1;
-    char c = 1;
-    (void)!write(f->wake[1], &c, 1);
-    pthread_join(f->poll_thread, NULL);
-    f->poll_started = 0;
+    CH_TRY(agree(f->comm, rank, s));
+    return connect_ranks(f);
 }
 
 void ch_farm_destroy(ch_farm_t *f)
 {
     if (!f) return;
-    stop_poll_thread(f);
+    for (int i = 0; f->conns && i < f->n_conns; i++) {
+        if (f->conns[i].fd >= 0) close(f->conns[i].fd);
+        free(f->conns[i].in);
+    }
+    free(f->conns);
     for (int k = 0; f->sup && k < f->slots; k++) ch_supervisor_close(f->sup[k]);
     free(f->sup);
     free(f->slot_busy);
     free(f->slot_dead);
     free(f->slot_task);
     free(f->cpus);
-    if (f->wake[0] >= 0) close(f->wake[0]);
-    if (f->wake[1] >= 0) close(f->wake[1]);
     ch_journal_state_destroy(f->js);
-    pthread_mutex_destroy(&f->mu);
     if (f->comm != MPI_COMM_NULL && f->comm) MPI_Comm_free(&f->comm);
     free(f);
 }
 
 /* ------------------------------------------------------------ rank side */
 
-/* The poll thread: supervisor messages -> results to rank 0; on rank 0 also
- * the once-a-second tick. */
-static void *poll_main(void *arg)
-{
-    ch_farm_t *f = arg;
-    int n = f->slots;
-    struct pollfd *p = calloc((size_t)n + 1, sizeof *p);
-    ch_journal_end_t *res = calloc((size_t)n, sizeof *res);
-    if (!p || !res) {
-        error_msg_t e = {-1, 0, 0, "rank's poll thread: out of memory"};
-        MPI_Send(&e, sizeof e, MPI_BYTE, 0, TAG_ERROR, f->comm);
-        free(p);
-        free(res);
-        return NULL;
-    }
-    while (!f->stop_poll) {
-        p[0] = (struct pollfd){f->wake[0], POLLIN, 0};
-        for (int k = 0; k < n; k++)
-            p[k + 1] = (struct pollfd){f->slot_dead[k] ? -1 : ch_supervisor_fd(f->sup[k]), POLLIN, 0};
-        int r = poll(p, (nfds_t)n + 1, f->rank == 0 ? 1000 : -1);
-        if (r < 0 && errno == EINTR) continue;
-        if (r == 0) {
-            MPI_Send(NULL, 0, MPI_BYTE, 0, TAG_TICK, f->comm);
-            continue;
-        }
-        if (p[0].revents) {
-            char buf[64];
-            (void)!read(f->wake[0], buf, sizeof buf);
-            continue;
-        }
-        int nr = 0;
-        for (int k = 0; k < n; k++) {
-            if (!p[k + 1].revents) continue;
-            ch_sup_msg_t m;
-            ch_status s = ch_supervisor_read(f->sup[k], &m);
-            if (s || m.type == CH_SUP_ERROR || (m.type == CH_SUP_DONE && m.error[0])) {
-                error_msg_t e = {-1, 0, 0, ""};
-                pthread_mutex_lock(&f->mu);
-                if (s) {
-                    f->slot_dead[k] = 1;
-                    e.slot_dead = 1;
-                    e.id = f->slot_busy[k] ? f->slot_task[k] : -1;
-                }
-                pthread_mutex_unlock(&f->mu);
-                snprintf(e.msg, sizeof e.msg, "rank %d slot %d: %s", f->rank, k,
-                         s ? ch_error_message() : m.error);
-                MPI_Send(&e, sizeof e, MPI_BYTE, 0, TAG_ERROR, f->comm);
-                if (s) continue;
-            }
-            if (m.type == CH_SUP_DONE) {
-                pthread_mutex_lock(&f->mu);
-                f->slot_busy[k] = 0;
-                pthread_mutex_unlock(&f->mu);
-                res[nr++] = m.end;
-            }
-        }
-        if (nr)
-            MPI_Send(res, nr * (int)sizeof *res, MPI_BYTE, 0, TAG_RESULT, f->comm);
-    }
-    free(p);
-    free(res);
-    return NULL;
-}
-
-/* Hand n assignments to this rank's free slots. */
-static void run_local(ch_farm_t *f, const assign_t *a, int n)
+/* Hand n assignments to this rank's free slots. A failure is returned as an
+ * error message for rank 0 in *e (e->msg[0] != 0). */
+static void run_local(ch_farm_t *f, const assign_t *a, int n, error_msg_t *e)
 {
     for (int i = 0; i < n; i++) {
         int k;
-        pthread_mutex_lock(&f->mu);
         for (k = 0; k < f->slots; k++)
             if (!f->slot_busy[k] && !f->slot_dead[k]) break;
-        if (k < f->slots) {
-            f->slot_busy[k] = 1;
-            f->slot_task[k] = a[i].id;
-        }
-        pthread_mutex_unlock(&f->mu);
         ch_status s = k < f->slots ? ch_supervisor_run(f->sup[k], a[i].id, a[i].attempt, a[i].timeout)
                                    : CH_ERROR(CH_ERR_INTERNAL, "no free slot for task %" PRId64,
                                               a[i].id);
-        if (s) {
-            error_msg_t e = {a[i].id, a[i].attempt, 1, ""};
-            snprintf(e.msg, sizeof e.msg, "rank %d: %s", f->rank, ch_error_message());
-            if (k < f->slots) {
-                pthread_mutex_lock(&f->mu);
-                f->slot_dead[k] = 1;
-                pthread_mutex_unlock(&f->mu);
-            }
-            MPI_Send(&e, sizeof e, MPI_BYTE, 0, TAG_ERROR, f->comm);
+        if (!s) {
+            f->slot_busy[k] = 1;
+            f->slot_task[k] = a[i].id;
+            continue;
         }
+        if (k < f->slots) f->slot_dead[k] = 1;
+        *e = (error_msg_t){a[i].id, a[i].attempt, 1, ""};
+        snprintf(e->msg, sizeof e->msg, "rank %d: %s", f->rank, ch_error_message());
     }
 }
 
 static void interrupt_local(ch_farm_t *f)
 {
-    pthread_mutex_lock(&f->mu);
     for (int k = 0; k < f->slots; k++)
         if (f->slot_busy[k] && !f->slot_dead[k]) (void)ch_supervisor_interrupt(f->sup[k]);
-    pthread_mutex_unlock(&f->mu);
+}
+
+/* Read what the supervisors whose fds are ready in p[0..slots) say: ended
+ * attempts into res (returns their count); a failure into *e. */
+static int collect(ch_farm_t *f, const struct pollfd *p, ch_journal_end_t *res, error_msg_t *e)
+{
+    int nr = 0;
+    for (int k = 0; k < f->slots; k++) {
+        if (p[k].fd < 0 || !p[k].revents) continue;
+        ch_sup_msg_t m;
+        ch_status s = ch_supervisor_read(f->sup[k], &m);
+        if (s || m.type == CH_SUP_ERROR || (m.type == CH_SUP_DONE && m.error[0])) {
+            *e = (error_msg_t){-1, 0, 0, ""};
+            if (s) {
+                f->slot_dead[k] = 1;
+                e->slot_dead = 1;
+                e->id = f->slot_busy[k] ? f->slot_task[k] : -1;
+            }
+            snprintf(e->msg, sizeof e->msg, "rank %d slot %d: %s", f->rank, k,
+                     s ? ch_error_message() : m.error);
+            if (s) continue;
+        }
+        if (m.type == CH_SUP_DONE) {
+            f->slot_busy[k] = 0;
+            res[nr++] = m.end;
+        }
+    }
+    return nr;
+}
+
+static void slot_pollfds(ch_farm_t *f, struct pollfd *p)
+{
+    for (int k = 0; k < f->slots; k++)
+        p[k] = (struct pollfd){f->slot_dead[k] ? -1 : ch_supervisor_fd(f->sup[k]), POLLIN, 0};
 }
 
 static ch_status worker_loop(ch_farm_t *f)
 {
-    assign_t *a = malloc(sizeof *a * (size_t)f->slots);
-    if (!a) return CH_ERROR(CH_ERR_NOMEM, "out of memory");
-    for (;;) {
-        MPI_Status st;
-        int count;
-        MPI_Probe(0, MPI_ANY_TAG, f->comm, &st);
-        MPI_Get_count(&st, MPI_BYTE, &count);
-        if (st.MPI_TAG == TAG_ASSIGN) {
-            if (count > (int)(sizeof *a * (size_t)f->slots)) {
-                free(a);
-                return CH_ERROR(CH_ERR_INTERNAL, "assignment of %d bytes for %d slots", count,
-                                f->slots);
-            }
-            MPI_Recv(a, count, MPI_BYTE, 0, TAG_ASSIGN, f->comm, MPI_STATUS_IGNORE);
-            run_local(f, a, count / (int)sizeof *a);
-        } else {
-            int ctrl = 0;
-            MPI_Recv(&ctrl, 1, MPI_INT, 0, st.MPI_TAG, f->comm, MPI_STATUS_IGNORE);
-            if (ctrl == CTRL_KILL) interrupt_local(f);
-            if (ctrl == CTRL_FINISH) break;
-        }
+    struct pollfd *p = calloc((size_t)f->slots + 1, sizeof *p);
+    ch_journal_end_t *res = calloc((size_t)f->slots, sizeof *res);
+    if (!p || !res) {
+        free(p);
+        free(res);
+        return CH_ERROR(CH_ERR_NOMEM, "out of memory");
     }
-    free(a);
-    return CH_OK;
+    conn_t *c = &f->conns[0];
+    ch_status s = CH_OK;
+    for (int finished = 0; !finished && !s;) {
+        slot_pollfds(f, p);
+        p[f->slots] = (struct pollfd){c->fd, POLLIN, 0};
+        if (poll(p, (nfds_t)f->slots + 1, -1) < 0) {
+            if (errno == EINTR) continue;
+            s = CH_ERROR(CH_ERR_IO, "poll: %s", strerror(errno));
+            break;
+        }
+        error_msg_t e = {-1, 0, 0, ""};
+        int nr = collect(f, p, res, &e);
+        if (p[f->slots].revents) {
+            int r = conn_read(c);
+            if (r <= 0) {
+                s = CH_ERROR(CH_ERR_IO, "rank %d: the stream from rank 0 %s: rank 0 is gone; "
+                             "running tasks are finished and recorded by their supervisors",
+                             f->rank, r ? strerror(errno) : "ended");
+                break;
+            }
+            size_t off = 0;
+            frame_t h;
+            const char *body;
+            while (conn_frame(c, &off, &h, &body)) {
+                if (h.type == MSG_ASSIGN)
+                    run_local(f, (const assign_t *)(const void *)body, (int)(h.len / sizeof(assign_t)), &e);
+                else if (h.type == MSG_CTRL && h.len == sizeof(int32_t)) {
+                    int32_t ctrl;
+                    memcpy(&ctrl, body, sizeof ctrl);
+                    if (ctrl == CTRL_KILL) interrupt_local(f);
+                    if (ctrl == CTRL_FINISH) finished = 1;
+                }
+            }
+            conn_consumed(c, off);
+        }
+        if (e.msg[0]) s = write_frame(c->fd, MSG_ERROR, &e, sizeof e);
+        if (!s && nr) s = write_frame(c->fd, MSG_RESULT, res, (size_t)nr * sizeof *res);
+    }
+    free(p);
+    free(res);
+    return s;
 }
 
 /* ------------------------------------------------------------ rank 0 */
@@ -453,6 +580,7 @@ typedef struct {
     ch_farm_t *f;
     int64_t n;
     unsigned char *state;
+    int *where; /* rank running the task */
     int *attempt, *failures;
     int64_t *unresolved; /* per barrier epoch */
     int open_epoch, n_epochs;
@@ -524,6 +652,41 @@ static int64_t next_task(disp_t *d, int64_t now)
     return -1;
 }
 
+static void on_error(disp_t *d, const error_msg_t *e)
+{
+    ch_log_error("%s", e->msg);
+    if (!d->error) snprintf(d->error_msg, sizeof d->error_msg, "%s", e->msg);
+    d->error = 1;
+    if (e->slot_dead && e->id >= 0 && d->state[e->id] == T_RUNNING) {
+        d->in_flight--;
+        d->state[e->id] = T_PENDING; /* the journal decides on resume */
+    }
+}
+
+/* A worker's stream ended: the rank died. Its supervisors finish and record
+ * its running tasks (so they are not given to another rank: that could run
+ * them twice); the farm stops dispatching and ends. */
+static void lost_rank(disp_t *d, int w)
+{
+    ch_farm_t *f = d->f;
+    if (f->conns[w].fd < 0) return;
+    close(f->conns[w].fd);
+    f->conns[w].fd = -1;
+    int64_t lost = 0;
+    for (int64_t i = 0; i < d->n; i++)
+        if (d->state[i] == T_RUNNING && d->where[i] == w) {
+            d->state[i] = T_PENDING;
+            lost++;
+        }
+    d->in_flight -= lost;
+    d->free_slots[w] = 0;
+    error_msg_t e = {-1, 0, 0, ""};
+    snprintf(e.msg, sizeof e.msg, "rank %d is gone (its stream to rank 0 ended) with %" PRId64
+             " running tasks: their supervisors finish and record them; the farm stops, "
+             "resume it to run the rest", w, lost);
+    on_error(d, &e);
+}
+
 static void dispatch(disp_t *d, assign_t *buf)
 {
     ch_farm_t *f = d->f;
@@ -535,6 +698,7 @@ static void dispatch(disp_t *d, assign_t *buf)
             int64_t id = next_task(d, now);
             if (id < 0) break;
             d->state[id] = T_RUNNING;
+            d->where[id] = w;
             if (d->failures[id] > 0) d->sum->retried++;
             buf[n++] = (assign_t){id, ++d->attempt[id], 0, task_timeout(d)};
             d->free_slots[w]--;
@@ -542,16 +706,21 @@ static void dispatch(disp_t *d, assign_t *buf)
             d->sum->attempts++;
         }
         if (!n) continue;
-        if (w == 0)
-            run_local(f, buf, n);
-        else
-            MPI_Send(buf, n * (int)sizeof *buf, MPI_BYTE, w, TAG_ASSIGN, f->comm);
+        if (w == 0) {
+            error_msg_t e = {-1, 0, 0, ""};
+            run_local(f, buf, n, &e);
+            if (e.msg[0]) on_error(d, &e);
+        } else if (write_frame(f->conns[w].fd, MSG_ASSIGN, buf, (size_t)n * sizeof *buf)) {
+            lost_rank(d, w);
+        }
     }
 }
 
 static void broadcast_ctrl(disp_t *d, int ctrl)
 {
-    for (int w = 1; w < d->f->size; w++) MPI_Send(&ctrl, 1, MPI_INT, w, TAG_CTRL, d->f->comm);
+    int32_t c = ctrl;
+    for (int w = 1; w < d->f->size; w++)
+        if (d->f->conns[w].fd >= 0) (void)write_frame(d->f->conns[w].fd, MSG_CTRL, &c, sizeof c);
     if (ctrl == CTRL_KILL) interrupt_local(d->f);
 }
 
@@ -656,6 +825,15 @@ static void progress(disp_t *d, int force, int64_t t0, int64_t *last)
     o->progress(o->cb_arg, ended, d->n, text);
 }
 
+/* One ended attempt; returns 1 when the stop flag should be checked now
+ * (an interrupted attempt: a signal reached the tasks). */
+static int handle(disp_t *d, const ch_journal_end_t *r)
+{
+    if (r->id < 0 || r->id >= d->n || d->state[r->id] != T_RUNNING) return 0;
+    on_result(d, r);
+    return r->kind == CH_END_INTERRUPTED;
+}
+
 static ch_status dispatcher(ch_farm_t *f, ch_farm_summary_t *sum)
 {
     const ch_farm_options_t *o = &f->o;
@@ -666,17 +844,18 @@ static ch_status dispatcher(ch_farm_t *f, ch_farm_summary_t *sum)
     d.n = f->n_tasks;
     d.n_epochs = ch_taskfile_barriers(o->tasks) + 1;
     d.state = calloc((size_t)d.n, 1);
+    d.where = calloc((size_t)d.n, sizeof(int));
     d.attempt = calloc((size_t)d.n, sizeof(int));
     d.failures = calloc((size_t)d.n, sizeof(int));
     d.unresolved = calloc((size_t)d.n_epochs, sizeof(int64_t));
     d.retry = calloc((size_t)d.n, sizeof(retry_t));
     d.free_slots = calloc((size_t)f->size, sizeof(int));
-    size_t msg_cap = sizeof(ch_journal_end_t) * (size_t)f->slots * 64 + sizeof(error_msg_t);
-    void *msg = malloc(msg_cap);
+    struct pollfd *pfd = calloc((size_t)(f->slots + f->size), sizeof *pfd);
+    ch_journal_end_t *res = calloc((size_t)f->slots, sizeof *res);
     assign_t *abuf = malloc(sizeof *abuf * (size_t)f->slots);
     ch_status st = CH_OK;
-    if (!d.state || !d.attempt || !d.failures || !d.unresolved || !d.retry || !d.free_slots ||
-        !msg || !abuf) {
+    if (!d.state || !d.where || !d.attempt || !d.failures || !d.unresolved || !d.retry || !d.free_slots ||
+        !pfd || !res || !abuf) {
         st = CH_ERROR(CH_ERR_NOMEM, "out of memory for %" PRId64 " tasks", d.n);
         d.error = 1;
         snprintf(d.error_msg, sizeof d.error_msg, "%s", ch_error_message());
@@ -707,58 +886,71 @@ static ch_status dispatcher(ch_farm_t *f, ch_farm_summary_t *sum)
                     "are gone without an end record: they run again (their effects may be partial)",
                     f->rerun_lost);
     while (d.open_epoch < d.n_epochs && d.unresolved[d.open_epoch] == 0) d.open_epoch++;
-    int64_t t0 = mono_ns(), last_progress = 0, since_check = 0;
+    int64_t t0 = mono_ns(), last_progress = 0, last_check = t0;
     for (;;) {
         if (!d.stopping && !d.halted && !d.error) dispatch(&d, abuf);
         int all_resolved = d.open_epoch >= d.n_epochs;
         if (d.in_flight == 0 && (d.stopping || d.halted || d.error || all_resolved)) break;
-        if (d.in_flight == 0 && d.n_retry == 0 && next_task(&d, mono_ns()) < 0) {
+        if (d.in_flight == 0 && d.n_retry == 0) {
             /* cannot happen: nothing runs, nothing waits, yet tasks are unresolved */
             d.error = 1;
             snprintf(d.error_msg, sizeof d.error_msg, "dispatcher stalled with %" PRId64
                      " unresolved tasks (bug)", d.unresolved[d.open_epoch]);
             break;
         }
-        MPI_Status ms;
-        int count;
-        MPI_Probe(MPI_ANY_SOURCE, MPI_ANY_TAG, f->comm, &ms);
-        MPI_Get_count(&ms, MPI_BYTE, &count);
-        if ((size_t)count > msg_cap) {
-            void *p = realloc(msg, (size_t)count);
-            if (!p) {
-                st = CH_ERROR(CH_ERR_NOMEM, "out of memory for a message of %d bytes", count);
-                break;
-            }
-            msg = p;
-            msg_cap = (size_t)count;
+        /* wait for supervisors (rank 0's slots) and worker streams; wake at
+         * least once a second (stop requests, retry backoff, grace time) */
+        slot_pollfds(f, pfd);
+        for (int w = 1; w < f->size; w++)
+            pfd[f->slots + w - 1] = (struct pollfd){f->conns[w].fd, POLLIN, 0};
+        int timeout = 1000;
+        int64_t now = mono_ns();
+        for (int64_t i = 0; i < d.n_retry; i++) {
+            int64_t left = (d.retry[i].due - now) / 1000000 + 1;
+            if (left < timeout) timeout = left < 0 ? 0 : (int)left;
         }
-        MPI_Recv(msg, count, MPI_BYTE, ms.MPI_SOURCE, ms.MPI_TAG, f->comm, MPI_STATUS_IGNORE);
-        int check = 0;
-        if (ms.MPI_TAG == TAG_RESULT) {
-            const ch_journal_end_t *r = msg;
-            int nr = count / (int)sizeof *r;
-            for (int i = 0; i < nr; i++) {
-                on_result(&d, &r[i]);
-                if (r[i].kind == CH_END_INTERRUPTED) check = 1; /* a signal reached the tasks */
-            }
-            since_check += nr;
-            if (since_check >= 64) check = 1;
-            progress(&d, 0, t0, &last_progress);
-        } else if (ms.MPI_TAG == TAG_ERROR) {
-            const error_msg_t *e = msg;
-            ch_log_error("%s", e->msg);
-            if (!d.error) snprintf(d.error_msg, sizeof d.error_msg, "%s", e->msg);
-            d.error = 1;
-            if (e->slot_dead && e->id >= 0) {
-                d.in_flight--;
-                d.state[e->id] = T_PENDING; /* the journal decides on resume */
-            }
-        } else if (ms.MPI_TAG == TAG_TICK) {
-            check = 1;
-            progress(&d, 0, t0, &last_progress);
+        int pr = poll(pfd, (nfds_t)(f->slots + f->size - 1), timeout);
+        if (pr < 0 && errno != EINTR) {
+            st = CH_ERROR(CH_ERR_IO, "poll: %s", strerror(errno));
+            break;
         }
+        int check = pr == 0;
+        if (pr > 0) {
+            error_msg_t e = {-1, 0, 0, ""};
+            int nr = collect(f, pfd, res, &e);
+            if (e.msg[0]) on_error(&d, &e);
+            for (int i = 0; i < nr; i++) check |= handle(&d, &res[i]);
+            for (int w = 1; w < f->size; w++) {
+                conn_t *c = &f->conns[w];
+                if (c->fd < 0 || !pfd[f->slots + w - 1].revents) continue;
+                if (conn_read(c) <= 0) {
+                    lost_rank(&d, w);
+                    continue;
+                }
+                size_t off = 0;
+                frame_t h;
+                const char *body;
+                while (conn_frame(c, &off, &h, &body)) {
+                    if (h.type == MSG_RESULT) {
+                        int n = (int)(h.len / sizeof(ch_journal_end_t));
+                        for (int i = 0; i < n; i++) {
+                            ch_journal_end_t r;
+                            memcpy(&r, body + (size_t)i * sizeof r, sizeof r);
+                            check |= handle(&d, &r);
+                        }
+                    } else if (h.type == MSG_ERROR && h.len == sizeof(error_msg_t)) {
+                        error_msg_t em;
+                        memcpy(&em, body, sizeof em);
+                        on_error(&d, &em);
+                    }
+                }
+                conn_consumed(c, off);
+            }
+        }
+        if (mono_ns() - last_check >= 250000000) check = 1; /* a few times a second at most */
+        progress(&d, 0, t0, &last_progress);
         if (check) {
-            since_check = 0;
+            last_check = mono_ns();
             if (!d.stopping && o->should_stop && o->should_stop(o->cb_arg)) {
                 d.stopping = 1;
                 d.grace_deadline = mono_ns() + (int64_t)(o->preempt_grace * 1e9);
@@ -784,13 +976,15 @@ static ch_status dispatcher(ch_farm_t *f, ch_farm_summary_t *sum)
 finish:
     broadcast_ctrl(&d, CTRL_FINISH);
     free(d.state);
+    free(d.where);
     free(d.attempt);
     free(d.failures);
     free(d.unresolved);
     free(d.retry);
     free(d.free_slots);
     free(d.dur);
-    free(msg);
+    free(pfd);
+    free(res);
     free(abuf);
     if (!st && d.error) st = ch_error_adopt(CH_ERR_IO, d.error_msg);
     return st;
@@ -805,26 +999,6 @@ ch_status ch_farm_run(ch_farm_t *f, ch_farm_summary_t *sum)
     sum->world_size = f->size;
     sum->slots_per_rank = f->slots;
     ch_status s = f->rank == 0 ? dispatcher(f, sum) : worker_loop(f);
-    /* every rank waits until its own slots are idle and stops polling */
-    for (;;) {
-        int busy = 0;
-        pthread_mutex_lock(&f->mu);
-        for (int k = 0; k < f->slots; k++) busy += f->slot_busy[k] && !f->slot_dead[k];
-        pthread_mutex_unlock(&f->mu);
-        if (!busy) break;
-        usleep(1000); /* only after an error: the dispatcher ends with nothing running */
-    }
-    stop_poll_thread(f);
-    if (f->rank == 0) {
-        /* ticks the poll thread sent after the dispatcher's last receive */
-        int flag;
-        MPI_Status ms;
-        for (;;) {
-            MPI_Iprobe(0, TAG_TICK, f->comm, &flag, &ms);
-            if (!flag) break;
-            MPI_Recv(NULL, 0, MPI_BYTE, 0, TAG_TICK, f->comm, MPI_STATUS_IGNORE);
-        }
-    }
     MPI_Bcast(sum, sizeof *sum, MPI_BYTE, 0, f->comm);
     return agree(f->comm, f->rank, s);
 }
