@@ -5,11 +5,12 @@
  *   mpiexec -n 2 bench_farm pingpong N
  *                              MPI round trip of a 24-byte message between
  *                              ranks 0 and 1 (median of N, microseconds)
- *   mpiexec -n W bench_farm farm N SLOTS DIR SYNC
+ *   mpiexec -n W bench_farm farm N SLOTS DIR SYNC [BIND]
  *                              the farm engine alone (framework/farm, no job
  *                              runtime): N `true` tasks, SLOTS per rank, run
  *                              directory DIR (must not hold a journal), journal
- *                              sync all|end|none; tasks/s of the dispatch
+ *                              sync all|end|none, BIND 0 or 1 (farm.bind,
+ *                              default 1); tasks/s of the dispatch
  */
 #include "framework/farm/farm.h"
 
@@ -97,7 +98,7 @@ static int pingpong(long n)
     return 0;
 }
 
-static int farm_bench(long n, int slots, const char *dir, const char *sync)
+static int farm_bench(long n, int slots, const char *dir, const char *sync, int bind)
 {
     int provided, rank;
     MPI_Init_thread(NULL, NULL, MPI_THREAD_MULTIPLE, &provided);
@@ -111,6 +112,8 @@ static int farm_bench(long n, int slots, const char *dir, const char *sync)
     ch_farm_options_default(&o);
     o.dir = dir;
     o.slots_per_rank = slots;
+    o.bind = bind;
+    if (getenv("BENCH_FARM_OUTPUT")) o.output = (ch_farm_output)atoi(getenv("BENCH_FARM_OUTPUT"));
     o.sync = !strcmp(sync, "none") ? CH_JOURNAL_SYNC_NONE
              : !strcmp(sync, "end") ? CH_JOURNAL_SYNC_END : CH_JOURNAL_SYNC_ALL;
     ch_status s = ch_taskfile_parse("bench", text, (size_t)n * 5, &tf);
@@ -131,8 +134,8 @@ static int farm_bench(long n, int slots, const char *dir, const char *sync)
 
 int main(int argc, char **argv)
 {
-    if (argc == 6 && !strcmp(argv[1], "farm"))
-        return farm_bench(atol(argv[2]), atoi(argv[3]), argv[4], argv[5]);
+    if ((argc == 6 || argc == 7) && !strcmp(argv[1], "farm"))
+        return farm_bench(atol(argv[2]), atoi(argv[3]), argv[4], argv[5], argc == 7 ? atoi(argv[6]) : 1);
     if (argc == 4 && !strcmp(argv[1], "spawn")) return spawn_bench(atol(argv[2]), atoi(argv[3]));
     if (argc == 3 && !strcmp(argv[1], "pingpong")) return pingpong(atol(argv[2]));
     fprintf(stderr, "usage: bench_farm spawn N SLOTS | mpiexec -n 2 bench_farm pingpong N | "

@@ -40,8 +40,16 @@ typedef struct {
     int64_t id; /* task whose slot failed, -1 if none */
     int32_t attempt;
     int32_t slot_dead;
+    int32_t n_lost, pad; /* slot_dead: the tasks the slot held */
+    int64_t lost[CH_SUP_QUEUE + 1];
     char msg[240];
 } error_msg_t;
+
+/* An ended attempt as sent to rank 0 (started 0: a queued task handed back). */
+typedef struct {
+    ch_journal_end_t end;
+    int32_t started, pad;
+} result_t;
 
 /* Task states on rank 0. */
 enum { T_PENDING = 0, T_RUNNING, T_RETRY, T_DONE, T_SKIPPED, T_FAILED };
@@ -58,8 +66,10 @@ struct ch_farm {
     MPI_Comm comm;
     int rank, size, slots;
     ch_supervisor_t **sup;
-    int *slot_busy, *slot_dead;
-    int64_t *slot_task;
+    int depth;      /* tasks a slot holds: 1 running + farm.prefetch queued */
+    int *slot_busy; /* tasks held by slot k (0..depth) */
+    int *slot_dead;
+    int64_t *slot_task; /* [k * (CH_SUP_QUEUE + 1) + j]: the ids slot k holds, in order */
     int *cpus, n_cpus;
     conn_t *conns; /* rank 0: one per worker rank (index = rank); worker: conns[0] to rank 0 */
     int n_conns;
@@ -81,6 +91,7 @@ void ch_farm_options_default(ch_farm_options_t *o)
     memset(o, 0, sizeof *o);
     o->cores_per_task = 1;
     o->bind = 1;
+    o->prefetch = 1;
     o->output = CH_FARM_OUTPUT_FILES;
     o->sync = CH_JOURNAL_SYNC_ALL;
     o->retry_backoff = 1.0;
@@ -409,7 +420,8 @@ ch_status ch_farm_create(const ch_farm_options_t *o, MPI_Comm comm, ch_farm_t **
     f->sup = calloc((size_t)f->slots, sizeof *f->sup);
     f->slot_busy = calloc((size_t)f->slots, sizeof(int));
     f->slot_dead = calloc((size_t)f->slots, sizeof(int));
-    f->slot_task = calloc((size_t)f->slots, sizeof(int64_t));
+    f->slot_task = calloc((size_t)f->slots * (CH_SUP_QUEUE + 1), sizeof(int64_t));
+    f->depth = 1 + (o->prefetch < 0 ? 0 : o->prefetch > CH_SUP_QUEUE ? CH_SUP_QUEUE : o->prefetch);
     s = f->sup && f->slot_busy && f->slot_dead && f->slot_task ? CH_OK
                                                               : CH_ERROR(CH_ERR_NOMEM, "out of memory");
     /* the supervisors are forked before any socket exists, so none inherits one */
@@ -460,19 +472,20 @@ void ch_farm_destroy(ch_farm_t *f)
 static void run_local(ch_farm_t *f, const assign_t *a, int n, error_msg_t *e)
 {
     for (int i = 0; i < n; i++) {
-        int k;
-        for (k = 0; k < f->slots; k++)
-            if (!f->slot_busy[k] && !f->slot_dead[k]) break;
+        int k = f->slots; /* the least loaded live slot with room */
+        for (int j = 0; j < f->slots; j++)
+            if (!f->slot_dead[j] && f->slot_busy[j] < f->depth &&
+                (k == f->slots || f->slot_busy[j] < f->slot_busy[k]))
+                k = j;
         ch_status s = k < f->slots ? ch_supervisor_run(f->sup[k], a[i].id, a[i].attempt, a[i].timeout)
                                    : CH_ERROR(CH_ERR_INTERNAL, "no free slot for task %" PRId64,
                                               a[i].id);
         if (!s) {
-            f->slot_busy[k] = 1;
-            f->slot_task[k] = a[i].id;
+            f->slot_task[k * (CH_SUP_QUEUE + 1) + f->slot_busy[k]++] = a[i].id;
             continue;
         }
         if (k < f->slots) f->slot_dead[k] = 1;
-        *e = (error_msg_t){a[i].id, a[i].attempt, 1, ""};
+        *e = (error_msg_t){.id = a[i].id, .attempt = a[i].attempt, .slot_dead = 1, .n_lost = 1, .lost = {a[i].id}};
         snprintf(e->msg, sizeof e->msg, "rank %d: %s", f->rank, ch_error_message());
     }
 }
@@ -485,7 +498,7 @@ static void interrupt_local(ch_farm_t *f)
 
 /* Read what the supervisors whose fds are ready in p[0..slots) say: ended
  * attempts into res (returns their count); a failure into *e. */
-static int collect(ch_farm_t *f, const struct pollfd *p, ch_journal_end_t *res, error_msg_t *e)
+static int collect(ch_farm_t *f, const struct pollfd *p, result_t *res, error_msg_t *e)
 {
     int nr = 0;
     for (int k = 0; k < f->slots; k++) {
@@ -493,19 +506,28 @@ static int collect(ch_farm_t *f, const struct pollfd *p, ch_journal_end_t *res, 
         ch_sup_msg_t m;
         ch_status s = ch_supervisor_read(f->sup[k], &m);
         if (s || m.type == CH_SUP_ERROR || (m.type == CH_SUP_DONE && m.error[0])) {
-            *e = (error_msg_t){-1, 0, 0, ""};
+            *e = (error_msg_t){.id = -1};
             if (s) {
                 f->slot_dead[k] = 1;
                 e->slot_dead = 1;
-                e->id = f->slot_busy[k] ? f->slot_task[k] : -1;
+                /* rank 0 re-counts what the slot held (the journal decides on resume) */
+                e->id = f->slot_busy[k] ? f->slot_task[k * (CH_SUP_QUEUE + 1)] : -1;
+                e->n_lost = f->slot_busy[k];
+                memcpy(e->lost, f->slot_task + k * (CH_SUP_QUEUE + 1), sizeof e->lost);
             }
             snprintf(e->msg, sizeof e->msg, "rank %d slot %d: %s", f->rank, k,
                      s ? ch_error_message() : m.error);
             if (s) continue;
         }
         if (m.type == CH_SUP_DONE) {
-            f->slot_busy[k] = 0;
-            res[nr++] = m.end;
+            int64_t *ids = f->slot_task + k * (CH_SUP_QUEUE + 1);
+            for (int j = 0; j < f->slot_busy[k]; j++)
+                if (ids[j] == m.id) {
+                    memmove(ids + j, ids + j + 1, sizeof *ids * (size_t)(f->slot_busy[k] - j - 1));
+                    f->slot_busy[k]--;
+                    break;
+                }
+            res[nr++] = (result_t){m.end, m.started, 0};
         }
     }
     return nr;
@@ -520,7 +542,7 @@ static void slot_pollfds(ch_farm_t *f, struct pollfd *p)
 static ch_status worker_loop(ch_farm_t *f)
 {
     struct pollfd *p = calloc((size_t)f->slots + 1, sizeof *p);
-    ch_journal_end_t *res = calloc((size_t)f->slots, sizeof *res);
+    result_t *res = calloc((size_t)f->slots * (CH_SUP_QUEUE + 1), sizeof *res);
     if (!p || !res) {
         free(p);
         free(res);
@@ -536,7 +558,7 @@ static ch_status worker_loop(ch_farm_t *f)
             s = CH_ERROR(CH_ERR_IO, "poll: %s", strerror(errno));
             break;
         }
-        error_msg_t e = {-1, 0, 0, ""};
+        error_msg_t e = {.id = -1};
         int nr = collect(f, p, res, &e);
         if (p[f->slots].revents) {
             int r = conn_read(c);
@@ -657,9 +679,11 @@ static void on_error(disp_t *d, const error_msg_t *e)
     ch_log_error("%s", e->msg);
     if (!d->error) snprintf(d->error_msg, sizeof d->error_msg, "%s", e->msg);
     d->error = 1;
-    if (e->slot_dead && e->id >= 0 && d->state[e->id] == T_RUNNING) {
+    for (int j = 0; e->slot_dead && j < e->n_lost && j <= CH_SUP_QUEUE; j++) {
+        int64_t id = e->lost[j];
+        if (id < 0 || id >= d->n || d->state[id] != T_RUNNING) continue;
         d->in_flight--;
-        d->state[e->id] = T_PENDING; /* the journal decides on resume */
+        d->state[id] = T_PENDING; /* not run again in this run: the journal decides on resume */
     }
 }
 
@@ -680,38 +704,43 @@ static void lost_rank(disp_t *d, int w)
         }
     d->in_flight -= lost;
     d->free_slots[w] = 0;
-    error_msg_t e = {-1, 0, 0, ""};
+    error_msg_t e = {.id = -1};
     snprintf(e.msg, sizeof e.msg, "rank %d is gone (its stream to rank 0 ended) with %" PRId64
              " running tasks: their supervisors finish and record them; the farm stops, "
              "resume it to run the rest", w, lost);
     on_error(d, &e);
 }
 
+/* Fill free capacity: first every idle slot of every rank (so that a few
+ * tasks spread over the ranks), then the prefetch queues. */
 static void dispatch(disp_t *d, assign_t *buf)
 {
     ch_farm_t *f = d->f;
     int64_t now = mono_ns();
-    for (int w0 = 0; w0 < f->size; w0++) {
-        int w = w0;
-        int n = 0;
-        while (d->free_slots[w] > 0) {
-            int64_t id = next_task(d, now);
-            if (id < 0) break;
-            d->state[id] = T_RUNNING;
-            d->where[id] = w;
-            if (d->failures[id] > 0) d->sum->retried++;
-            buf[n++] = (assign_t){id, ++d->attempt[id], 0, task_timeout(d)};
-            d->free_slots[w]--;
-            d->in_flight++;
-            d->sum->attempts++;
-        }
-        if (!n) continue;
-        if (w == 0) {
-            error_msg_t e = {-1, 0, 0, ""};
-            run_local(f, buf, n, &e);
-            if (e.msg[0]) on_error(d, &e);
-        } else if (write_frame(f->conns[w].fd, MSG_ASSIGN, buf, (size_t)n * sizeof *buf)) {
-            lost_rank(d, w);
+    int cap = f->slots * f->depth;
+    for (int pass = 0; pass < 2; pass++) {
+        for (int w = 0; w < f->size; w++) {
+            int n = 0;
+            int floor = pass == 0 ? cap - f->slots : 0; /* pass 0: leave the queues empty */
+            while (d->free_slots[w] > floor) {
+                int64_t id = next_task(d, now);
+                if (id < 0) break;
+                d->state[id] = T_RUNNING;
+                d->where[id] = w;
+                if (d->failures[id] > 0) d->sum->retried++;
+                buf[n++] = (assign_t){id, ++d->attempt[id], 0, task_timeout(d)};
+                d->free_slots[w]--;
+                d->in_flight++;
+                d->sum->attempts++;
+            }
+            if (!n) continue;
+            if (w == 0) {
+                error_msg_t e = {.id = -1};
+                run_local(f, buf, n, &e);
+                if (e.msg[0]) on_error(d, &e);
+            } else if (write_frame(f->conns[w].fd, MSG_ASSIGN, buf, (size_t)n * sizeof *buf)) {
+                lost_rank(d, w);
+            }
         }
     }
 }
@@ -827,9 +856,20 @@ static void progress(disp_t *d, int force, int64_t t0, int64_t *last)
 
 /* One ended attempt; returns 1 when the stop flag should be checked now
  * (an interrupted attempt: a signal reached the tasks). */
-static int handle(disp_t *d, const ch_journal_end_t *r)
+static int handle(disp_t *d, const result_t *res)
 {
+    const ch_journal_end_t *r = &res->end;
     if (r->id < 0 || r->id >= d->n || d->state[r->id] != T_RUNNING) return 0;
+    if (!res->started) { /* handed back unstarted (a stop): as if never dispatched */
+        d->in_flight--;
+        d->free_slots[d->where[r->id]]++;
+        d->attempt[r->id]--;
+        d->sum->attempts--;
+        if (d->failures[r->id] > 0) d->sum->retried--;
+        d->state[r->id] = T_RETRY;
+        d->retry[d->n_retry++] = (retry_t){r->id, 0};
+        return 0;
+    }
     on_result(d, r);
     return r->kind == CH_END_INTERRUPTED;
 }
@@ -851,8 +891,8 @@ static ch_status dispatcher(ch_farm_t *f, ch_farm_summary_t *sum)
     d.retry = calloc((size_t)d.n, sizeof(retry_t));
     d.free_slots = calloc((size_t)f->size, sizeof(int));
     struct pollfd *pfd = calloc((size_t)(f->slots + f->size), sizeof *pfd);
-    ch_journal_end_t *res = calloc((size_t)f->slots, sizeof *res);
-    assign_t *abuf = malloc(sizeof *abuf * (size_t)f->slots);
+    result_t *res = calloc((size_t)f->slots * (CH_SUP_QUEUE + 1), sizeof *res);
+    assign_t *abuf = malloc(sizeof *abuf * (size_t)f->slots * (size_t)f->depth);
     ch_status st = CH_OK;
     if (!d.state || !d.where || !d.attempt || !d.failures || !d.unresolved || !d.retry || !d.free_slots ||
         !pfd || !res || !abuf) {
@@ -861,7 +901,7 @@ static ch_status dispatcher(ch_farm_t *f, ch_farm_summary_t *sum)
         snprintf(d.error_msg, sizeof d.error_msg, "%s", ch_error_message());
         goto finish;
     }
-    for (int w = 0; w < f->size; w++) d.free_slots[w] = f->slots;
+    for (int w = 0; w < f->size; w++) d.free_slots[w] = f->slots * f->depth;
     for (int64_t i = 0; i < d.n; i++) d.unresolved[ch_taskfile_task(o->tasks, i)->barrier]++;
     /* the journal of earlier runs */
     for (int64_t i = 0; i < d.n; i++) {
@@ -916,7 +956,7 @@ static ch_status dispatcher(ch_farm_t *f, ch_farm_summary_t *sum)
         }
         int check = pr == 0;
         if (pr > 0) {
-            error_msg_t e = {-1, 0, 0, ""};
+            error_msg_t e = {.id = -1};
             int nr = collect(f, pfd, res, &e);
             if (e.msg[0]) on_error(&d, &e);
             for (int i = 0; i < nr; i++) check |= handle(&d, &res[i]);
@@ -932,9 +972,9 @@ static ch_status dispatcher(ch_farm_t *f, ch_farm_summary_t *sum)
                 const char *body;
                 while (conn_frame(c, &off, &h, &body)) {
                     if (h.type == MSG_RESULT) {
-                        int n = (int)(h.len / sizeof(ch_journal_end_t));
+                        int n = (int)(h.len / sizeof(result_t));
                         for (int i = 0; i < n; i++) {
-                            ch_journal_end_t r;
+                            result_t r;
                             memcpy(&r, body + (size_t)i * sizeof r, sizeof r);
                             check |= handle(&d, &r);
                         }

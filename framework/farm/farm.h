@@ -64,6 +64,9 @@ typedef struct {
     int slots_per_rank;         /* tasks run at once per rank; 0: the rank's cores / cores_per_task */
     int cores_per_task;         /* >= 1 */
     int bind;                   /* 1: bind each slot to its cores when the rank has several */
+    int prefetch;               /* tasks queued at each slot behind its running one
+                                   (0..CH_SUP_QUEUE): the next starts without a round
+                                   trip to rank 0; only once every slot is busy */
     ch_farm_output output;
     ch_journal_sync sync;
     int retries;                /* extra attempts after a failed one (>= 0) */
@@ -84,7 +87,7 @@ typedef struct {
     void *cb_arg;
 } ch_farm_options_t;
 
-/* Defaults: 1 core per task, bind, files, sync all, no retries, backoff
+/* Defaults: 1 core per task, bind, prefetch 1, files, sync all, no retries, backoff
  * 1 s, no timeout, kill_after 5 s, no halt, grace 60 s. */
 void ch_farm_options_default(ch_farm_options_t *o);
 

@@ -79,6 +79,7 @@ static void send_msg(int fd, int type, int64_t id, int attempt, const ch_journal
     ch_sup_msg_t m;
     memset(&m, 0, sizeof m);
     m.type = type;
+    m.started = 1;
     m.id = id;
     m.attempt = attempt;
     if (end) m.end = *end;
@@ -88,7 +89,8 @@ static void send_msg(int fd, int type, int64_t id, int attempt, const ch_journal
 
 /* One output stream of a task in merged mode: a pipe, and a line buffer. */
 typedef struct {
-    int fd;
+    int fd;       /* read end of the task's pipe, -1 when closed */
+    int file;     /* files mode: out/<shard>/<id>.out or .err, opened at the first byte */
     char buf[4096];
     size_t len;
     int64_t bytes;
@@ -112,8 +114,9 @@ typedef struct {
     int64_t start_ns;
     int64_t deadline; /* CLOCK_MONOTONIC ns, 0: none */
     int term_sent, timed_out, interrupted;
-    int out_fd, err_fd; /* files mode */
     stream_t out, err;  /* merged mode */
+    sup_cmd_t queue[CH_SUP_QUEUE]; /* RUNs waiting for the running task */
+    int nq;
 } sup_t;
 
 static int launcher_var(const char *e)
@@ -154,6 +157,32 @@ static void record_end(sup_t *s, int kind, int code, int64_t start_ns, int64_t o
     send_msg(s->msg_fd, CH_SUP_DONE, s->id, s->attempt, &e, st ? ch_error_message() : NULL);
 }
 
+/* Files mode: path of task id's stdout (ext "out") or stderr ("err"). */
+static void output_path(const sup_t *s, int64_t id, const char *ext, char *path, size_t n)
+{
+    snprintf(path, n, "%s/out/%03" PRId64 "/%" PRId64 ".%s", s->o->dir, id / 500, id, ext);
+}
+
+/* Files mode: write data to the stream's file, creating it (and its shard
+ * folder) at the first byte, so that silent tasks leave no empty files. */
+static void to_file(sup_t *s, stream_t *st, const char *ext, const char *data, size_t n)
+{
+    if (st->file < 0) {
+        char path[PATH_MAX];
+        snprintf(path, sizeof path, "%s/out/%03" PRId64, s->o->dir, s->id / 500);
+        mkdir_one(path);
+        output_path(s, s->id, ext, path, sizeof path);
+        st->file = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+        if (st->file < 0) {
+            fprintf(stderr, "task %" PRId64 ": %s: %s (output dropped)\n", s->id, path,
+                    strerror(errno));
+            st->file = -2; /* do not retry for this attempt */
+        }
+    }
+    if (st->file >= 0 && write_all(st->file, data, n) != 0)
+        fprintf(stderr, "task %" PRId64 ": write of its %s: %s\n", s->id, ext, strerror(errno));
+}
+
 /* Flush complete lines (or everything with force) of a merged stream. */
 static void flush_stream(sup_t *s, stream_t *st, const char *tag, int force)
 {
@@ -178,6 +207,19 @@ static void flush_stream(sup_t *s, stream_t *st, const char *tag, int force)
 static void read_stream(sup_t *s, stream_t *st, const char *tag)
 {
     if (st->fd < 0) return;
+    if (s->o->output == CH_FARM_OUTPUT_FILES) {
+        char data[65536];
+        ssize_t r = read(st->fd, data, sizeof data);
+        if (r < 0 && (errno == EINTR || errno == EAGAIN)) return;
+        if (r <= 0) {
+            close(st->fd);
+            st->fd = -1;
+            return;
+        }
+        st->bytes += r;
+        to_file(s, st, tag, data, (size_t)r);
+        return;
+    }
     ssize_t r = read(st->fd, st->buf + st->len, sizeof st->buf - st->len);
     if (r < 0 && (errno == EINTR || errno == EAGAIN)) return;
     if (r <= 0) {
@@ -191,31 +233,13 @@ static void read_stream(sup_t *s, stream_t *st, const char *tag)
     flush_stream(s, st, tag, 0);
 }
 
-static int open_output(sup_t *s, int64_t id, int *out_fd, int *err_fd)
-{
-    char path[PATH_MAX];
-    snprintf(path, sizeof path, "%s/out/%03" PRId64, s->o->dir, id / 500);
-    if (mkdir_one(path) != 0) return -1;
-    snprintf(path, sizeof path, "%s/out/%03" PRId64 "/%" PRId64 ".out", s->o->dir, id / 500, id);
-    *out_fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
-    if (*out_fd < 0) return -1;
-    snprintf(path, sizeof path, "%s/out/%03" PRId64 "/%" PRId64 ".err", s->o->dir, id / 500, id);
-    *err_fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
-    if (*err_fd < 0) {
-        close(*out_fd);
-        return -1;
-    }
-    return 0;
-}
-
 static void start_task(sup_t *s, const sup_cmd_t *c)
 {
     const ch_task_t *t = ch_taskfile_task(s->o->tasks, c->id);
     s->id = c->id;
     s->attempt = c->attempt;
     s->term_sent = s->timed_out = s->interrupted = 0;
-    s->out_fd = s->err_fd = -1;
-    s->out.fd = s->err.fd = -1;
+    s->out.fd = s->err.fd = s->out.file = s->err.file = -1;
     s->out.len = s->err.len = 0;
     s->out.bytes = s->err.bytes = 0;
     int64_t t0 = now_ns(CLOCK_REALTIME);
@@ -225,11 +249,15 @@ static void start_task(sup_t *s, const sup_cmd_t *c)
     }
     int child_out = s->devnull, child_err = s->devnull, rd[2] = {-1, -1};
     int e = 0;
-    if (s->o->output == CH_FARM_OUTPUT_FILES) {
-        if (open_output(s, c->id, &s->out_fd, &s->err_fd) != 0) e = errno;
-        child_out = s->out_fd;
-        child_err = s->err_fd;
-    } else if (s->o->output == CH_FARM_OUTPUT_MERGED) {
+    if (s->o->output == CH_FARM_OUTPUT_FILES && c->attempt > 1) {
+        /* an earlier attempt's output must not pass for this one's */
+        char path[PATH_MAX];
+        output_path(s, c->id, "out", path, sizeof path);
+        unlink(path);
+        output_path(s, c->id, "err", path, sizeof path);
+        unlink(path);
+    }
+    if (s->o->output != CH_FARM_OUTPUT_NONE) {
         int p1[2], p2[2];
         if (pipe2(p1, O_CLOEXEC) != 0) e = errno;
         else if (pipe2(p2, O_CLOEXEC) != 0) {
@@ -300,11 +328,9 @@ static void start_task(sup_t *s, const sup_cmd_t *c)
     if (rd[0] >= 0) close(rd[0]);
     if (rd[1] >= 0) close(rd[1]);
     if (e) {
-        if (s->out_fd >= 0) close(s->out_fd);
-        if (s->err_fd >= 0) close(s->err_fd);
         if (s->out.fd >= 0) close(s->out.fd);
         if (s->err.fd >= 0) close(s->err.fd);
-        s->out_fd = s->err_fd = s->out.fd = s->err.fd = -1;
+        s->out.fd = s->err.fd = -1;
         record_end(s, CH_END_SPAWN_FAILED, e, t0, 0, 0);
         return;
     }
@@ -352,31 +378,27 @@ static void finish_task(sup_t *s)
     else if (s->timed_out) kind = CH_END_TIMEOUT;
     else if (kind == CH_END_SIGNAL && got_signal) kind = CH_END_INTERRUPTED;
     int64_t ob = 0, eb = 0;
-    if (s->o->output == CH_FARM_OUTPUT_FILES) {
-        struct stat st;
-        if (fstat(s->out_fd, &st) == 0) ob = st.st_size;
-        if (fstat(s->err_fd, &st) == 0) eb = st.st_size;
-        close(s->out_fd);
-        close(s->err_fd);
-        s->out_fd = s->err_fd = -1;
-    } else if (s->o->output == CH_FARM_OUTPUT_MERGED) {
+    if (s->o->output != CH_FARM_OUTPUT_NONE) {
         /* drain what the task wrote before it ended (the write ends may
          * still be held by its own children: read what is there now) */
         for (int k = 0; k < 2; k++) {
             stream_t *st = k ? &s->err : &s->out;
+            const char *tag = k ? "err" : "out";
             if (st->fd >= 0) {
                 int fl = fcntl(st->fd, F_GETFL);
                 fcntl(st->fd, F_SETFL, fl | O_NONBLOCK);
                 while (st->fd >= 0) {
-                    ssize_t before = st->bytes;
-                    read_stream(s, st, k ? "err" : "out");
+                    int64_t before = st->bytes;
+                    read_stream(s, st, tag);
                     if (st->fd >= 0 && st->bytes == before) {
-                        flush_stream(s, st, k ? "err" : "out", 1);
+                        if (s->o->output == CH_FARM_OUTPUT_MERGED) flush_stream(s, st, tag, 1);
                         close(st->fd);
                         st->fd = -1;
                     }
                 }
             }
+            if (st->file >= 0) close(st->file);
+            st->file = -1;
         }
         ob = s->out.bytes;
         eb = s->err.bytes;
@@ -433,21 +455,45 @@ static void child_main(sup_t *s)
             sup_cmd_t c;
             int got = read_all(s->cmd_fd, &c, sizeof c);
             if (got <= 0) {
+                /* the rank is gone or done: queued tasks never start (the
+                 * journal has no record of them, so a resume runs them) */
                 cmd_open = 0;
+                s->nq = 0;
                 continue;
             }
             if (c.type == CMD_RUN) {
-                if (s->pid > 0) {
-                    child_fail(s, "RUN while a task is running (protocol error)");
+                if (s->nq == CH_SUP_QUEUE) {
+                    child_fail(s, "RUN with a full queue (protocol error)");
                     continue;
                 }
-                start_task(s, &c);
-            } else if (c.type == CMD_KILL && s->pid > 0 && !s->term_sent) {
-                s->interrupted = 1;
-                signal_task(s, SIGTERM);
-                s->term_sent = 1;
-                s->deadline = now_ns(CLOCK_MONOTONIC) + (int64_t)(s->o->kill_after * 1e9);
+                s->queue[s->nq++] = c;
+            } else if (c.type == CMD_KILL) {
+                for (int q = 0; q < s->nq; q++) { /* never started: handed back */
+                    ch_sup_msg_t m;
+                    memset(&m, 0, sizeof m);
+                    m.type = CH_SUP_DONE;
+                    m.id = m.end.id = s->queue[q].id;
+                    m.attempt = m.end.attempt = s->queue[q].attempt;
+                    m.end.rank = s->o->rank;
+                    m.end.slot = s->o->slot;
+                    m.end.kind = CH_END_INTERRUPTED;
+                    m.started = 0;
+                    (void)write_all(s->msg_fd, &m, sizeof m);
+                }
+                s->nq = 0;
+                if (s->pid > 0 && !s->term_sent) {
+                    s->interrupted = 1;
+                    signal_task(s, SIGTERM);
+                    s->term_sent = 1;
+                    s->deadline = now_ns(CLOCK_MONOTONIC) + (int64_t)(s->o->kill_after * 1e9);
+                }
             }
+        }
+        /* start the next queued task (a spawn failure ends it at once) */
+        while (s->pid == 0 && s->nq > 0) {
+            sup_cmd_t c = s->queue[0];
+            memmove(s->queue, s->queue + 1, sizeof *s->queue * (size_t)--s->nq);
+            start_task(s, &c);
         }
     }
 }
@@ -456,7 +502,7 @@ static void child_setup(sup_t *s) __attribute__((noreturn));
 static void child_setup(sup_t *s)
 {
     const ch_supervisor_options_t *o = s->o;
-    s->out.fd = s->err.fd = s->out_fd = s->err_fd = -1;
+    s->out.fd = s->err.fd = s->out.file = s->err.file = -1;
     setsid();
     /* keep only the two pipes (moved to 3 and 4), close everything else */
     int c = fcntl(s->cmd_fd, F_DUPFD_CLOEXEC, 10), m = fcntl(s->msg_fd, F_DUPFD_CLOEXEC, 10);

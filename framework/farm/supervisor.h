@@ -64,12 +64,19 @@ typedef struct {
     int n_cpus;
 } ch_supervisor_options_t;
 
+/* RUNs a supervisor holds besides its running task: the next task starts
+ * as soon as the running one has ended, without a round trip to rank 0. */
+#define CH_SUP_QUEUE 4
+
 /* Message from a supervisor to its rank. */
 enum { CH_SUP_READY = 1, CH_SUP_DONE = 2, CH_SUP_ERROR = 3 };
 typedef struct {
     int32_t type;
     int32_t attempt;
     int64_t id;
+    int32_t started;         /* DONE: 0 for a queued RUN handed back by KILL (never started,
+                                nothing recorded) */
+    int32_t pad;
     ch_journal_end_t end;    /* DONE: the E record written */
     char error[192];         /* ERROR (also DONE when the journal write failed) */
 } ch_sup_msg_t;
@@ -81,10 +88,12 @@ typedef struct ch_supervisor ch_supervisor_t;
 ch_status ch_supervisor_spawn(const ch_supervisor_options_t *o, ch_supervisor_t **out);
 
 /* Ask it to run task id (attempt >= 1), killing it after timeout seconds
- * (0: no limit). Errors: CH_ERR_IO when the supervisor is gone. */
+ * (0: no limit). While a task runs, up to CH_SUP_QUEUE more RUNs wait in
+ * order. Errors: CH_ERR_IO when the supervisor is gone. */
 ch_status ch_supervisor_run(ch_supervisor_t *s, int64_t id, int attempt, double timeout);
 
-/* Ask it to stop its running task (recorded as interrupted). No-op when idle. */
+/* Ask it to stop its running task (recorded as interrupted) and hand back
+ * its queued RUNs (DONE with started = 0). No-op when idle. */
 ch_status ch_supervisor_interrupt(ch_supervisor_t *s);
 
 /* The descriptor that becomes readable when a message is waiting. */
