@@ -35,8 +35,9 @@
  *      the concatenation of opt->tables; --help prints every key grouped by
  *      table (the job's, then each object's) and init returns CH_EXIT_OK.
  *   5. with opt->compute: the device rule (dist.device_rule), the all-or-none
- *      GPU check, the compute backend (compute.* keys, ch_compute_from_config),
- *      and an NCCL process group over MPI when the ranks are on GPUs.
+ *      GPU check, the compute backend (compute.* keys, ch_compute_from_config,
+ *      when the job lists ch_compute_config_table(); else the defaults), and
+ *      an NCCL process group over MPI when the ranks are on GPUs.
  *   6. with opt->output_dir_key: rank 0 creates the directory (mkdir -p),
  *      probes it, and removes stale temp files of atomic writes left by a
  *      killed writer.
@@ -74,13 +75,7 @@ enum {
 /* ch_job_init's return when the job should go on (not an exit code). */
 #define CH_JOB_CONTINUE (-1)
 
-/* A named key table: an object's (or the job's) config keys. title groups
- * them in --help and the man page ("train", "compute", "ddp", ...). */
-typedef struct {
-    const char *title;
-    const ch_config_key_t *keys;
-    int n_keys;
-} ch_config_table_t;
+/* ch_config_table_t (a named key table) is in framework/core/configuration.h. */
 
 /* Reasons to stop at a step boundary (bits; ch_job_stop_agree ORs them over
  * ranks). */
@@ -89,6 +84,8 @@ enum {
     CH_STOP_NONFINITE = 2,  /* a non-finite value (loss) on some rank */
     CH_STOP_FILE = 4,       /* the user's stop file (<output dir>/STOP) exists */
     CH_STOP_REQUESTED = 8,  /* the job asked (ch_job_request_stop) */
+    CH_STOP_PEER_LOST = 16, /* the agreement itself failed: a peer rank is gone
+                               (ch_job_finalize then exits CH_EXIT_PEER_LOST) */
 };
 
 typedef struct ch_job ch_job_t;
@@ -112,6 +109,12 @@ typedef struct {
     int n_phases;
     int preemption;                  /* 1: SIGTERM + dist.warning_signal handlers */
     ch_job_args_fn rewrite_args;     /* NULL: argv as given */
+    const char *threads_key;         /* with compute: int key of the CPU thread count
+                                        (ch_compute_options_t.num_threads, e.g.
+                                        "train.threads"); NULL: the runtime's default */
+    int no_identity_line;            /* 1: init does not log the launch identity line
+                                        (ch_job_env(job)->note); the job shows it itself,
+                                        e.g. as a comment of a table on stdout */
 } ch_job_options_t;
 
 /* Defaults: FUNNELED, no compute, no output dir, no phases, no preemption. */
@@ -194,6 +197,10 @@ ch_compute_t *ch_job_compute(const ch_job_t *job); /* NULL without opt->compute 
 int ch_job_on_gpu(const ch_job_t *job);         /* 1: every rank computes on its GPU */
 ch_prof_t *ch_job_profiler(const ch_job_t *job);
 const char *ch_job_output_dir(const ch_job_t *job); /* NULL without output_dir_key */
+/* 1 after a collective of the runtime failed (a peer rank is gone; the
+ * line saying so has been printed): no collective should follow, and
+ * ch_job_finalize returns CH_EXIT_PEER_LOST. */
+int ch_job_peer_lost(const ch_job_t *job);
 
 #ifdef __cplusplus
 }
