@@ -17,11 +17,12 @@ static const ch_config_key_t farm_keys[] = {
     {"farm.dir", CH_CFG_STRING, "farm-run", CH_CFG_NO_RANGE, "Run directory (seen by every rank): journal/, out/, status.tsv."},
     {"farm.slots_per_rank", CH_CFG_INT, "0", 0, 4096, "Tasks a rank runs at once; 0: the rank's cores / farm.cores_per_task."},
     {"farm.cores_per_task", CH_CFG_INT, "1", 1, 4096, "Cores each task uses (slots and CPU binding)."},
+    {"farm.prefetch", CH_CFG_INT, "1", 0, CH_SUP_QUEUE, "Tasks queued at each busy slot, started without a round trip to rank 0 (0: none)."},
     {"farm.bind", CH_CFG_BOOL, "true", CH_CFG_NO_RANGE, "Bind each slot to its own cores when the rank has several."},
     {"farm.output", CH_CFG_STRING, "files", CH_CFG_NO_RANGE, "files (out/<id/500>/<id>.out, .err), merged (out/rank-R.log, lines prefixed) or none."},
     {"farm.journal_sync", CH_CFG_STRING, "all", CH_CFG_NO_RANGE, "fdatasync the journal after every record (all), after end records (end), or never (none)."},
     {"farm.retries", CH_CFG_INT, "0", 0, 1000, "Extra attempts of a failed task (exit != 0, signal, timeout)."},
-    {"farm.retry_backoff", CH_CFG_FLOAT, "1", 0, 300, "Seconds before retry k: backoff * 2^(k-1), at most 300 (1 s resolution)."},
+    {"farm.retry_backoff", CH_CFG_FLOAT, "1", 0, 300, "Seconds before retry k: backoff * 2^(k-1), at most 300."},
     {"farm.timeout", CH_CFG_FLOAT, "0", 0, INFINITY, "Seconds an attempt may run (then SIGTERM, SIGKILL after farm.kill_after); 0: none."},
     {"farm.timeout_median", CH_CFG_FLOAT, "0", 0, INFINITY, "Also kill after this multiple of the median successful duration (after 5 tasks); 0: off."},
     {"farm.kill_after", CH_CFG_FLOAT, "5", 0, 3600, "Seconds from SIGTERM to SIGKILL of a task's process group."},
@@ -69,6 +70,7 @@ static ch_status setup(ch_job_t *job, ch_farm_options_t *o, ch_taskfile_t **tf)
     CH_TRY(ch_config_get_int(c, "farm.slots_per_rank", &o->slots_per_rank));
     CH_TRY(ch_config_get_int(c, "farm.cores_per_task", &o->cores_per_task));
     CH_TRY(ch_config_get_bool(c, "farm.bind", &o->bind));
+    CH_TRY(ch_config_get_int(c, "farm.prefetch", &o->prefetch));
     CH_TRY(ch_config_get_choice(c, "farm.output", outputs, 3, &out));
     CH_TRY(ch_config_get_choice(c, "farm.journal_sync", syncs, 3, &sync));
     CH_TRY(ch_config_get_int(c, "farm.retries", &o->retries));
