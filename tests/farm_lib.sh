@@ -37,6 +37,12 @@ farm_ranks() {
   for p in $(pgrep -P "$1"); do pgrep -P "$p"; done
 }
 farm_proxies() { pgrep -P "$1"; }
+# farm_tree PID: PID and all its descendants
+farm_tree() {
+  local p
+  echo "$1"
+  for p in $(pgrep -P "$1"); do farm_tree "$p"; done
+}
 
 # wait_lines FILE N PID: wait (<= 60 s) until FILE has >= N lines while PID lives
 wait_lines() {
