@@ -9,9 +9,9 @@ echo "1..10"
 N=24
 
 # start NAME ARGS...: a 2-rank farm in the background (4 slots) over N tasks
-# of `sleep 1; echo id`; sets d, pid
+# of `sleep $SLEEP; echo id` (SLEEP default 1); sets d, pid
 start() {
-  d=$tmp/$1; shift; mkdir -p "$d"; id_tasks "$d/tasks" $N "sleep 1"
+  d=$tmp/$1; shift; mkdir -p "$d"; id_tasks "$d/tasks" $N "sleep ${SLEEP:-1}"
   "$MPIEXEC" -n 2 "$FARM" --farm.dir="$d/run" --tasks "$d/tasks" --farm.slots_per_rank=2 "$@" \
     > "$d/run.log" 2>&1 &
   pid=$!
@@ -22,6 +22,7 @@ resume() {
 
 # 1. SIGKILL mpiexec, the proxy and both ranks while tasks run; resume at
 #    once: the tasks still running are waited for, not started again
+N=12 SLEEP=4 # long enough to outlive the resume's start-up
 start kill
 wait_lines "$d/ids" 4 "$pid" || show "$d/run.log"
 ranks=$(farm_ranks "$pid"); proxies=$(farm_proxies "$pid")
@@ -29,8 +30,10 @@ kill -KILL "$pid" $proxies $ranks; wait "$pid" 2>/dev/null
 resume; rc=$?
 check "SIGKILL of mpiexec and the ranks, --resume: exit 0 (exit $rc)" test "$rc" = 0
 check "... the tasks that outlived the ranks were waited for, not started again" \
-  grep -q "earlier run: [1-9][0-9]* running tasks waited for" "$d/run.log"
+  grep -q "earlier run: [1-9][0-9]* running tasks waited for" "$d/run.log" || show "$d/run.log"
 check "... every task ran exactly once" exactly_once "$d/ids" $N
+
+N=24 SLEEP=1
 
 # 2. SIGKILL of one rank only: the launcher ends the job; the survivors'
 #    and the dead rank's supervisors record their tasks
