@@ -5,6 +5,7 @@
  *   mpiexec -n W jobs/cohort-farm --tasks FILE [--config FILE] [--resume] [--KEY=VALUE]...
  */
 #include "framework/farm/farm.h"
+#include "framework/launch/signals.h"
 #include "framework/runtime/job.h"
 
 #include <math.h>
@@ -86,6 +87,9 @@ static ch_status setup(ch_job_t *job, ch_farm_options_t *o, ch_taskfile_t **tf)
     CH_TRY(ch_config_get_bool(c, "farm.resume_failed", &o->resume_failed));
     const char *restarts = getenv("SLURM_RESTART_COUNT"); /* requeued: go on where it stopped */
     if (restarts && atoi(restarts) > 0) o->resume = 1;
+    const char *warn; /* srun passes it to the tasks too: they ignore it, the farm answers */
+    CH_TRY(ch_config_get_string(c, "dist.warning_signal", &warn));
+    CH_TRY(ch_signal_parse(warn, &o->ignore_signal));
     o->output = (ch_farm_output)out;
     o->sync = (ch_journal_sync)sync;
     o->dir = ch_job_output_dir(job);

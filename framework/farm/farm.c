@@ -427,7 +427,7 @@ ch_status ch_farm_create(const ch_farm_options_t *o, MPI_Comm comm, ch_farm_t **
     /* the supervisors are forked before any socket exists, so none inherits one */
     ch_supervisor_options_t so = {
         .tasks = o->tasks, .dir = o->dir, .rank = rank, .output = o->output,
-        .kill_after = o->kill_after, .sync = o->sync,
+        .kill_after = o->kill_after, .sync = o->sync, .ignore_signal = o->ignore_signal,
     };
     int bind_cpus[CPU_SETSIZE];
     for (int k = 0; !s && k < f->slots; k++) {

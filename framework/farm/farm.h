@@ -64,6 +64,8 @@ typedef struct {
     int slots_per_rank;         /* tasks run at once per rank; 0: the rank's cores / cores_per_task */
     int cores_per_task;         /* >= 1 */
     int bind;                   /* 1: bind each slot to its cores when the rank has several */
+    int ignore_signal;          /* SIGUSR1/SIGUSR2 tasks start with ignored (the warning
+                                   signal srun passes to every process), 0: none */
     int prefetch;               /* tasks queued at each slot behind its running one
                                    (0..CH_SUP_QUEUE): the next starts without a round
                                    trip to rank 0; only once every slot is busy */

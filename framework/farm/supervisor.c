@@ -313,7 +313,8 @@ static void start_task(sup_t *s, const sup_cmd_t *c)
         sigemptyset(&none);
         sigemptyset(&def);
         int sigs[] = {SIGTERM, SIGINT, SIGHUP, SIGUSR1, SIGUSR2, SIGPIPE, SIGCHLD};
-        for (size_t i = 0; i < sizeof sigs / sizeof *sigs; i++) sigaddset(&def, sigs[i]);
+        for (size_t i = 0; i < sizeof sigs / sizeof *sigs; i++)
+            if (sigs[i] != s->o->ignore_signal) sigaddset(&def, sigs[i]); /* it stays ignored */
         posix_spawnattr_setsigmask(&at, &none);
         posix_spawnattr_setsigdefault(&at, &def);
         posix_spawnattr_setpgroup(&at, 0);
@@ -532,6 +533,8 @@ static void child_setup(sup_t *s)
     int sigs[] = {SIGTERM, SIGINT, SIGHUP, SIGUSR1, SIGUSR2};
     for (size_t i = 0; i < sizeof sigs / sizeof *sigs; i++) sigaction(sigs[i], &sa, NULL);
     signal(SIGPIPE, SIG_IGN);
+    if (o->ignore_signal == SIGUSR1 || o->ignore_signal == SIGUSR2)
+        signal(o->ignore_signal, SIG_IGN); /* inherited as ignored by the tasks */
     sigset_t none;
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, NULL);

@@ -30,6 +30,11 @@
  * kill_after seconds later. KILL (preemption, halt) does the same and
  * records the attempt as interrupted.
  *
+ * Tasks start with ignore_signal ignored: srun passes the batch script's
+ * warning signal to every process of the step, tasks included, and the farm
+ * answers it for them (no new task starts; running ones get the grace time,
+ * then SIGTERM).
+ *
  * When its command pipe reaches end-of-file (the rank finished, or died),
  * the supervisor exits once its running task (if any) has ended and been
  * recorded.
@@ -60,6 +65,8 @@ typedef struct {
     ch_farm_output output;
     double kill_after;       /* seconds from SIGTERM to SIGKILL (>= 0) */
     ch_journal_sync sync;
+    int ignore_signal;       /* a signal (SIGUSR1 or SIGUSR2) tasks start with ignored,
+                                0: none (the warning signal: see below) */
     const int *cpus;         /* CPUs to bind to (n_cpus of them), NULL: no binding */
     int n_cpus;
 } ch_supervisor_options_t;
