@@ -4,8 +4,9 @@
 # times each, medians printed at the end:
 #   spawn     tests/bench_farm spawn N 2: posix_spawn + wait of `sh -c true`,
 #             2 at a time (the machine's bare fork+exec rate)
-#   farm      mpiexec -n 2 jobs/cohort-farm, 1 slot per rank, journal
-#             fdatasync'd after every record (the default)
+#   farm      mpiexec -n 2 jobs/cohort-farm, 1 slot per rank (journal synced
+#             in batches, the default)
+#   farm-all  the same with farm.journal_sync=all (fdatasync per record)
 #   farm-nosync  the same with farm.journal_sync=none (journal overhead)
 #   parallel  GNU parallel -j2 over the same task file
 # plus the MPI round trip (tests/bench_farm pingpong). Rates are tasks/s of
@@ -24,23 +25,23 @@ rate() { echo "$N $1 $2" | awk '{ printf "%.1f", $1 / ($3 - $2) }'; }
 for r in $(seq 1 "$REPS"); do
   t0=$(now); "$build/tests/bench_farm" spawn "$N" 2 > /dev/null; t1=$(now)
   echo "spawn $(rate "$t0" "$t1")" >> "$tmp/res"
-  for sync in all none; do
+  for sync in batch all none; do
     rm -rf "$tmp/run"
     t0=$(now)
     "$MPIEXEC" -n 2 "$build/jobs/cohort-farm" --tasks "$tmp/tasks" --farm.dir="$tmp/run" \
       --farm.slots_per_rank=1 --farm.journal_sync=$sync > "$tmp/log" 2>&1 || cat "$tmp/log" >&2
     t1=$(now)
     d=$(sed -n 's/.* in \([0-9.]*\) s (.*/\1/p' "$tmp/log")
-    name=farm; [ $sync = none ] && name=farm-nosync
+    name=farm; [ $sync = none ] && name=farm-nosync; [ $sync = all ] && name=farm-all
     echo "$name $(rate "$t0" "$t1")" >> "$tmp/res"
     echo "$name-dispatch $(echo "$N $d" | awk '{ printf "%.1f", $1 / $2 }')" >> "$tmp/res"
   done
   t0=$(now); parallel -j2 < "$tmp/tasks"; t1=$(now)
   echo "parallel $(rate "$t0" "$t1")" >> "$tmp/res"
-  echo "round $r: $(tail -n 6 "$tmp/res" | tr '\n' ' ')"
+  echo "round $r: $(tail -n 8 "$tmp/res" | tr '\n' ' ')"
 done
 echo "medians over $REPS runs of $N tasks (tasks/s), load $(cut -d' ' -f1-3 /proc/loadavg):"
-for k in spawn farm farm-dispatch farm-nosync farm-nosync-dispatch parallel; do
+for k in spawn farm farm-dispatch farm-all farm-all-dispatch farm-nosync farm-nosync-dispatch parallel; do
   awk -v k=$k '$1 == k { print $2 }' "$tmp/res" | sort -n | awk -v k=$k \
     '{ v[NR] = $1 } END { printf "  %-22s %s\n", k, v[int((NR + 1) / 2)] }'
 done

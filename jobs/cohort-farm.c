@@ -21,7 +21,7 @@ static const ch_config_key_t farm_keys[] = {
     {"farm.prefetch", CH_CFG_INT, "1", 0, CH_SUP_QUEUE, "Tasks queued at each busy slot, started without a round trip to rank 0 (0: none)."},
     {"farm.bind", CH_CFG_BOOL, "true", CH_CFG_NO_RANGE, "Bind each slot to its own cores when the rank has several."},
     {"farm.output", CH_CFG_STRING, "files", CH_CFG_NO_RANGE, "files (out/<id/500>/<id>.out, .err), merged (out/rank-R.log, lines prefixed) or none."},
-    {"farm.journal_sync", CH_CFG_STRING, "all", CH_CFG_NO_RANGE, "fdatasync the journal after every record (all), after end records (end), or never (none)."},
+    {"farm.journal_sync", CH_CFG_STRING, "batch", CH_CFG_NO_RANGE, "When the journal reaches the disk: within 20 ms, off the tasks' path (batch), after every record (all), after end records (end), never (none). All survive a crash of the farm; an OS crash re-runs the tasks of the unsynced records."},
     {"farm.retries", CH_CFG_INT, "0", 0, 1000, "Extra attempts of a failed task (exit != 0, signal, timeout)."},
     {"farm.retry_backoff", CH_CFG_FLOAT, "1", 0, 300, "Seconds before retry k: backoff * 2^(k-1), at most 300."},
     {"farm.timeout", CH_CFG_FLOAT, "0", 0, INFINITY, "Seconds an attempt may run (then SIGTERM, SIGKILL after farm.kill_after); 0: none."},
@@ -61,7 +61,7 @@ static void show_progress(void *job, int64_t ended, int64_t total, const char *t
 
 static ch_status setup(ch_job_t *job, ch_farm_options_t *o, ch_taskfile_t **tf)
 {
-    static const char *const outputs[] = {"files", "merged", "none"}, *const syncs[] = {"all", "end", "none"},
+    static const char *const outputs[] = {"files", "merged", "none"}, *const syncs[] = {"all", "end", "none", "batch"},
                              *const halts[] = {"soon", "now"};
     ch_config_t *c = ch_job_config(job);
     const char *path;
@@ -73,7 +73,7 @@ static ch_status setup(ch_job_t *job, ch_farm_options_t *o, ch_taskfile_t **tf)
     CH_TRY(ch_config_get_bool(c, "farm.bind", &o->bind));
     CH_TRY(ch_config_get_int(c, "farm.prefetch", &o->prefetch));
     CH_TRY(ch_config_get_choice(c, "farm.output", outputs, 3, &out));
-    CH_TRY(ch_config_get_choice(c, "farm.journal_sync", syncs, 3, &sync));
+    CH_TRY(ch_config_get_choice(c, "farm.journal_sync", syncs, 4, &sync));
     CH_TRY(ch_config_get_int(c, "farm.retries", &o->retries));
     CH_TRY(ch_config_get_double(c, "farm.retry_backoff", &o->retry_backoff));
     CH_TRY(ch_config_get_double(c, "farm.timeout", &o->timeout));

@@ -9,7 +9,7 @@
  *                              the farm engine alone (framework/farm, no job
  *                              runtime): N `true` tasks, SLOTS per rank, run
  *                              directory DIR (must not hold a journal), journal
- *                              sync all|end|none, BIND 0 or 1 (farm.bind,
+ *                              sync all|end|none|batch, BIND 0 or 1 (farm.bind,
  *                              default 1); tasks/s of the dispatch
  */
 #include "framework/farm/farm.h"
@@ -114,8 +114,9 @@ static int farm_bench(long n, int slots, const char *dir, const char *sync, int 
     o.slots_per_rank = slots;
     o.bind = bind;
     if (getenv("BENCH_FARM_OUTPUT")) o.output = (ch_farm_output)atoi(getenv("BENCH_FARM_OUTPUT"));
-    o.sync = !strcmp(sync, "none") ? CH_JOURNAL_SYNC_NONE
-             : !strcmp(sync, "end") ? CH_JOURNAL_SYNC_END : CH_JOURNAL_SYNC_ALL;
+    o.sync = !strcmp(sync, "none")  ? CH_JOURNAL_SYNC_NONE
+             : !strcmp(sync, "end")  ? CH_JOURNAL_SYNC_END
+             : !strcmp(sync, "batch") ? CH_JOURNAL_SYNC_BATCH : CH_JOURNAL_SYNC_ALL;
     ch_status s = ch_taskfile_parse("bench", text, (size_t)n * 5, &tf);
     o.tasks = tf;
     if (!s) s = ch_farm_create(&o, MPI_COMM_WORLD, &f);
@@ -139,6 +140,6 @@ int main(int argc, char **argv)
     if (argc == 4 && !strcmp(argv[1], "spawn")) return spawn_bench(atol(argv[2]), atoi(argv[3]));
     if (argc == 3 && !strcmp(argv[1], "pingpong")) return pingpong(atol(argv[2]));
     fprintf(stderr, "usage: bench_farm spawn N SLOTS | mpiexec -n 2 bench_farm pingpong N | "
-                    "mpiexec -n W bench_farm farm N SLOTS DIR all|end|none\n");
+                    "mpiexec -n W bench_farm farm N SLOTS DIR all|end|none|batch\n");
     return 2;
 }

@@ -191,6 +191,28 @@ static void test_corrupt_record(void **state)
     assert_ch_error(ch_journal_scan(dir, 7, 3, &st), CH_ERR_FORMAT, wantp);
 }
 
+static void test_batch_sync(void **state)
+{
+    (void)state;
+    ch_journal_t *j;
+    assert_ch_ok(ch_journal_open(dir, 9, 1000, "t", CH_JOURNAL_SYNC_BATCH, &j));
+    for (int i = 0; i < 1000; i++) {
+        ch_journal_start_t s = start_rec(i, 1);
+        assert_ch_ok(ch_journal_write_start(j, &s));
+        ch_journal_end_t e = end_rec(i, 1, CH_END_EXIT, 0);
+        assert_ch_ok(ch_journal_write_end(j, &e));
+    }
+    /* written at once (a reader sees every record before the sync thread ran) */
+    ch_journal_state_t *st;
+    assert_ch_ok(ch_journal_scan(dir, 9, 1000, &st));
+    assert_int_equal(st->n_ends, 1000);
+    ch_journal_state_destroy(st);
+    ch_journal_close(j); /* joins the sync thread after its last fdatasync */
+    assert_ch_ok(ch_journal_scan(dir, 9, 1000, &st));
+    for (int i = 0; i < 1000; i++) assert_true(st->tasks[i].done);
+    ch_journal_state_destroy(st);
+}
+
 static void test_proc_start_time(void **state)
 {
     (void)state;
@@ -212,6 +234,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_other_task_list, setup, teardown),
         cmocka_unit_test_setup_teardown(test_torn_tail_is_kept_and_reported, setup, teardown),
         cmocka_unit_test_setup_teardown(test_corrupt_record, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_batch_sync, setup, teardown),
         cmocka_unit_test(test_proc_start_time),
     };
     return ch_test_main(argc, argv, tests, sizeof tests / sizeof tests[0]);

@@ -93,7 +93,7 @@ void ch_farm_options_default(ch_farm_options_t *o)
     o->bind = 1;
     o->prefetch = 1;
     o->output = CH_FARM_OUTPUT_FILES;
-    o->sync = CH_JOURNAL_SYNC_ALL;
+    o->sync = CH_JOURNAL_SYNC_BATCH;
     o->retry_backoff = 1.0;
     o->kill_after = 5.0;
     o->preempt_grace = 60.0;

@@ -89,7 +89,7 @@ typedef struct {
     void *cb_arg;
 } ch_farm_options_t;
 
-/* Defaults: 1 core per task, bind, prefetch 1, files, sync all, no retries, backoff
+/* Defaults: 1 core per task, bind, prefetch 1, files, sync batch, no retries, backoff
  * 1 s, no timeout, kill_after 5 s, no halt, grace 60 s. */
 void ch_farm_options_default(ch_farm_options_t *o);
 

@@ -5,10 +5,12 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -59,7 +61,33 @@ struct ch_journal {
     int fd;
     ch_journal_sync sync;
     char *path;
+    /* batch mode */
+    pthread_t thread;
+    int thread_started, dirty, stop;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
 };
+
+/* Batch mode: sync what was written, then wait CH_JOURNAL_BATCH_MS so that
+ * the records of that time share one fdatasync. */
+static void *sync_main(void *arg)
+{
+    ch_journal_t *j = arg;
+    pthread_mutex_lock(&j->mu);
+    for (;;) {
+        while (!j->dirty && !j->stop) pthread_cond_wait(&j->cv, &j->mu);
+        if (!j->dirty) break;
+        j->dirty = 0;
+        pthread_mutex_unlock(&j->mu);
+        if (fdatasync(j->fd) != 0)
+            fprintf(stderr, "journal %s: fdatasync: %s\n", j->path, strerror(errno));
+        struct timespec ts = {0, CH_JOURNAL_BATCH_MS * 1000000L};
+        nanosleep(&ts, NULL);
+        pthread_mutex_lock(&j->mu);
+    }
+    pthread_mutex_unlock(&j->mu);
+    return NULL;
+}
 
 static ch_status mkdir_p(const char *path)
 {
@@ -103,6 +131,12 @@ static ch_status append(ch_journal_t *j, char *line, size_t n, size_t cap, int s
                         w < 0 ? strerror(errno) : "short write");
     if (sync && fdatasync(j->fd) != 0)
         return CH_ERROR(CH_ERR_IO, "journal %s: fdatasync: %s", j->path, strerror(errno));
+    if (j->thread_started) {
+        pthread_mutex_lock(&j->mu);
+        j->dirty = 1;
+        pthread_cond_signal(&j->cv);
+        pthread_mutex_unlock(&j->mu);
+    }
     return CH_OK;
 }
 
@@ -136,6 +170,8 @@ ch_status ch_journal_open(const char *dir, uint64_t checksum, int64_t n_tasks,
     snprintf(j->path, pl, "%s/%s-%ld-%" PRIu64 "-%d.log", jdir, host, (long)getpid(),
              ch_proc_start_time(getpid()), __atomic_fetch_add(&seq, 1, __ATOMIC_RELAXED));
     j->sync = sync;
+    pthread_mutex_init(&j->mu, NULL);
+    pthread_cond_init(&j->cv, NULL);
     j->fd = open(j->path, O_WRONLY | O_CREAT | O_EXCL | O_APPEND | O_CLOEXEC, 0666);
     if (j->fd < 0) {
         s = CH_ERROR(CH_ERR_IO, "journal %s: %s", j->path, strerror(errno));
@@ -155,6 +191,12 @@ ch_status ch_journal_open(const char *dir, uint64_t checksum, int64_t n_tasks,
         if (dfd >= 0) close(dfd);
     }
     free(jdir);
+    if (!s && sync == CH_JOURNAL_SYNC_BATCH) {
+        if (pthread_create(&j->thread, NULL, sync_main, j) != 0)
+            s = CH_ERROR(CH_ERR_IO, "journal %s: cannot start its sync thread", j->path);
+        else
+            j->thread_started = 1;
+    }
     if (s) {
         ch_journal_close(j);
         return s;
@@ -181,7 +223,8 @@ ch_status ch_journal_write_end(ch_journal_t *j, const ch_journal_end_t *r)
                      "E %" PRId64 " %d %d %d %d %d %" PRId64 " %" PRId64 " %" PRId64 " %" PRId64,
                      r->id, r->attempt, r->rank, r->slot, r->kind, r->code, r->start_ns,
                      r->end_ns, r->out_bytes, r->err_bytes);
-    return append(j, line, (size_t)n, sizeof line, j->sync != CH_JOURNAL_SYNC_NONE);
+    return append(j, line, (size_t)n, sizeof line,
+                  j->sync == CH_JOURNAL_SYNC_ALL || j->sync == CH_JOURNAL_SYNC_END);
 }
 
 const char *ch_journal_path(const ch_journal_t *j) { return j->path; }
@@ -189,6 +232,15 @@ const char *ch_journal_path(const ch_journal_t *j) { return j->path; }
 void ch_journal_close(ch_journal_t *j)
 {
     if (!j) return;
+    if (j->thread_started) { /* it syncs what is pending, then ends */
+        pthread_mutex_lock(&j->mu);
+        j->stop = 1;
+        pthread_cond_signal(&j->cv);
+        pthread_mutex_unlock(&j->mu);
+        pthread_join(j->thread, NULL);
+    }
+    pthread_mutex_destroy(&j->mu);
+    pthread_cond_destroy(&j->cv);
     if (j->fd >= 0) close(j->fd);
     free(j->path);
     free(j);

@@ -78,11 +78,19 @@ typedef struct {
 
 /* ---- writing */
 
+/* Every mode survives a crash of the farm's own processes (records are
+ * written before anyone is told); they differ in what an OS crash or power
+ * loss can take: */
 typedef enum {
-    CH_JOURNAL_SYNC_ALL = 0, /* fdatasync after every record */
-    CH_JOURNAL_SYNC_END = 1, /* only after E records (an S record is durable with the next E) */
-    CH_JOURNAL_SYNC_NONE = 2,/* never (survives process crashes, not an OS crash) */
+    CH_JOURNAL_SYNC_ALL = 0,  /* fdatasync after every record, before going on */
+    CH_JOURNAL_SYNC_END = 1,  /* only after E records (an S record is durable with the next E) */
+    CH_JOURNAL_SYNC_NONE = 2, /* never */
+    CH_JOURNAL_SYNC_BATCH = 3,/* a thread of the writer fdatasyncs pending records within
+                                 CH_JOURNAL_BATCH_MS, off the writer's path: an OS
+                                 crash loses at most that much (those tasks run again) */
 } ch_journal_sync;
+
+#define CH_JOURNAL_BATCH_MS 20
 
 typedef struct ch_journal ch_journal_t;
 
@@ -100,7 +108,8 @@ ch_status ch_journal_write_end(ch_journal_t *j, const ch_journal_end_t *r);
 /* Path of the file. */
 const char *ch_journal_path(const ch_journal_t *j);
 
-/* Close. NULL is a no-op. */
+/* Close (in batch mode: a last fdatasync of pending records first). NULL is
+ * a no-op. */
 void ch_journal_close(ch_journal_t *j);
 
 /* ---- reading */

@@ -414,7 +414,10 @@ static void child_main(sup_t *s)
     s->pid = 0;
     s->pidfd = -1;
     for (;;) {
-        if (!cmd_open && s->pid == 0) _exit(0);
+        if (!cmd_open && s->pid == 0) {
+            ch_journal_close(s->journal); /* batch mode: the last fdatasync */
+            _exit(0);
+        }
         struct pollfd p[4];
         int np = 0, i_cmd = -1, i_pid = -1, i_out = -1, i_err = -1;
         if (cmd_open) p[i_cmd = np++] = (struct pollfd){s->cmd_fd, POLLIN, 0};
