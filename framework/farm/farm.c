@@ -120,10 +120,10 @@ static ch_status agree(MPI_Comm comm, int rank, ch_status local)
 
 /* ------------------------------------------------------------ setup */
 
-/* This rank's share of the CPUs: its affinity mask, split between the ranks
- * of the node when they all have the same mask (no binding by the launcher). */
-static ch_status cpu_share(ch_farm_t *f)
+ch_status ch_farm_cpu_share(MPI_Comm comm, int **out, int *n_out)
 {
+    *out = NULL;
+    *n_out = 0;
     cpu_set_t set;
     CPU_ZERO(&set);
     if (sched_getaffinity(0, sizeof set, &set) != 0)
@@ -134,7 +134,7 @@ static ch_status cpu_share(ch_farm_t *f)
     uint64_t h = 1469598103934665603ULL;
     for (int i = 0; i < n; i++) h = (h ^ (uint64_t)all[i]) * 1099511628211ULL;
     MPI_Comm node;
-    MPI_Comm_split_type(f->comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
+    MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
     int lrank, lsize;
     MPI_Comm_rank(node, &lrank);
     MPI_Comm_size(node, &lsize);
@@ -153,10 +153,11 @@ static ch_status cpu_share(ch_farm_t *f)
             first = lrank % n;
         }
     }
-    f->cpus = malloc(sizeof(int) * (size_t)count);
-    if (!f->cpus) return CH_ERROR(CH_ERR_NOMEM, "out of memory");
-    for (int i = 0; i < count; i++) f->cpus[i] = all[first + i];
-    f->n_cpus = count;
+    int *cpus = malloc(sizeof(int) * (size_t)count);
+    if (!cpus) return CH_ERROR(CH_ERR_NOMEM, "out of memory");
+    for (int i = 0; i < count; i++) cpus[i] = all[first + i];
+    *out = cpus;
+    *n_out = count;
     return CH_OK;
 }
 
@@ -412,7 +413,7 @@ ch_status ch_farm_create(const ch_farm_options_t *o, MPI_Comm comm, ch_farm_t **
     }
     MPI_Comm_size(f->comm, &f->size);
     *out = f;
-    s = cpu_share(f);
+    s = ch_farm_cpu_share(f->comm, &f->cpus, &f->n_cpus);
     CH_TRY(agree(f->comm, rank, s));
     CH_TRY(wait_for_open_attempts(f));
     f->slots = o->slots_per_rank ? o->slots_per_rank : f->n_cpus / o->cores_per_task;

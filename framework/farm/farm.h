@@ -141,6 +141,12 @@ ch_status ch_farm_write_status(ch_farm_t *f);
 /* Rank 0: print the end-of-run summary (counts, exit codes, slowest tasks). */
 void ch_farm_print_summary(const ch_farm_t *f, const ch_farm_summary_t *sum, FILE *out);
 
+/* This rank's share of the CPUs (collective over comm): its affinity mask,
+ * split into contiguous parts between the ranks of a node when they all
+ * have the same mask (a launcher that did not bind). *cpus (malloc'd, the
+ * caller frees) gets *n CPU numbers. Errors: CH_ERR_IO, CH_ERR_NOMEM. */
+ch_status ch_farm_cpu_share(MPI_Comm comm, int **cpus, int *n);
+
 /* Slots per rank chosen at create. */
 int ch_farm_slots(const ch_farm_t *f);
 
