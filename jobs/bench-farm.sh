@@ -12,7 +12,32 @@
 # plus the MPI round trip (tests/bench_farm pingpong). Rates are tasks/s of
 # the whole command (start-up included) and, for the farm, of its dispatch
 # (the summary line). Usage: jobs/bench-farm.sh [N] [REPS] (default 2000 5).
+#
+# jobs/bench-farm.sh functions [RANGE] [REPS] (default 30000000 3): function
+# tasks: ch_farm_map over 1,000,000 tiny tasks on 2 ranks (tests/bench_farm
+# map) against multiprocessing.Pool(2).apply_async of 100,000
+# (tests/bench_farm_pool.py tiny), and the seed's 8-task example
+# (jobs/cohort-farm-example, 1 thread per rank, on 1 and 2 ranks) against
+# Pool(2) (tests/bench_farm_pool.py seed).
 set -u
+if [ "${1:-}" = functions ]; then
+  RANGE=${2:-30000000}
+  REPS=${3:-3}
+  build=${COHORT_BUILDDIR:-.}
+  src=${COHORT_SRCDIR:-.}
+  MPIEXEC=${MPIEXEC:-mpiexec}
+  for r in $(seq 1 "$REPS"); do
+    "$MPIEXEC" -n 2 "$build/tests/bench_farm" map 1000000
+    python3 "$src/tests/bench_farm_pool.py" tiny 100000
+    for np in 1 2; do
+      "$MPIEXEC" -n $np "$build/jobs/cohort-farm-example" --example.range="$RANGE" \
+        --example.threads=1 --example.check=false | tail -n 1
+    done
+    python3 "$src/tests/bench_farm_pool.py" seed "$RANGE" | tail -n 1
+  done
+  echo "load $(cut -d' ' -f1-3 /proc/loadavg)"
+  exit 0
+fi
 N=${1:-2000}
 REPS=${2:-5}
 build=${COHORT_BUILDDIR:-.}

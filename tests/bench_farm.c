@@ -5,6 +5,9 @@
  *   mpiexec -n 2 bench_farm pingpong N
  *                              MPI round trip of a 24-byte message between
  *                              ranks 0 and 1 (median of N, microseconds)
+ *   mpiexec -n W bench_farm map N
+ *                              ch_farm_map over N tiny function tasks
+ *                              (result 2*i), default threads and chunks
  *   mpiexec -n W bench_farm farm N SLOTS DIR SYNC [BIND]
  *                              the farm engine alone (framework/farm, no job
  *                              runtime): N `true` tasks, SLOTS per rank, run
@@ -13,6 +16,7 @@
  *                              default 1); tasks/s of the dispatch
  */
 #include "framework/farm/farm.h"
+#include "framework/farm/map.h"
 
 #include <mpi.h>
 #include <spawn.h>
@@ -133,8 +137,35 @@ static int farm_bench(long n, int slots, const char *dir, const char *sync, int 
     return s ? 1 : 0;
 }
 
+static ch_status twice(int64_t i, void *result, void *ctx)
+{
+    (void)ctx;
+    *(int64_t *)result = 2 * i;
+    return CH_OK;
+}
+
+static int map_bench(long n)
+{
+    int provided, rank;
+    MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    int64_t *r = rank == 0 ? malloc(sizeof *r * (size_t)n) : NULL;
+    MPI_Barrier(MPI_COMM_WORLD);
+    double t0 = MPI_Wtime();
+    ch_status s = ch_farm_map(MPI_COMM_WORLD, NULL, n, sizeof(int64_t), twice, NULL, r);
+    double el = MPI_Wtime() - t0;
+    if (rank == 0) {
+        if (s || r[n - 1] != 2 * (int64_t)(n - 1)) fprintf(stderr, "bench_farm map: wrong result\n");
+        else printf("map: %ld tasks, %.4f s, %.0f tasks/s\n", n, el, (double)n / el);
+    }
+    free(r);
+    MPI_Finalize();
+    return s ? 1 : 0;
+}
+
 int main(int argc, char **argv)
 {
+    if (argc == 3 && !strcmp(argv[1], "map")) return map_bench(atol(argv[2]));
     if ((argc == 6 || argc == 7) && !strcmp(argv[1], "farm"))
         return farm_bench(atol(argv[2]), atoi(argv[3]), argv[4], argv[5], argc == 7 ? atoi(argv[6]) : 1);
     if (argc == 4 && !strcmp(argv[1], "spawn")) return spawn_bench(atol(argv[2]), atoi(argv[3]));

@@ -3,7 +3,7 @@
 # exit status, retries, timeouts, resume after completion, bad input (exit
 # 2 naming the file and line).
 . "${COHORT_SRCDIR:-.}/tests/farm_lib.sh"
-echo "1..15"
+echo "1..16"
 
 "$FARM" --help > "$tmp/help" 2>&1
 check "--help exits 0 and lists the farm keys from the key table" \
@@ -62,3 +62,8 @@ echo "true" > "$tmp/other"
 farm 2 "$tmp/np2/run" --tasks "$tmp/other" --resume; rc=$?
 check "a journal of another task list: exit 2 naming the journal file" \
   sh -c "[ $rc = 2 ] && grep -q 'journal of another task list' '$tmp/np2/run.log'"
+
+# the seed's function-task example on ch_farm_map, checked against long double
+"$MPIEXEC" -n 2 "$build/jobs/cohort-farm-example" --example.range=200000 > "$tmp/example.log" 2>&1; rc=$?
+check "cohort-farm-example: 8 sums over 2 ranks match the long double reference (exit $rc)" \
+  sh -c "[ $rc = 0 ] && grep -q '^8 tasks x 200000 integers on 2 ranks: .* (ok)' '$tmp/example.log'"
