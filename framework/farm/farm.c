@@ -226,9 +226,16 @@ static ch_status wait_for_open_attempts(ch_farm_t *f)
         waited += was_alive;
     }
     free(open);
+    /* ranks of other hosts may wait for hours: a barrier that does not spin */
+    MPI_Request req;
+    MPI_Ibarrier(f->comm, &req);
+    for (int done = 0;;) {
+        MPI_Test(&req, &done, MPI_STATUS_IGNORE);
+        if (done) break;
+        usleep(50000);
+    }
     long long total_waited = 0;
     MPI_Reduce(&waited, &total_waited, 1, MPI_LONG_LONG, MPI_MAX, 0, f->comm);
-    MPI_Barrier(f->comm);
     if (f->rank == 0) {
         f->waited = total_waited;
         ch_journal_state_destroy(f->js);
@@ -321,16 +328,24 @@ static ch_status connect_ranks(ch_farm_t *f)
     if (!f->conns) s = CH_ERROR(CH_ERR_NOMEM, "out of memory");
     for (int i = 0; f->conns && i < f->n_conns; i++) f->conns[i].fd = -1;
     if (!s && f->rank == 0 && f->size > 1) {
-        struct sockaddr_in6 a;
-        memset(&a, 0, sizeof a);
-        a.sin6_family = AF_INET6;
-        a.sin6_addr = in6addr_any;
-        socklen_t al = sizeof a;
+        /* IPv6 (dual stack: IPv4 clients too), or IPv4 where IPv6 is off */
+        struct sockaddr_in6 a6;
+        struct sockaddr_in a4;
+        memset(&a6, 0, sizeof a6);
+        memset(&a4, 0, sizeof a4);
+        a6.sin6_family = AF_INET6;
+        a6.sin6_addr = in6addr_any;
+        a4.sin_family = AF_INET;
+        a4.sin_addr.s_addr = htonl(INADDR_ANY);
         lfd = socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0);
-        if (lfd < 0 || bind(lfd, (struct sockaddr *)&a, sizeof a) != 0 ||
-            listen(lfd, f->size) != 0 || getsockname(lfd, (struct sockaddr *)&a, &al) != 0)
+        int v6 = lfd >= 0;
+        if (!v6) lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        struct sockaddr *a = v6 ? (struct sockaddr *)&a6 : (struct sockaddr *)&a4;
+        socklen_t al = v6 ? sizeof a6 : sizeof a4;
+        if (lfd < 0 || bind(lfd, a, al) != 0 || listen(lfd, f->size) != 0 ||
+            getsockname(lfd, a, &al) != 0)
             s = CH_ERROR(CH_ERR_IO, "farm: rank 0 cannot listen on a TCP port: %s", strerror(errno));
-        port = ntohs(a.sin6_port);
+        port = ntohs(v6 ? a6.sin6_port : a4.sin_port);
         gethostname(host, sizeof host - 1);
     }
     CH_TRY(agree(f->comm, f->rank, s));
