@@ -300,6 +300,59 @@ static void test_halt(void **state)
     ch_taskfile_destroy(tf);
 }
 
+static void test_timeout_median(void **state)
+{
+    (void)state;
+    /* 10 tasks of ~0.05 s, then (after a barrier, so the median exists) one
+     * that would take 30 s: killed after 5 x the median */
+    char text[1024] = "";
+    for (int i = 0; i < 10; i++) strcat(text, "sleep 0.05\n");
+    strcat(text, "#COHORT BARRIER\nsleep 30\n");
+    ch_taskfile_t *tf = tasks_from(text);
+    ch_farm_options_t o;
+    options(&o, tf);
+    o.timeout_median = 5;
+    double t0 = MPI_Wtime();
+    ch_farm_summary_t sum;
+    assert_ch_ok(run_farm(&o, &sum));
+    double el = MPI_Wtime() - t0;
+    assert_int_equal(sum.done, 10);
+    assert_int_equal(sum.timed_out, 1);
+    assert_int_equal(sum.failed, 1);
+    if (el > 10) fail_msg("the median timeout took %.1f s", el);
+    ch_taskfile_destroy(tf);
+}
+
+/* Files mode: does out/000/<id>.<ext> exist? */
+static int output_exists(int id, const char *ext)
+{
+    char path[1024];
+    snprintf(path, sizeof path, "%s/out/000/%d.%s", dir, id, ext);
+    return access(path, F_OK) == 0;
+}
+
+static void test_output_files_only_when_written(void **state)
+{
+    (void)state;
+    /* task 0 is silent; task 1 writes on attempt 1 and fails, is silent on attempt 2 */
+    ch_taskfile_t *tf = tasks_from("true\n"
+                                   "if [ $COHORT_TASK_ATTEMPT = 1 ]; then echo first; exit 1; fi\n");
+    ch_farm_options_t o;
+    options(&o, tf);
+    o.retries = 1;
+    o.retry_backoff = 0;
+    ch_farm_summary_t sum;
+    assert_ch_ok(run_farm(&o, &sum));
+    assert_int_equal(sum.done, 2);
+    if (ch_test_rank() == 0) {
+        assert_false(output_exists(0, "out"));
+        assert_false(output_exists(0, "err"));
+        /* the first attempt's output does not pass for the second's */
+        assert_false(output_exists(1, "out"));
+    }
+    ch_taskfile_destroy(tf);
+}
+
 static int stop_now(void *arg)
 {
     (*(int *)arg)++;
@@ -344,6 +397,8 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_barrier, setup, teardown),
         cmocka_unit_test_setup_teardown(test_halt, setup, teardown),
         cmocka_unit_test_setup_teardown(test_stop_request_interrupts, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_timeout_median, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_output_files_only_when_written, setup, teardown),
     };
     return ch_test_main_mpi(argc, argv, tests, sizeof tests / sizeof tests[0]);
 }

@@ -147,11 +147,18 @@ static void child_fail(sup_t *s, const char *what)
 
 static void record_end(sup_t *s, int kind, int code, int64_t start_ns, int64_t out_b, int64_t err_b)
 {
-    ch_journal_end_t e = {
-        .id = s->id, .attempt = s->attempt, .rank = s->o->rank, .slot = s->o->slot,
-        .kind = kind, .code = code, .start_ns = start_ns, .end_ns = now_ns(CLOCK_REALTIME),
-        .out_bytes = out_b, .err_bytes = err_b,
-    };
+    ch_journal_end_t e;
+    memset(&e, 0, sizeof e); /* padding too: the record goes down a pipe */
+    e.id = s->id;
+    e.attempt = s->attempt;
+    e.rank = s->o->rank;
+    e.slot = s->o->slot;
+    e.kind = kind;
+    e.code = code;
+    e.start_ns = start_ns;
+    e.end_ns = now_ns(CLOCK_REALTIME);
+    e.out_bytes = out_b;
+    e.err_bytes = err_b;
     ch_status st = ch_journal_write_end(s->journal, &e);
     if (st) fprintf(stderr, "%s\n", ch_error_message());
     send_msg(s->msg_fd, CH_SUP_DONE, s->id, s->attempt, &e, st ? ch_error_message() : NULL);
