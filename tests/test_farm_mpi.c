@@ -353,6 +353,38 @@ static void test_output_files_only_when_written(void **state)
     ch_taskfile_destroy(tf);
 }
 
+static void test_without_pidfd(void **state)
+{
+    (void)state;
+    /* the SIGCHLD self-pipe path of kernels without pidfd_open */
+    setenv("COHORT_FARM_NO_PIDFD", "1", 1);
+    char *text = id_tasks(50, "");
+    size_t len = strlen(text);
+    text = realloc(text, len + 32);
+    strcpy(text + len, "sleep 30\n");
+    ch_taskfile_t *tf = tasks_from(text);
+    free(text);
+    ch_farm_options_t o;
+    options(&o, tf);
+    o.timeout = 1;
+    o.kill_after = 0.2;
+    double t0 = MPI_Wtime();
+    ch_farm_summary_t sum;
+    ch_status s = run_farm(&o, &sum);
+    unsetenv("COHORT_FARM_NO_PIDFD");
+    assert_ch_ok(s);
+    assert_int_equal(sum.done, 50);
+    assert_int_equal(sum.timed_out, 1);
+    if (MPI_Wtime() - t0 > 15) fail_msg("took %.1f s", MPI_Wtime() - t0);
+    if (ch_test_rank() == 0) {
+        int counts[50];
+        count_ids(50, counts);
+        for (int i = 0; i < 50; i++)
+            if (counts[i] != 1) fail_msg("task %d ran %d times", i, counts[i]);
+    }
+    ch_taskfile_destroy(tf);
+}
+
 static int stop_now(void *arg)
 {
     (*(int *)arg)++;
@@ -399,6 +431,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_stop_request_interrupts, setup, teardown),
         cmocka_unit_test_setup_teardown(test_timeout_median, setup, teardown),
         cmocka_unit_test_setup_teardown(test_output_files_only_when_written, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_without_pidfd, setup, teardown),
     };
     return ch_test_main_mpi(argc, argv, tests, sizeof tests / sizeof tests[0]);
 }

@@ -40,6 +40,17 @@ struct ch_supervisor {
 static volatile sig_atomic_t got_signal;
 static void on_signal(int sig) { got_signal = sig; }
 
+/* Without pidfd_open (Linux < 5.3), SIGCHLD wakes poll through this pipe. */
+static int chld_pipe[2] = {-1, -1};
+static void on_sigchld(int sig)
+{
+    (void)sig;
+    int e = errno;
+    char c = 0;
+    (void)!write(chld_pipe[1], &c, 1);
+    errno = e;
+}
+
 static int64_t now_ns(int clock)
 {
     struct timespec ts;
@@ -115,6 +126,7 @@ typedef struct {
     int64_t deadline; /* CLOCK_MONOTONIC ns, 0: none */
     int term_sent, timed_out, interrupted;
     stream_t out, err;  /* merged mode */
+    int no_pidfd;
     sup_cmd_t queue[CH_SUP_QUEUE]; /* RUNs waiting for the running task */
     int nq;
 } sup_t;
@@ -344,7 +356,8 @@ static void start_task(sup_t *s, const sup_cmd_t *c)
     }
     s->pid = pid;
     s->start_ns = t0;
-    s->pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
+    /* COHORT_FARM_NO_PIDFD=1: the SIGCHLD path of old kernels (tests) */
+    s->pidfd = s->no_pidfd ? -1 : (int)syscall(SYS_pidfd_open, pid, 0);
     ch_journal_start_t r = {
         .id = c->id, .attempt = c->attempt, .rank = s->o->rank, .slot = s->o->slot,
         .sup_pid = getpid(), .sup_start = s->my_start, .task_pid = pid,
@@ -363,12 +376,14 @@ static void signal_task(sup_t *s, int sig)
     if (s->pid > 0) kill(-s->pid, sig);
 }
 
-static void finish_task(sup_t *s)
+/* The running task ended: reap it (reaped != 0: already reaped with status). */
+static void finish_task(sup_t *s, int reaped, int status)
 {
-    int status = 0;
     pid_t w;
-    do w = waitpid(s->pid, &status, 0);
-    while (w < 0 && errno == EINTR);
+    if (!reaped) {
+        do w = waitpid(s->pid, &status, 0);
+        while (w < 0 && errno == EINTR);
+    }
     /* whatever the shell left in the group dies with it only when we killed it */
     if (s->term_sent) kill(-s->pid, SIGKILL);
     if (s->pidfd >= 0) close(s->pidfd);
@@ -428,15 +443,15 @@ static void child_main(sup_t *s)
         struct pollfd p[4];
         int np = 0, i_cmd = -1, i_pid = -1, i_out = -1, i_err = -1;
         if (cmd_open) p[i_cmd = np++] = (struct pollfd){s->cmd_fd, POLLIN, 0};
-        if (s->pid > 0 && s->pidfd >= 0) p[i_pid = np++] = (struct pollfd){s->pidfd, POLLIN, 0};
+        /* the task's end: its pidfd, or (kernel < 5.3) the SIGCHLD self-pipe */
+        if (s->pid > 0)
+            p[i_pid = np++] = (struct pollfd){s->pidfd >= 0 ? s->pidfd : chld_pipe[0], POLLIN, 0};
         if (s->out.fd >= 0) p[i_out = np++] = (struct pollfd){s->out.fd, POLLIN, 0};
         if (s->err.fd >= 0) p[i_err = np++] = (struct pollfd){s->err.fd, POLLIN, 0};
         int timeout = -1;
         if (s->pid > 0 && s->deadline) {
             int64_t left = s->deadline - now_ns(CLOCK_MONOTONIC);
             timeout = left <= 0 ? 0 : (int)(left / 1000000 + 1);
-        } else if (s->pid > 0 && s->pidfd < 0) {
-            timeout = 10; /* no pidfd (kernel < 5.3): check every 10 ms */
         }
         int r = poll(p, (nfds_t)np, timeout);
         if (r < 0 && errno != EINTR) _exit(1);
@@ -451,17 +466,19 @@ static void child_main(sup_t *s)
                 s->deadline = 0;
             }
         }
-        if (r <= 0) {
-            if (s->pid > 0 && s->pidfd < 0 && waitpid(s->pid, NULL, WNOHANG | WNOWAIT) == 0) {
-                /* still running */
-            } else if (s->pid > 0 && s->pidfd < 0) {
-                finish_task(s);
-            }
-            continue;
-        }
+        if (r <= 0) continue;
         if (i_out >= 0 && p[i_out].revents) read_stream(s, &s->out, "out");
         if (i_err >= 0 && p[i_err].revents) read_stream(s, &s->err, "err");
-        if (i_pid >= 0 && p[i_pid].revents) finish_task(s);
+        if (i_pid >= 0 && p[i_pid].revents) {
+            if (s->pidfd >= 0) {
+                finish_task(s, 0, 0);
+            } else {
+                char buf[64];
+                while (read(chld_pipe[0], buf, sizeof buf) > 0) {}
+                int status;
+                if (waitpid(s->pid, &status, WNOHANG) == s->pid) finish_task(s, 1, status);
+            }
+        }
         if (i_cmd >= 0 && p[i_cmd].revents) {
             sup_cmd_t c;
             int got = read_all(s->cmd_fd, &c, sizeof c);
@@ -543,6 +560,19 @@ static void child_setup(sup_t *s)
     int sigs[] = {SIGTERM, SIGINT, SIGHUP, SIGUSR1, SIGUSR2};
     for (size_t i = 0; i < sizeof sigs / sizeof *sigs; i++) sigaction(sigs[i], &sa, NULL);
     signal(SIGPIPE, SIG_IGN);
+    if (pipe2(chld_pipe, O_CLOEXEC | O_NONBLOCK) != 0) {
+        child_fail(s, "pipe for SIGCHLD failed");
+        _exit(1);
+    }
+    s->no_pidfd = getenv("COHORT_FARM_NO_PIDFD") && !strcmp(getenv("COHORT_FARM_NO_PIDFD"), "1");
+    {
+        struct sigaction sc;
+        memset(&sc, 0, sizeof sc);
+        sc.sa_handler = on_sigchld;
+        sc.sa_flags = SA_RESTART | SA_NOCLDSTOP;
+        sigemptyset(&sc.sa_mask);
+        sigaction(SIGCHLD, &sc, NULL);
+    }
     if (o->ignore_signal == SIGUSR1 || o->ignore_signal == SIGUSR2)
         signal(o->ignore_signal, SIG_IGN); /* inherited as ignored by the tasks */
     sigset_t none;

@@ -24,7 +24,8 @@
  * is not a rank), plus the task file's ENV settings and COHORT_TASK_ID,
  * COHORT_TASK_ATTEMPT, COHORT_TASK_LINE, COHORT_RANK, COHORT_SLOT,
  * COHORT_FARM_DIR and, for REPEAT tasks, COHORT_REPEAT_INDEX. The S record is
- * written after the spawn, the end is noticed at once through a pidfd
+ * written after the spawn, the end is noticed at once through a pidfd (a
+ * SIGCHLD self-pipe where the kernel lacks pidfd_open, Linux < 5.3)
  * (poll(2), no timer), the E record is written after waitpid, then DONE is
  * sent. A timeout sends SIGTERM to the task's process group, then SIGKILL
  * kill_after seconds later. KILL (preemption, halt) does the same and
