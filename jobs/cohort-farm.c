@@ -108,7 +108,6 @@ int main(int argc, char **argv)
     ch_job_options_default(&jo, "cohort-farm", "task farm over the ranks of one allocation, exactly once across crashes and requeues");
     jo.tables = tables;
     jo.n_tables = 2;
-    jo.mpi_thread_level = MPI_THREAD_MULTIPLE;
     jo.output_dir_key = "farm.dir";
     jo.preemption = 1;
     jo.rewrite_args = rewrite;
