@@ -3,7 +3,7 @@
 # exit status, retries, timeouts, resume after completion, bad input (exit
 # 2 naming the file and line).
 . "${COHORT_SRCDIR:-.}/tests/farm_lib.sh"
-echo "1..16"
+echo "1..17"
 
 "$FARM" --help > "$tmp/help" 2>&1
 check "--help exits 0 and lists the farm keys from the key table" \
@@ -67,3 +67,13 @@ check "a journal of another task list: exit 2 naming the journal file" \
 "$MPIEXEC" -n 2 "$build/jobs/cohort-farm-example" --example.range=200000 > "$tmp/example.log" 2>&1; rc=$?
 check "cohort-farm-example: 8 sums over 2 ranks match the long double reference (exit $rc)" \
   sh -c "[ $rc = 0 ] && grep -q '^8 tasks x 200000 integers on 2 ranks: .* (ok)' '$tmp/example.log'"
+
+# a journal whose writer died mid-record: reported with file and line, the
+# rest of the journal counts (nothing runs again)
+jf=$(ls "$tmp/np2/run/journal/"*.log | head -n 1)
+lines=$(wc -l < "$jf")
+printf 'E 5 9 0 0 0 0 1 2' >> "$jf"
+farm 2 "$tmp/np2/run" --tasks "$tmp/np2/tasks" --resume; rc=$?
+check "a torn journal record: named with file and line, nothing lost or re-run (exit $rc)" \
+  sh -c "[ $rc = 0 ] && grep -q '$jf:$((lines + 1)): torn last record' '$tmp/np2/run.log' && \
+         [ \$(wc -l < '$tmp/np2/ids') = 200 ]"
