@@ -385,6 +385,34 @@ static void test_without_pidfd(void **state)
     ch_taskfile_destroy(tf);
 }
 
+static void test_cpu_binding(void **state)
+{
+    (void)state;
+    /* one rank with 2 slots on a machine of >= 2 CPUs: each slot has its own CPU */
+    if (ch_test_world_size() != 1 || sysconf(_SC_NPROCESSORS_ONLN) < 2)
+        ch_test_skip("needs 1 rank and 2 CPUs (this run: %d ranks)", ch_test_world_size());
+    ch_taskfile_t *tf = tasks_from("sleep 0.3; grep Cpus_allowed_list /proc/self/status\n"
+                                   "sleep 0.3; grep Cpus_allowed_list /proc/self/status\n");
+    ch_farm_options_t o;
+    options(&o, tf);
+    ch_farm_summary_t sum;
+    assert_ch_ok(run_farm(&o, &sum));
+    assert_int_equal(sum.done, 2);
+    char lists[2][128];
+    for (int i = 0; i < 2; i++) {
+        char path[1024];
+        snprintf(path, sizeof path, "%s/out/000/%d.out", dir, i);
+        FILE *f = fopen(path, "r");
+        assert_non_null(f);
+        assert_non_null(fgets(lists[i], sizeof lists[i], f));
+        fclose(f);
+        /* one CPU: "Cpus_allowed_list:\tN" without ',' or '-' */
+        if (strchr(lists[i], ',') || strchr(lists[i], '-')) fail_msg("task %d: %s", i, lists[i]);
+    }
+    if (!strcmp(lists[0], lists[1])) fail_msg("both slots on %s", lists[0]);
+    ch_taskfile_destroy(tf);
+}
+
 static int stop_now(void *arg)
 {
     (*(int *)arg)++;
@@ -432,6 +460,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_timeout_median, setup, teardown),
         cmocka_unit_test_setup_teardown(test_output_files_only_when_written, setup, teardown),
         cmocka_unit_test_setup_teardown(test_without_pidfd, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_cpu_binding, setup, teardown),
     };
     return ch_test_main_mpi(argc, argv, tests, sizeof tests / sizeof tests[0]);
 }
