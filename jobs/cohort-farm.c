@@ -8,10 +8,12 @@
 #include "framework/launch/signals.h"
 #include "framework/runtime/job.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <limits.h>
 
 static const ch_config_key_t farm_keys[] = {
     {"farm.tasks", CH_CFG_STRING, NULL, CH_CFG_NO_RANGE, "Task file: one shell command a line, #COHORT directives (docs/farm.md); --tasks FILE."},
@@ -59,7 +61,7 @@ static void show_progress(void *job, int64_t ended, int64_t total, const char *t
     ch_job_progress(job, "tasks", ended, total, 20, text);
 }
 
-static ch_status setup(ch_job_t *job, ch_farm_options_t *o, ch_taskfile_t **tf)
+static ch_status setup(ch_job_t *job, ch_farm_options_t *o, ch_taskfile_t **tf, char **dir)
 {
     static const char *const outputs[] = {"files", "merged", "none"}, *const syncs[] = {"all", "end", "none", "batch"},
                              *const halts[] = {"soon", "now"};
@@ -92,7 +94,10 @@ static ch_status setup(ch_job_t *job, ch_farm_options_t *o, ch_taskfile_t **tf)
     CH_TRY(ch_signal_parse(warn, &o->ignore_signal));
     o->output = (ch_farm_output)out;
     o->sync = (ch_journal_sync)sync;
-    o->dir = ch_job_output_dir(job);
+    /* absolute, so that COHORT_FARM_DIR means the same in a task's own cwd */
+    if (!(*dir = realpath(ch_job_output_dir(job), NULL)))
+        return CH_ERROR(CH_ERR_IO, "farm.dir %s: %s", ch_job_output_dir(job), strerror(errno));
+    o->dir = *dir;
     o->should_stop = stop_requested;
     o->progress = show_progress;
     o->cb_arg = job;
@@ -116,9 +121,11 @@ int main(int argc, char **argv)
     if (rc != CH_JOB_CONTINUE) return ch_job_finalize(job, rc);
     ch_farm_options_t o;
     ch_taskfile_t *tf = NULL;
-    ch_status s = setup(job, &o, &tf);
+    char *dir = NULL;
+    ch_status s = setup(job, &o, &tf, &dir);
     if (ch_job_agree(job, s, "task file")) {
         ch_taskfile_destroy(tf);
+        free(dir);
         return ch_job_finalize(job, CH_EXIT_BAD_INPUT);
     }
     ch_farm_t *farm = NULL;
@@ -137,5 +144,6 @@ int main(int argc, char **argv)
     }
     ch_farm_destroy(farm);
     ch_taskfile_destroy(tf);
+    free(dir);
     return ch_job_finalize(job, rc);
 }
