@@ -1,5 +1,5 @@
 /* Tests of cohort-farm's journal (framework/farm/journal.h). */
-#include "tests/harness.h"
+#include "tests/farm_testutil.h"
 
 #include "framework/farm/journal.h"
 
@@ -12,25 +12,18 @@
 
 static char dir[512];
 
-static void rm_rf(const char *path)
-{
-    char cmd[1100];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", path);
-    if (system(cmd) != 0) fail_msg("%s failed", cmd);
-}
-
 static int setup(void **state)
 {
     (void)state;
     snprintf(dir, sizeof dir, "%s/tests/tmp-farm-journal-%d", ch_test_builddir(), (int)getpid());
-    rm_rf(dir);
+    farm_rm_rf(dir);
     return 0;
 }
 
 static int teardown(void **state)
 {
     (void)state;
-    rm_rf(dir);
+    farm_rm_rf(dir);
     return 0;
 }
 
@@ -181,7 +174,7 @@ static void test_corrupt_record(void **state)
     assert_ch_error(ch_journal_scan(dir, 7, 3, &st), CH_ERR_FORMAT, wantp);
     assert_null(st);
     /* a record with a valid checksum but a task id out of range */
-    rm_rf(dir);
+    farm_rm_rf(dir);
     assert_ch_ok(ch_journal_open(dir, 7, 3, "t", CH_JOURNAL_SYNC_ALL, &j));
     ch_journal_start_t s = start_rec(9, 1);
     assert_ch_ok(ch_journal_write_start(j, &s));

@@ -1,7 +1,7 @@
 /* Tests of the task farm over MPI ranks (framework/farm/farm.h): every task
  * runs exactly once, retries, timeouts, barriers, halts, resume, outputs.
  * Runs at 1, 2 and 4 ranks (tests.am: -np2.mpi / -np4.mpi). */
-#include "tests/harness.h"
+#include "tests/farm_testutil.h"
 
 #include "framework/farm/farm.h"
 
@@ -15,20 +15,13 @@
 
 static char dir[512];
 
-static void rm_rf(const char *path)
-{
-    char cmd[1100];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", path);
-    if (system(cmd) != 0) fail_msg("%s failed", cmd);
-}
-
 /* A fresh run directory, the same on every rank. */
 static int setup(void **state)
 {
     (void)state;
     if (ch_test_rank() == 0) {
         snprintf(dir, sizeof dir, "%s/tests/tmp-farm-mpi-%d", ch_test_builddir(), (int)getpid());
-        rm_rf(dir);
+        farm_rm_rf(dir);
         mkdir(dir, 0777);
     }
     MPI_Bcast(dir, sizeof dir, MPI_CHAR, 0, MPI_COMM_WORLD);
@@ -39,7 +32,7 @@ static int teardown(void **state)
 {
     (void)state;
     MPI_Barrier(MPI_COMM_WORLD);
-    if (ch_test_rank() == 0 && !getenv("KEEP")) rm_rf(dir);
+    if (ch_test_rank() == 0 && !getenv("KEEP")) farm_rm_rf(dir);
     return 0;
 }
 
@@ -167,11 +160,7 @@ static void test_env_output_and_cwd(void **state)
         fclose(f);
         assert_string_equal(buf, "oops\n");
         snprintf(path, sizeof path, "%s/out/000/2.out", dir);
-        f = fopen(path, "r");
-        assert_non_null(f);
-        size_t got = fread(buf, 1, sizeof buf - 1, f);
-        buf[got] = 0;
-        fclose(f);
+        farm_read_text(path, 0, buf, sizeof buf);
         char want[1024], *abs = realpath(dir, NULL);
         assert_non_null(abs);
         snprintf(want, sizeof want, "%s\nr10\nno-pmi\n", abs);
@@ -195,11 +184,7 @@ static void test_merged_output(void **state)
         /* gather every rank's merged file */
         char cmd[1400], buf[4096];
         snprintf(cmd, sizeof cmd, "cat %s/out/rank-*.log | sort", dir);
-        FILE *p = popen(cmd, "r");
-        assert_non_null(p);
-        size_t got = fread(buf, 1, sizeof buf - 1, p);
-        buf[got] = 0;
-        pclose(p);
+        farm_read_text(cmd, 1, buf, sizeof buf);
         assert_string_equal(buf, "0.1 out| a\n0.1 out| b\n1.1 err| e\n1.1 out| no newline\n");
     }
     ch_taskfile_destroy(tf);
@@ -271,11 +256,7 @@ static void test_barrier(void **state)
     if (ch_test_rank() == 0) {
         char path[700], buf[64];
         snprintf(path, sizeof path, "%s/order", dir);
-        FILE *f = fopen(path, "r");
-        assert_non_null(f);
-        size_t got = fread(buf, 1, sizeof buf - 1, f);
-        buf[got] = 0;
-        fclose(f);
+        farm_read_text(path, 0, buf, sizeof buf);
         assert_string_equal(buf, "a\na\na\nb\nb\n");
     }
     ch_taskfile_destroy(tf);

@@ -271,6 +271,22 @@ static ch_status add_torn(scan_t *sc, const char *file, int line, size_t bytes)
 
 #define BAD(...) CH_ERROR(CH_ERR_FORMAT, __VA_ARGS__)
 
+/* Append one record of size bytes to a growing array. */
+static ch_status push(void **arr, int64_t *n, int64_t *cap, const void *rec, size_t size,
+                      const char *file)
+{
+    if (*n == *cap) {
+        int64_t c = *cap ? 2 * *cap : 1024;
+        void *p = realloc(*arr, (size_t)c * size);
+        if (!p) return CH_ERROR(CH_ERR_NOMEM, "out of memory reading %s", file);
+        *arr = p;
+        *cap = c;
+    }
+    memcpy((char *)*arr + (size_t)*n * size, rec, size);
+    (*n)++;
+    return CH_OK;
+}
+
 static ch_status check_crc(const char *file, int ln, char *line)
 {
     char *star = strrchr(line, '*');
@@ -318,14 +334,7 @@ static ch_status parse_line(scan_t *sc, const char *file, int ln, char *line, ui
         r.task_pid = tp;
         r.task_start = ts;
         r.start_ns = t0;
-        if (st->n_starts == sc->cap_starts) {
-            sc->cap_starts = sc->cap_starts ? 2 * sc->cap_starts : 1024;
-            void *p = realloc(st->starts, (size_t)sc->cap_starts * sizeof r);
-            if (!p) return CH_ERROR(CH_ERR_NOMEM, "out of memory reading %s", file);
-            st->starts = p;
-        }
-        st->starts[st->n_starts++] = r;
-        return CH_OK;
+        return push((void **)&st->starts, &st->n_starts, &sc->cap_starts, &r, sizeof r, file);
     }
     if (line[0] == 'E' && line[1] == ' ') {
         ch_journal_end_t r = {0};
@@ -340,14 +349,7 @@ static ch_status parse_line(scan_t *sc, const char *file, int ln, char *line, ui
         r.end_ns = t1;
         r.out_bytes = ob;
         r.err_bytes = eb;
-        if (st->n_ends == sc->cap_ends) {
-            sc->cap_ends = sc->cap_ends ? 2 * sc->cap_ends : 1024;
-            void *p = realloc(st->ends, (size_t)sc->cap_ends * sizeof r);
-            if (!p) return CH_ERROR(CH_ERR_NOMEM, "out of memory reading %s", file);
-            st->ends = p;
-        }
-        st->ends[st->n_ends++] = r;
-        return CH_OK;
+        return push((void **)&st->ends, &st->n_ends, &sc->cap_ends, &r, sizeof r, file);
     }
     return BAD("%s:%d: unknown journal record: '%.80s'", file, ln, line);
 }
