@@ -1,0 +1,79 @@
+#!/bin/sh
+# cohort-farm end to end: every task once at 2 and 4 ranks, --help, failure
+# exit status, retries, timeouts, resume after completion, bad input (exit
+# 2 naming the file and line).
+. "${COHORT_SRCDIR:-.}/tests/farm_lib.sh"
+echo "1..17"
+
+"$FARM" --help > "$tmp/help" 2>&1
+check "--help exits 0 and lists the farm keys from the key table" \
+  grep -q "farm.tasks  (string, required)" "$tmp/help"
+
+for np in 2 4; do
+  d=$tmp/np$np; mkdir -p "$d"; id_tasks "$d/tasks" 200
+  farm "$np" "$d/run" --tasks "$d/tasks"; rc=$?
+  check "$np ranks: 200 tasks, exit 0 (exit $rc)" test "$rc" = 0
+  check "$np ranks: every task ran exactly once" exactly_once "$d/ids" 200
+done
+check "status.tsv: a header and one line per attempt" test "$(wc -l < "$tmp/np2/run/status.tsv")" = 201
+farm 2 "$tmp/np2/run" --tasks "$tmp/np2/tasks" --resume; rc=$?
+check "--resume after completion: nothing runs again, exit 0" \
+  sh -c "[ $rc = 0 ] && grep -q '200 done (200 already done before)' '$tmp/np2/run.log' && [ \$(wc -l < '$tmp/np2/ids') = 200 ]"
+farm 2 "$tmp/np2/run" --tasks "$tmp/np2/tasks"; rc=$?
+check "the same run directory without --resume: exit 2, says to pass --resume" \
+  sh -c "[ $rc = 2 ] && grep -q 'pass --resume' '$tmp/np2/run.log'"
+
+d=$tmp/fail; mkdir -p "$d"
+printf 'true\nexit 7\ntest $COHORT_TASK_ATTEMPT -ge 2\n' > "$d/tasks"
+farm 2 "$d/run" --tasks "$d/tasks"; rc=$?
+check "failed tasks: exit 1 and the summary counts them (exit $rc)" \
+  sh -c "[ $rc = 1 ] && grep -q '1 done (0 already done before), 2 failed' '$d/run.log'"
+farm 2 "$d/r2" --tasks "$d/tasks" --farm.retries=1 --farm.retry_backoff=0.1; rc=$?
+check "farm.retries: the flaky task passes on attempt 2, the broken one fails twice" \
+  sh -c "[ $rc = 1 ] && grep -q '2 done (0 already done before), 1 failed' '$d/r2.log' && \
+         awk -F'\t' '\$1 == 2 && \$2 == 2 && \$9 == \"exit\" && \$10 == 0' '$d/r2/status.tsv' | grep -q . && \
+         [ \$(awk -F'\t' '\$1 == 1' '$d/r2/status.tsv' | wc -l) = 2 ]"
+
+d=$tmp/timeout; mkdir -p "$d"
+printf 'sleep 60\ntrap "" TERM; sleep 60\n' > "$d/tasks"
+t0=$(date +%s)
+farm 2 "$d/run" --tasks "$d/tasks" --farm.timeout=0.5 --farm.kill_after=0.5; rc=$?
+el=$(($(date +%s) - t0))
+check "farm.timeout: TERM, then KILL for a task that ignores TERM; exit 1 in ${el} s" \
+  sh -c "[ $rc = 1 ] && [ $el -lt 20 ] && [ \$(awk -F'\t' '\$9 == \"timeout\"' '$d/run/status.tsv' | wc -l) = 2 ]"
+
+# bad input: exit 2 before any task runs, the message names the file (and line)
+expect_bad() {
+  local name=$1 needle=$2; shift 2
+  local d=$tmp/bad$tap_n; mkdir -p "$d"
+  farm 2 "$d/run" "$@"; local rc=$?
+  if [ "$rc" = 2 ] && grep -q -- "$needle" "$d/run.log" && [ ! -d "$d/run/journal" ]; then
+    ok "$name (exit $rc)"
+  else
+    show "$d/run.log"; not_ok "$name (exit $rc, wanted exit 2 and '$needle')"
+  fi
+}
+expect_bad "a task file that does not exist" "task file $tmp/nonexistent" --tasks "$tmp/nonexistent"
+: > "$tmp/empty"
+expect_bad "an empty task file" "$tmp/empty: no tasks" --tasks "$tmp/empty"
+printf 'true\n#COHORT PERFIX x\n' > "$tmp/typo"
+expect_bad "an unknown directive names file and line" "$tmp/typo:2: unknown directive" --tasks "$tmp/typo"
+echo "true" > "$tmp/other"
+farm 2 "$tmp/np2/run" --tasks "$tmp/other" --resume; rc=$?
+check "a journal of another task list: exit 2 naming the journal file" \
+  sh -c "[ $rc = 2 ] && grep -q 'journal of another task list' '$tmp/np2/run.log'"
+
+# the seed's function-task example on ch_farm_map, checked against long double
+"$MPIEXEC" -n 2 "$build/jobs/cohort-farm-example" --example.range=200000 > "$tmp/example.log" 2>&1; rc=$?
+check "cohort-farm-example: 8 sums over 2 ranks match the long double reference (exit $rc)" \
+  sh -c "[ $rc = 0 ] && grep -q '^8 tasks x 200000 integers on 2 ranks: .* (ok)' '$tmp/example.log'"
+
+# a journal whose writer died mid-record: reported with file and line, the
+# rest of the journal counts (nothing runs again)
+jf=$(ls "$tmp/np2/run/journal/"*.log | head -n 1)
+lines=$(wc -l < "$jf")
+printf 'E 5 9 0 0 0 0 1 2' >> "$jf"
+farm 2 "$tmp/np2/run" --tasks "$tmp/np2/tasks" --resume; rc=$?
+check "a torn journal record: named with file and line, nothing lost or re-run (exit $rc)" \
+  sh -c "[ $rc = 0 ] && grep -q '$jf:$((lines + 1)): torn last record' '$tmp/np2/run.log' && \
+         [ \$(wc -l < '$tmp/np2/ids') = 200 ]"

@@ -1,0 +1,447 @@
+/* Tests of the task farm over MPI ranks (framework/farm/farm.h): every task
+ * runs exactly once, retries, timeouts, barriers, halts, resume, outputs.
+ * Runs at 1, 2 and 4 ranks (tests.am: -np2.mpi / -np4.mpi). */
+#include "tests/farm_testutil.h"
+
+#include "framework/farm/farm.h"
+
+#include <inttypes.h>
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static char dir[512];
+
+/* A fresh run directory, the same on every rank. */
+static int setup(void **state)
+{
+    (void)state;
+    if (ch_test_rank() == 0) {
+        snprintf(dir, sizeof dir, "%s/tests/tmp-farm-mpi-%d", ch_test_builddir(), (int)getpid());
+        farm_rm_rf(dir);
+        mkdir(dir, 0777);
+    }
+    MPI_Bcast(dir, sizeof dir, MPI_CHAR, 0, MPI_COMM_WORLD);
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (ch_test_rank() == 0 && !getenv("KEEP")) farm_rm_rf(dir);
+    return 0;
+}
+
+static ch_taskfile_t *tasks_from(const char *text)
+{
+    ch_taskfile_t *tf = NULL;
+    assert_ch_ok(ch_taskfile_parse("test-tasks", text, strlen(text), &tf));
+    return tf;
+}
+
+/* n lines "echo $COHORT_TASK_ID >> DIR/ids" (plus `extra` before each). */
+static char *id_tasks(int n, const char *extra)
+{
+    size_t cap = (size_t)n * (strlen(dir) + strlen(extra) + 64) + 1;
+    char *t = malloc(cap), *p = t;
+    for (int i = 0; i < n; i++)
+        p += sprintf(p, "%secho $COHORT_TASK_ID >> %s/ids\n", extra, dir);
+    return t;
+}
+
+/* Count of each id in DIR/ids (rank 0). */
+static void count_ids(int n, int *counts)
+{
+    memset(counts, 0, sizeof(int) * (size_t)n);
+    char path[600];
+    snprintf(path, sizeof path, "%s/ids", dir);
+    FILE *f = fopen(path, "r");
+    if (!f) return;
+    int id;
+    while (fscanf(f, "%d", &id) == 1)
+        if (id >= 0 && id < n) counts[id]++;
+    fclose(f);
+}
+
+static ch_status run_farm(const ch_farm_options_t *o, ch_farm_summary_t *sum)
+{
+    ch_farm_t *f = NULL;
+    ch_status s = ch_farm_create(o, MPI_COMM_WORLD, &f);
+    if (!s) s = ch_farm_run(f, sum);
+    if (!s) s = ch_farm_write_status(f);
+    ch_farm_destroy(f);
+    return s;
+}
+
+static void options(ch_farm_options_t *o, const ch_taskfile_t *tf)
+{
+    ch_farm_options_default(o);
+    o->tasks = tf;
+    o->dir = dir;
+    o->slots_per_rank = 2;
+    o->kill_after = 0.5;
+}
+
+static void test_every_task_once(void **state)
+{
+    (void)state;
+    const int n = 200;
+    char *text = id_tasks(n, "");
+    ch_taskfile_t *tf = tasks_from(text);
+    free(text);
+    ch_farm_options_t o;
+    options(&o, tf);
+    ch_farm_summary_t sum;
+    assert_ch_ok(run_farm(&o, &sum));
+    assert_int_equal(sum.done, n);
+    assert_int_equal(sum.failed, 0);
+    assert_int_equal(sum.attempts, n);
+    assert_int_equal(sum.stop, CH_FARM_FINISHED);
+    assert_int_equal(sum.exit_codes[0], n);
+    if (ch_test_rank() == 0) {
+        int counts[200];
+        count_ids(n, counts);
+        for (int i = 0; i < n; i++)
+            if (counts[i] != 1) fail_msg("task %d ran %d times", i, counts[i]);
+        /* the status table: a header and one line per attempt */
+        char path[600], line[4096];
+        snprintf(path, sizeof path, "%s/status.tsv", dir);
+        FILE *f = fopen(path, "r");
+        assert_non_null(f);
+        int lines = 0;
+        while (fgets(line, sizeof line, f)) lines++;
+        fclose(f);
+        assert_int_equal(lines, n + 1);
+    }
+    /* again without resume: refused; with resume: nothing to do */
+    ch_farm_t *f = NULL;
+    assert_ch_error(ch_farm_create(&o, MPI_COMM_WORLD, &f), CH_ERR_CONFIG, "pass --resume");
+    ch_farm_destroy(f);
+    o.resume = 1;
+    assert_ch_ok(run_farm(&o, &sum));
+    assert_int_equal(sum.skipped, n);
+    assert_int_equal(sum.done, n);
+    assert_int_equal(sum.attempts, 0);
+    ch_taskfile_destroy(tf);
+}
+
+static void test_env_output_and_cwd(void **state)
+{
+    (void)state;
+    char text[2048];
+    snprintf(text, sizeof text,
+             "#COHORT ENV GREETING=hello\n"
+             "echo $GREETING $COHORT_TASK_ID $COHORT_TASK_ATTEMPT $COHORT_TASK_LINE; echo oops >&2\n"
+             "#COHORT CWD %s\n"
+             "#COHORT REPEAT 2 start 7 step 3 pwd; echo r$COHORT_REPEAT_INDEX; "
+             "test -z \"$PMI_RANK$PMI_FD\" && echo no-pmi\n", dir);
+    ch_taskfile_t *tf = tasks_from(text);
+    ch_farm_options_t o;
+    options(&o, tf);
+    ch_farm_summary_t sum;
+    assert_ch_ok(run_farm(&o, &sum));
+    assert_int_equal(sum.done, 3);
+    if (ch_test_rank() == 0) {
+        char path[700], buf[1024];
+        snprintf(path, sizeof path, "%s/out/000/0.out", dir);
+        FILE *f = fopen(path, "r");
+        assert_non_null(f);
+        assert_non_null(fgets(buf, sizeof buf, f));
+        fclose(f);
+        assert_string_equal(buf, "hello 0 1 2\n");
+        snprintf(path, sizeof path, "%s/out/000/0.err", dir);
+        f = fopen(path, "r");
+        assert_non_null(f);
+        assert_non_null(fgets(buf, sizeof buf, f));
+        fclose(f);
+        assert_string_equal(buf, "oops\n");
+        snprintf(path, sizeof path, "%s/out/000/2.out", dir);
+        farm_read_text(path, 0, buf, sizeof buf);
+        char want[1024], *abs = realpath(dir, NULL);
+        assert_non_null(abs);
+        snprintf(want, sizeof want, "%s\nr10\nno-pmi\n", abs);
+        free(abs);
+        assert_string_equal(buf, want);
+    }
+    ch_taskfile_destroy(tf);
+}
+
+static void test_merged_output(void **state)
+{
+    (void)state;
+    ch_taskfile_t *tf = tasks_from("printf 'a\\nb\\n'\nprintf 'no newline'; echo e >&2\n");
+    ch_farm_options_t o;
+    options(&o, tf);
+    o.output = CH_FARM_OUTPUT_MERGED;
+    ch_farm_summary_t sum;
+    assert_ch_ok(run_farm(&o, &sum));
+    assert_int_equal(sum.done, 2);
+    if (ch_test_rank() == 0) {
+        /* gather every rank's merged file */
+        char cmd[1400], buf[4096];
+        snprintf(cmd, sizeof cmd, "cat %s/out/rank-*.log | sort", dir);
+        farm_read_text(cmd, 1, buf, sizeof buf);
+        assert_string_equal(buf, "0.1 out| a\n0.1 out| b\n1.1 err| e\n1.1 out| no newline\n");
+    }
+    ch_taskfile_destroy(tf);
+}
+
+static void test_retries_and_failures(void **state)
+{
+    (void)state;
+    /* task 0 fails on its first attempt only, task 1 always (exit 3), task 2 works */
+    ch_taskfile_t *tf = tasks_from("test $COHORT_TASK_ATTEMPT -ge 2\nexit 3\ntrue\n");
+    ch_farm_options_t o;
+    options(&o, tf);
+    o.retries = 2;
+    o.retry_backoff = 0.01;
+    ch_farm_summary_t sum;
+    assert_ch_ok(run_farm(&o, &sum));
+    assert_int_equal(sum.done, 2);
+    assert_int_equal(sum.failed, 1);
+    assert_int_equal(sum.attempts, 2 + 3 + 1);
+    assert_int_equal(sum.retried, 1 + 2);
+    assert_int_equal(sum.exit_codes[3], 3);
+    assert_int_equal(sum.exit_codes[1], 1);
+    /* resume: the failed task is not run again, unless resume_failed */
+    o.resume = 1;
+    assert_ch_ok(run_farm(&o, &sum));
+    assert_int_equal(sum.attempts, 0);
+    assert_int_equal(sum.failed, 1);
+    o.resume_failed = 1;
+    o.retries = 0;
+    assert_ch_ok(run_farm(&o, &sum));
+    assert_int_equal(sum.attempts, 1);
+    assert_int_equal(sum.failed, 1);
+    ch_taskfile_destroy(tf);
+}
+
+static void test_timeout(void **state)
+{
+    (void)state;
+    /* the shell traps TERM: the KILL after kill_after ends it */
+    ch_taskfile_t *tf = tasks_from("sleep 30\ntrap '' TERM; sleep 30\ntrue\n");
+    ch_farm_options_t o;
+    options(&o, tf);
+    o.timeout = 0.3;
+    o.kill_after = 0.3;
+    double t0 = MPI_Wtime();
+    ch_farm_summary_t sum;
+    assert_ch_ok(run_farm(&o, &sum));
+    double el = MPI_Wtime() - t0;
+    assert_int_equal(sum.timed_out, 2);
+    assert_int_equal(sum.failed, 2);
+    assert_int_equal(sum.done, 1);
+    if (el > 10) fail_msg("timeouts took %.1f s", el);
+    ch_taskfile_destroy(tf);
+}
+
+static void test_barrier(void **state)
+{
+    (void)state;
+    char text[4096];
+    snprintf(text, sizeof text,
+             "sleep 0.2; echo a >> %s/order\nsleep 0.1; echo a >> %s/order\necho a >> %s/order\n"
+             "#COHORT BARRIER\necho b >> %s/order\necho b >> %s/order\n", dir, dir, dir, dir, dir);
+    ch_taskfile_t *tf = tasks_from(text);
+    ch_farm_options_t o;
+    options(&o, tf);
+    ch_farm_summary_t sum;
+    assert_ch_ok(run_farm(&o, &sum));
+    assert_int_equal(sum.done, 5);
+    if (ch_test_rank() == 0) {
+        char path[700], buf[64];
+        snprintf(path, sizeof path, "%s/order", dir);
+        farm_read_text(path, 0, buf, sizeof buf);
+        assert_string_equal(buf, "a\na\na\nb\nb\n");
+    }
+    ch_taskfile_destroy(tf);
+}
+
+static void test_halt(void **state)
+{
+    (void)state;
+    char text[60 * 20 + 1] = "";
+    for (int i = 0; i < 60; i++) strcat(text, "sleep 0.05; false\n");
+    ch_taskfile_t *tf = tasks_from(text);
+    ch_farm_options_t o;
+    options(&o, tf);
+    o.halt_after = 3;
+    ch_farm_summary_t sum;
+    assert_ch_ok(run_farm(&o, &sum));
+    if (sum.stop != CH_FARM_HALTED)
+        fail_msg("stop %d, failed %" PRId64 ", not run %" PRId64, sum.stop, sum.failed, sum.not_run);
+    assert_true(sum.failed >= 3);
+    assert_true(sum.not_run > 0);
+    assert_int_equal(sum.failed + sum.not_run, 60);
+    ch_taskfile_destroy(tf);
+}
+
+static void test_timeout_median(void **state)
+{
+    (void)state;
+    /* 10 tasks of ~0.05 s, then (after a barrier, so the median exists) one
+     * that would take 30 s: killed after 5 x the median */
+    char text[1024] = "";
+    for (int i = 0; i < 10; i++) strcat(text, "sleep 0.05\n");
+    strcat(text, "#COHORT BARRIER\nsleep 30\n");
+    ch_taskfile_t *tf = tasks_from(text);
+    ch_farm_options_t o;
+    options(&o, tf);
+    o.timeout_median = 5;
+    double t0 = MPI_Wtime();
+    ch_farm_summary_t sum;
+    assert_ch_ok(run_farm(&o, &sum));
+    double el = MPI_Wtime() - t0;
+    assert_int_equal(sum.done, 10);
+    assert_int_equal(sum.timed_out, 1);
+    assert_int_equal(sum.failed, 1);
+    if (el > 10) fail_msg("the median timeout took %.1f s", el);
+    ch_taskfile_destroy(tf);
+}
+
+/* Files mode: does out/000/<id>.<ext> exist? */
+static int output_exists(int id, const char *ext)
+{
+    char path[1024];
+    snprintf(path, sizeof path, "%s/out/000/%d.%s", dir, id, ext);
+    return access(path, F_OK) == 0;
+}
+
+static void test_output_files_only_when_written(void **state)
+{
+    (void)state;
+    /* task 0 is silent; task 1 writes on attempt 1 and fails, is silent on attempt 2 */
+    ch_taskfile_t *tf = tasks_from("true\n"
+                                   "if [ $COHORT_TASK_ATTEMPT = 1 ]; then echo first; exit 1; fi\n");
+    ch_farm_options_t o;
+    options(&o, tf);
+    o.retries = 1;
+    o.retry_backoff = 0;
+    ch_farm_summary_t sum;
+    assert_ch_ok(run_farm(&o, &sum));
+    assert_int_equal(sum.done, 2);
+    if (ch_test_rank() == 0) {
+        assert_false(output_exists(0, "out"));
+        assert_false(output_exists(0, "err"));
+        /* the first attempt's output does not pass for the second's */
+        assert_false(output_exists(1, "out"));
+    }
+    ch_taskfile_destroy(tf);
+}
+
+static void test_without_pidfd(void **state)
+{
+    (void)state;
+    /* the SIGCHLD self-pipe path of kernels without pidfd_open */
+    setenv("COHORT_FARM_NO_PIDFD", "1", 1);
+    char *text = id_tasks(50, "");
+    size_t len = strlen(text);
+    text = realloc(text, len + 32);
+    strcpy(text + len, "sleep 30\n");
+    ch_taskfile_t *tf = tasks_from(text);
+    free(text);
+    ch_farm_options_t o;
+    options(&o, tf);
+    o.timeout = 1;
+    o.kill_after = 0.2;
+    double t0 = MPI_Wtime();
+    ch_farm_summary_t sum;
+    ch_status s = run_farm(&o, &sum);
+    unsetenv("COHORT_FARM_NO_PIDFD");
+    assert_ch_ok(s);
+    assert_int_equal(sum.done, 50);
+    assert_int_equal(sum.timed_out, 1);
+    if (MPI_Wtime() - t0 > 15) fail_msg("took %.1f s", MPI_Wtime() - t0);
+    if (ch_test_rank() == 0) {
+        int counts[50];
+        count_ids(50, counts);
+        for (int i = 0; i < 50; i++)
+            if (counts[i] != 1) fail_msg("task %d ran %d times", i, counts[i]);
+    }
+    ch_taskfile_destroy(tf);
+}
+
+static void test_cpu_binding(void **state)
+{
+    (void)state;
+    /* one rank with 2 slots on a machine of >= 2 CPUs: each slot has its own CPU */
+    if (ch_test_world_size() != 1 || sysconf(_SC_NPROCESSORS_ONLN) < 2)
+        ch_test_skip("needs 1 rank and 2 CPUs (this run: %d ranks)", ch_test_world_size());
+    ch_taskfile_t *tf = tasks_from("sleep 0.3; grep Cpus_allowed_list /proc/self/status\n"
+                                   "sleep 0.3; grep Cpus_allowed_list /proc/self/status\n");
+    ch_farm_options_t o;
+    options(&o, tf);
+    ch_farm_summary_t sum;
+    assert_ch_ok(run_farm(&o, &sum));
+    assert_int_equal(sum.done, 2);
+    char lists[2][128];
+    for (int i = 0; i < 2; i++) {
+        char path[1024];
+        snprintf(path, sizeof path, "%s/out/000/%d.out", dir, i);
+        FILE *f = fopen(path, "r");
+        assert_non_null(f);
+        assert_non_null(fgets(lists[i], sizeof lists[i], f));
+        fclose(f);
+        /* one CPU: "Cpus_allowed_list:\tN" without ',' or '-' */
+        if (strchr(lists[i], ',') || strchr(lists[i], '-')) fail_msg("task %d: %s", i, lists[i]);
+    }
+    if (!strcmp(lists[0], lists[1])) fail_msg("both slots on %s", lists[0]);
+    ch_taskfile_destroy(tf);
+}
+
+static int stop_now(void *arg)
+{
+    (*(int *)arg)++;
+    return 1;
+}
+
+static void test_stop_request_interrupts(void **state)
+{
+    (void)state;
+    ch_taskfile_t *tf = tasks_from("sleep 30\nsleep 30\nsleep 30\nsleep 30\nsleep 30\n"
+                                   "sleep 30\nsleep 30\nsleep 30\nsleep 30\n");
+    ch_farm_options_t o;
+    options(&o, tf);
+    o.preempt_grace = 0.2;
+    int calls = 0;
+    o.cb_arg = &calls;
+    o.should_stop = stop_now; /* asked at the first tick, within a second */
+    double t0 = MPI_Wtime();
+    ch_farm_summary_t sum;
+    assert_ch_ok(run_farm(&o, &sum));
+    double el = MPI_Wtime() - t0;
+    int started = 2 * ch_test_world_size() < 9 ? 2 * ch_test_world_size() : 9;
+    assert_int_equal(sum.stop, CH_FARM_PREEMPTED);
+    assert_int_equal(sum.attempts, started);
+    assert_int_equal(sum.interrupted, started);
+    assert_int_equal(sum.failed, 0);
+    assert_int_equal(sum.not_run, 9);
+    if (el > 8) fail_msg("the stop took %.1f s", el);
+    if (ch_test_rank() == 0) assert_true(calls >= 1);
+    /* the journal says interrupted: a resume runs them (quickly, as `true`) */
+    ch_taskfile_destroy(tf);
+}
+
+int main(int argc, char **argv)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_every_task_once, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_env_output_and_cwd, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_merged_output, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_retries_and_failures, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_timeout, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_barrier, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_halt, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_stop_request_interrupts, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_timeout_median, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_output_files_only_when_written, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_without_pidfd, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_cpu_binding, setup, teardown),
+    };
+    return ch_test_main_mpi(argc, argv, tests, sizeof tests / sizeof tests[0]);
+}
