@@ -218,6 +218,7 @@ typedef struct {
     int64_t bytes_total;        /* this rank, this pass */
     double read_wait_s;         /* seconds the compute thread waited for data */
     double compute_s;           /* seconds in ch_reducer_feed */
+    double combine_s;           /* seconds merging ranks (ch_reducer_end_pass), all passes */
 } ch_reduce_step_t;
 
 typedef struct {
@@ -231,6 +232,7 @@ typedef struct {
      * at (st->pass, st->step + 1)). NULL: never stop. */
     int (*step_hook)(void *arg, const ch_reduce_step_t *st);
     void *arg;
+    ch_reduce_step_t *totals; /* if not NULL: the seconds of all passes at the end */
 } ch_reduce_run_options_t;
 
 /* 64 MiB chunks, 2 ahead, start at the beginning, no hook. */

@@ -161,6 +161,7 @@ ch_status ch_reduce_run(ch_reducer_t *r, const ch_array_source_t *src, ch_pg_t *
     }
     /* agree on the allocation before any collective work */
     if (pg) s = ch_pg_check_all(pg, s, NULL);
+    ch_reduce_step_t sum = {0};
     pthread_mutex_init(&rd.mu, NULL);
     pthread_cond_init(&rd.cv, NULL);
     for (int pass = opt->start_pass; s == CH_OK && pass < ch_reducer_passes(r); pass++) {
@@ -179,7 +180,7 @@ ch_status ch_reduce_run(ch_reducer_t *r, const ch_array_source_t *src, ch_pg_t *
             if (pg) s = ch_pg_check_all(pg, s, NULL);
             break;
         }
-        ch_reduce_step_t st = {pass, ch_reducer_passes(r), 0, steps, 0, my_bytes, 0, 0};
+        ch_reduce_step_t st = {pass, ch_reducer_passes(r), 0, steps, 0, my_bytes, 0, 0, 0};
         for (int64_t k = 0; k < rd.first; k++) st.bytes_done += pieces[k].n * (int64_t)itemsize;
         for (int64_t step = step0; step < steps; step++) {
             ch_status local = CH_OK;
@@ -207,10 +208,16 @@ ch_status ch_reduce_run(ch_reducer_t *r, const ch_array_source_t *src, ch_pg_t *
             }
         }
         reader_stop(&rd, th);
+        sum.read_wait_s += st.read_wait_s;
+        sum.compute_s += st.compute_s;
+        sum.bytes_done += st.bytes_done;
         if (s != CH_OK || *stopped) break;
+        double t0 = ch_time_now();
         s = ch_reducer_end_pass(r, pg);
         if (pg) s = ch_pg_check_all(pg, s, NULL);
+        sum.combine_s += ch_time_now() - t0;
     }
+    if (opt->totals) *opt->totals = sum;
     pthread_cond_destroy(&rd.cv);
     pthread_mutex_destroy(&rd.mu);
     for (int i = 0; rd.buf && i < rd.nbuf; i++) free(rd.buf[i]);
