@@ -485,3 +485,45 @@ ch_status ch_npy_parse_shape(const char *text, int *ndim, int64_t *shape)
     *ndim = n;
     return CH_OK;
 }
+
+/* ------------------------------------------------------------- config */
+
+const ch_config_key_t ch_input_keys[] = {
+    {"input.files", CH_CFG_STRLIST, "", CH_CFG_NO_RANGE,
+     "Input .npy files or globs (several: shards stacked along axis 0), or one raw binary file."},
+    {"input.dtype", CH_CFG_STRING, "", CH_CFG_NO_RANGE,
+     "Raw input: element dtype (float64, f4, int16, ...); empty: the inputs are .npy files."},
+    {"input.shape", CH_CFG_STRING, "", CH_CFG_NO_RANGE, "Raw input: shape, e.g. 20000x20000."},
+    {"input.order", CH_CFG_STRING, "C", CH_CFG_NO_RANGE, "Raw input: memory order, C or F."},
+    {"input.byteorder", CH_CFG_STRING, "native", CH_CFG_NO_RANGE,
+     "Raw input: byte order, little, big or native."},
+    {"input.offset", CH_CFG_INT64, "0", 0, 1e18, "Raw input: bytes before the first element."},
+};
+const int ch_input_n_keys = (int)(sizeof ch_input_keys / sizeof ch_input_keys[0]);
+
+ch_status ch_file_source_from_config(const ch_config_t *cfg, ch_file_source_t **out)
+{
+    static const char *const orders[] = {"C", "F"};
+    static const char *const byteorders[] = {"native", "little", "big"};
+    const char *const *files;
+    const char *dtype, *shape;
+    int n = 0, order, bo;
+    long long offset;
+    *out = NULL;
+    CH_TRY(ch_config_get_strlist(cfg, "input.files", &files, &n));
+    if (n == 0) return CH_ERROR(CH_ERR_CONFIG, "no input: give one or more .npy files (input.files)");
+    CH_TRY(ch_config_get_string(cfg, "input.dtype", &dtype));
+    if (!*dtype) return ch_npy_source_open(files, n, out);
+    ch_array_desc_t d;
+    memset(&d, 0, sizeof d);
+    CH_TRY(ch_array_dtype_from_name(dtype, &d.dtype));
+    CH_TRY(ch_config_get_string(cfg, "input.shape", &shape));
+    CH_TRY(ch_npy_parse_shape(shape, &d.ndim, d.shape));
+    CH_TRY(ch_config_get_choice(cfg, "input.order", orders, 2, &order));
+    CH_TRY(ch_config_get_choice(cfg, "input.byteorder", byteorders, 3, &bo));
+    CH_TRY(ch_config_get_int64(cfg, "input.offset", &offset));
+    d.fortran = order == 1;
+    d.byteswap = (bo == 1 && !host_little()) || (bo == 2 && host_little());
+    if (n != 1) return CH_ERROR(CH_ERR_CONFIG, "raw input: give exactly one file, not %d", n);
+    return ch_raw_source_open(files[0], &d, offset, out);
+}

@@ -16,6 +16,7 @@
 #ifndef COHORT_IO_NPY_H
 #define COHORT_IO_NPY_H
 
+#include "framework/core/configuration.h"
 #include "framework/core/status.h"
 #include "framework/reduce/reduce.h"
 
@@ -69,6 +70,14 @@ const ch_array_source_t *ch_file_source_get(const ch_file_source_t *s);
 /* Name of segment i ("FILE"), for messages. */
 const char *ch_file_source_path(const ch_file_source_t *s, int i);
 void ch_file_source_destroy(ch_file_source_t *s);
+
+/* Config keys of an array input (group "input": files, and for raw binary
+ * dtype, shape, order, byteorder, offset) and the source they describe:
+ * .npy files/globs when input.dtype is empty, else one raw file. Errors of
+ * the openers above, CH_ERR_CONFIG for bad key values. */
+extern const ch_config_key_t ch_input_keys[];
+extern const int ch_input_n_keys;
+ch_status ch_file_source_from_config(const ch_config_t *cfg, ch_file_source_t **out);
 
 /* Parse a dims text "20000x20000", "3,4" or "(3, 4)" into shape. */
 ch_status ch_npy_parse_shape(const char *text, int *ndim, int64_t *shape);

@@ -61,6 +61,7 @@
 #ifndef COHORT_REDUCE_H
 #define COHORT_REDUCE_H
 
+#include "framework/core/configuration.h"
 #include "framework/core/status.h"
 #include "framework/dist/dist.h"
 #include "framework/reduce/xsum.h"
@@ -258,6 +259,16 @@ ch_status ch_reduce_run(ch_reducer_t *r, const ch_array_source_t *src, ch_pg_t *
  * CH_ERR_RANGE for a bad axis, CH_ERR_INVALID for a 1-d source. */
 ch_status ch_reduce_channel_stats(const ch_array_source_t *src, int channel_axis, ch_pg_t *pg,
                                   double *mean, double *std);
+
+/* The reduction's config keys (group "reduce": op, axis, keepdims, ddof,
+ * mode, bins, range, chunk_mb, prefetch, checkpoint_seconds), for a job's
+ * tables, and their values: *spec and *run (chunk size, prefetch) filled,
+ * *checkpoint_seconds (0: only on preemption). CH_ERR_CONFIG/INVALID naming
+ * the key and value. */
+extern const ch_config_key_t ch_reduce_keys[];
+extern const int ch_reduce_n_keys;
+ch_status ch_reduce_from_config(const ch_config_t *cfg, ch_reduce_spec_t *spec,
+                                ch_reduce_run_options_t *run, double *checkpoint_seconds);
 
 /* Collective checkpoint clock: 1 on every rank when `seconds` (> 0) have
  * passed on rank 0 since *last (rank 0's ch_time_now() value, updated

@@ -281,3 +281,64 @@ int ch_reduce_checkpoint_due(ch_pg_t *pg, double *last, double seconds)
     if (due) *last = now;
     return due;
 }
+
+/* ------------------------------------------------------------- config keys */
+
+const ch_config_key_t ch_reduce_keys[] = {
+    {"reduce.op", CH_CFG_STRING, "sum", CH_CFG_NO_RANGE,
+     "Operation: sum mean var std min max argmin argmax nansum nanmean nanvar nanstd nanmin "
+     "nanmax count_nonzero histogram."},
+    {"reduce.axis", CH_CFG_STRING, "none", CH_CFG_NO_RANGE,
+     "Axis to reduce: none (all axes), an integer (negative counts from the end), or a tuple like 0,2."},
+    {"reduce.keepdims", CH_CFG_BOOL, "false", CH_CFG_NO_RANGE,
+     "Keep reduced axes as length 1 (numpy keepdims)."},
+    {"reduce.ddof", CH_CFG_INT64, "0", 0, 1e18, "var/std: divide by count - ddof."},
+    {"reduce.mode", CH_CFG_STRING, "exact", CH_CFG_NO_RANGE,
+     "exact (correctly rounded, same bits for any ranks and chunks) or fast (SIMD float64)."},
+    {"reduce.bins", CH_CFG_INT64, "10", 1, 1e9, "histogram: number of equal bins."},
+    {"reduce.range", CH_CFG_STRING, "", CH_CFG_NO_RANGE,
+     "histogram: LO,HI (default: the data's min,max)."},
+    {"reduce.chunk_mb", CH_CFG_FLOAT, "64", 1e-6, 1e6,
+     "Read size per chunk in MiB (resident: (prefetch + 1) chunks plus the state)."},
+    {"reduce.prefetch", CH_CFG_INT, "2", 1, 8, "Chunks the reader thread reads ahead."},
+    {"reduce.checkpoint_seconds", CH_CFG_FLOAT, "0", 0, 1e9,
+     "Save the partial state every this many seconds (0: only when preempted)."},
+};
+const int ch_reduce_n_keys = (int)(sizeof ch_reduce_keys / sizeof ch_reduce_keys[0]);
+
+ch_status ch_reduce_from_config(const ch_config_t *cfg, ch_reduce_spec_t *spec,
+                                ch_reduce_run_options_t *run, double *checkpoint_seconds)
+{
+    static const char *const modes[] = {"exact", "fast"};
+    const char *op, *axis, *range;
+    int mode;
+    double mb;
+    ch_reduce_spec_default(spec);
+    ch_reduce_run_options_default(run);
+    CH_TRY(ch_config_get_string(cfg, "reduce.op", &op));
+    if (ch_reduce_kind_from_name(op, &spec->op) != CH_OK)
+        return ch_error_context("reduce.op (%s)", ch_config_source(cfg, "reduce.op"));
+    CH_TRY(ch_config_get_string(cfg, "reduce.axis", &axis));
+    if (ch_reduce_parse_axes(axis, spec) != CH_OK)
+        return ch_error_context("reduce.axis (%s)", ch_config_source(cfg, "reduce.axis"));
+    CH_TRY(ch_config_get_bool(cfg, "reduce.keepdims", &spec->keepdims));
+    long long ll;
+    CH_TRY(ch_config_get_int64(cfg, "reduce.ddof", &ll));
+    spec->ddof = ll;
+    CH_TRY(ch_config_get_choice(cfg, "reduce.mode", modes, 2, &mode));
+    spec->mode = mode ? CH_REDUCE_FAST : CH_REDUCE_EXACT;
+    CH_TRY(ch_config_get_int64(cfg, "reduce.bins", &ll));
+    spec->bins = ll;
+    CH_TRY(ch_config_get_string(cfg, "reduce.range", &range));
+    if (*range) {
+        char tail = 0;
+        if (sscanf(range, " %lf , %lf %c", &spec->range[0], &spec->range[1], &tail) != 2)
+            return CH_ERROR(CH_ERR_CONFIG, "reduce.range = '%s' (%s): expected LO,HI", range,
+                            ch_config_source(cfg, "reduce.range"));
+        spec->has_range = 1;
+    }
+    CH_TRY(ch_config_get_double(cfg, "reduce.chunk_mb", &mb));
+    run->chunk_bytes = (int64_t)(mb * 1048576.0);
+    CH_TRY(ch_config_get_int(cfg, "reduce.prefetch", &run->prefetch));
+    return ch_config_get_double(cfg, "reduce.checkpoint_seconds", checkpoint_seconds);
+}
