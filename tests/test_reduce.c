@@ -431,6 +431,53 @@ static void test_state_save_load_same_bits(void **state)
     free(x);
 }
 
+/* The column-blocked fixed-point window (whole rows over a reduced axis)
+ * must give the superaccumulator's bits for every kind of value: in the
+ * window, below it, zeros, subnormals, inf, NaN, tiny columns. */
+static void test_window_path_matches_plain_adds(void **state)
+{
+    enum { R = 300, C = 9 };
+    double *x = malloc(R * C * sizeof *x);
+    rng_state = 4242;
+    for (int i = 0; i < R; i++)
+        for (int j = 0; j < C; j++) {
+            double v = 10.0 + (double)(rnd() % 1000) / 997.0 * ((rnd() & 1) ? 1 : -1);
+            switch (j) {
+            case 1: v = (i % 7) ? v : ldexp(v, -40); break;    /* some far below the window */
+            case 2: v = (i % 5) ? v : 0.0; break;              /* zeros */
+            case 3: v = ldexp(v, -1070); break;                /* subnormals and tiny normals */
+            case 4: v = i == 150 ? INFINITY : v; break;
+            case 5: v = i == 3 ? NAN : v; break;
+            case 6: v = ldexp(v, 1015); break;                 /* near the top of the range */
+            case 7: v = -v; break;
+            case 8: v = wild(); break;
+            default: break;
+            }
+            x[i * C + j] = v;
+        }
+    ch_reduce_spec_t sp;
+    ch_reduce_spec_default(&sp);
+    sp.naxes = 1;
+    sp.axes[0] = 0;
+    ch_array_desc_t d = desc2(CH_DT_FLOAT64, R, C, 0);
+    ch_reducer_t *r;
+    assert_ch_ok(ch_reducer_create(&sp, &d, &r));
+    assert_ch_ok(ch_reducer_feed(r, &d, 0, 0, R * C, x)); /* one feed: whole-row tiles */
+    assert_ch_ok(ch_reducer_end_pass(r, NULL));
+    const double *v;
+    assert_ch_ok(ch_reducer_result(r, NULL, (const void **)&v, NULL, NULL));
+    for (int j = 0; j < C; j++) {
+        ch_xsum_t a;
+        ch_xsum_init(&a);
+        ch_xsum_add_array(&a, x + j, R, C);
+        double want = ch_xsum_round(&a, CH_XSUM_F64);
+        if (bits(v[j]) != bits(want) && !(isnan(v[j]) && isnan(want)))
+            fail_msg("column %d: window %a, plain %a", j, v[j], want);
+    }
+    ch_reducer_destroy(r);
+    free(x);
+}
+
 static void test_half_conversion(void **state)
 {
     for (uint32_t h = 0; h < 0x10000; h++) {
@@ -451,6 +498,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_xsum_division_is_correctly_rounded),
         cmocka_unit_test(test_xsum_merge_order_independent),
         cmocka_unit_test(test_half_conversion),
+        cmocka_unit_test(test_window_path_matches_plain_adds),
         cmocka_unit_test(test_reducer_axes_and_orders),
         cmocka_unit_test(test_reducer_nan_empty_and_histogram),
         cmocka_unit_test(test_pipeline_same_bits_any_world_and_chunk),

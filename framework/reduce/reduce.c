@@ -145,6 +145,17 @@ ch_status ch_reduce_parse_axes(const char *text, ch_reduce_spec_t *s)
 
 /* ----------------------------------------------------------------- state */
 
+/* SIMD kernels: one clone per ISA picked at load time (GCC function
+ * multiversioning), vectorized at -O3 whatever the build's -O level. */
+#define CH_SIMD_KERNEL \
+    __attribute__((target_clones("avx512f", "avx2", "default"), optimize("O3")))
+
+/* Elements converted at a time (the reducer's scratch). */
+#define BLOCK 16384
+/* Most elements one kernel call sees without conversion (bounds the adds
+ * between two superaccumulator normalizations). */
+#define MAX_DIRECT (1 << 23)
+
 /* Value class of the converted elements. */
 enum { VC_F64, VC_I64, VC_U64 };
 
@@ -190,6 +201,7 @@ struct ch_reducer {
     double hrange[2]; /* histogram: data min, max (pass 0) then the range */
     double *edges;
     int64_t adds; /* superaccumulator adds since the last normalize (bound) */
+    uint64_t *scratch; /* BLOCK converted values */
     field_t f[MAX_FIELDS];
     int nf;
     /* result */
@@ -397,6 +409,8 @@ ch_status ch_reducer_create(const ch_reduce_spec_t *spec, const ch_array_desc_t 
         break;
     }
 #undef FIELD
+    r->scratch = malloc(BLOCK * sizeof *r->scratch);
+    if (s == CH_OK && !r->scratch) s = CH_ERROR(CH_ERR_NOMEM, "reduce scratch");
     if (s != CH_OK) {
         ch_reducer_destroy(r);
         return s;
@@ -413,6 +427,7 @@ void ch_reducer_destroy(ch_reducer_t *r)
 {
     if (!r) return;
     for (int i = 0; i < r->nf; i++) free(r->f[i].p);
+    free(r->scratch);
     free(r->result);
     free(r);
 }
@@ -422,10 +437,6 @@ int ch_reducer_pass(const ch_reducer_t *r) { return r->pass; }
 
 /* -------------------------------------------------------------- conversion */
 
-#define BLOCK 1024
-/* Most elements one kernel call sees without conversion (bounds the adds
- * between two superaccumulator normalizations). */
-#define MAX_DIRECT (1 << 20)
 
 static uint16_t bswap16(uint16_t v) { return (uint16_t)((v >> 8) | (v << 8)); }
 
@@ -499,14 +510,14 @@ static inline void xsum_add_sqdev(ch_xsum_t *a, double x, double m)
 }
 
 /* Fast sums, SIMD over the output elements (unit output stride). */
-__attribute__((target_clones("avx512f", "avx2", "default")))
+CH_SIMD_KERNEL
 static void fast_add_contig(double *restrict acc, const double *restrict x, int64_t n)
 {
     for (int64_t j = 0; j < n; j++) acc[j] += x[j];
 }
 
 /* Fast sum of a contiguous reduced run: 8 partial sums. */
-__attribute__((target_clones("avx512f", "avx2", "default")))
+CH_SIMD_KERNEL
 static double fast_sum_run(const double *restrict x, int64_t n)
 {
     double p[8] = {0, 0, 0, 0, 0, 0, 0, 0};
@@ -611,6 +622,97 @@ static void run_f64(ch_reducer_t *r, const double *x, int64_t len, run_t u)
     }
 }
 
+/* Exact sums of `rows` whole rows of `cols` values each, row i going to
+ * outputs o + c*os, in blocks of TILE_COLS columns (a row of 20000 outputs
+ * would touch 11 MB of accumulators per row) and TILE_ROWS rows.
+ *
+ * Pass 1 (sums) first tries a fixed-point window per column: with emax the
+ * largest exponent field in the block's column, every value of exponent
+ * emax or emax - 1 is an exact integer multiple of 2^(emax - 1076), and
+ * TILE_ROWS = 128 of them (each < 2^54 units) sum without overflow in an
+ * int64 (< 2^61), which is added to the superaccumulator once per block
+ * (ch_xsum_add_scaled). Values outside the window (smaller exponents, zeros
+ * are fine; inf/NaN) go through ch_xsum_add one by one. The result is the
+ * same exact sum; the window only makes the common case (values of similar
+ * magnitude in a column) cheap and vectorizable. */
+#define TILE_COLS 256
+#define TILE_ROWS 128
+
+CH_SIMD_KERNEL
+static void window_emax(const uint64_t *restrict row, int64_t n, int64_t *restrict emax)
+{
+    for (int64_t c = 0; c < n; c++) {
+        int64_t e = (int64_t)((row[c] >> 52) & 0x7ff);
+        emax[c] = e > emax[c] ? e : emax[c];
+    }
+}
+
+/* Adds the in-window values of row to acc; returns nonzero if some value
+ * was outside (then the caller adds those one by one). */
+CH_SIMD_KERNEL
+static int64_t window_add(const uint64_t *restrict row, int64_t n, const int64_t *restrict lo,
+                          int64_t *restrict acc)
+{
+    int64_t outside = 0;
+    for (int64_t c = 0; c < n; c++) {
+        uint64_t u = row[c];
+        int64_t e = (int64_t)((u >> 52) & 0x7ff);
+        int64_t sh = e - lo[c]; /* 0 or 1 inside the window */
+        int64_t in = (sh >= 0) & (e != 0x7ff);
+        int64_t zero = (u << 1) == 0;
+        uint64_t m = (u & ((1ULL << 52) - 1)) | (1ULL << 52);
+        int64_t v = in ? (int64_t)(m << (sh & 1)) : 0;
+        int64_t neg = (int64_t)u >> 63;
+        acc[c] += (v ^ neg) - neg;
+        outside |= !(in | zero);
+    }
+    return outside;
+}
+
+static void tile_f64(ch_reducer_t *r, const double *x, int64_t rows, int64_t cols, int64_t o,
+                     int64_t os)
+{
+    int64_t emax[TILE_COLS], lo[TILE_COLS], acc[TILE_COLS];
+    for (int64_t c0 = 0; c0 < cols; c0 += TILE_COLS) {
+        int64_t nc = c0 + TILE_COLS < cols ? TILE_COLS : cols - c0;
+        for (int64_t r0 = 0; r0 < rows; r0 += TILE_ROWS) {
+            int64_t nr = r0 + TILE_ROWS < rows ? TILE_ROWS : rows - r0;
+            const double *blk = x + r0 * cols + c0;
+            ch_xsum_t *a = r->xs + o + c0 * os;
+            if (r->pass == 1) {
+                const double *m = r->mean + o + c0 * os;
+                for (int64_t i = 0; i < nr; i++)
+                    for (int64_t c = 0; c < nc; c++)
+                        xsum_add_sqdev(a + c * os, blk[i * cols + c], m[c * os]);
+                continue;
+            }
+            for (int64_t c = 0; c < nc; c++) emax[c] = 0;
+            for (int64_t i = 0; i < nr; i++)
+                window_emax((const uint64_t *)(blk + i * cols), nc, emax);
+            int64_t outside = 0;
+            for (int64_t c = 0; c < nc; c++) {
+                /* tiny columns (emax < 3) and zero columns: no window */
+                lo[c] = emax[c] >= 3 ? emax[c] - 1 : 0x7ff;
+                acc[c] = 0;
+            }
+            for (int64_t i = 0; i < nr; i++)
+                outside |= window_add((const uint64_t *)(blk + i * cols), nc, lo, acc);
+            for (int64_t c = 0; c < nc; c++)
+                if (acc[c]) ch_xsum_add_scaled(a + c * os, acc[c], (int)lo[c] - 1);
+            if (!outside) continue;
+            for (int64_t i = 0; i < nr; i++)
+                for (int64_t c = 0; c < nc; c++) {
+                    uint64_t u;
+                    memcpy(&u, blk + i * cols + c, 8);
+                    int64_t e = (int64_t)((u >> 52) & 0x7ff);
+                    if ((e < lo[c] || e == 0x7ff) && (u << 1) != 0)
+                        ch_xsum_add(a + c * os, blk[i * cols + c]);
+                }
+        }
+    }
+    r->adds += rows * cols * (r->pass == 1 ? 6 : 1);
+}
+
 #define RUN_INT(T, VALS)                                                                         \
     static void run_##T(ch_reducer_t *r, const T *x, int64_t len, run_t u)                       \
     {                                                                                            \
@@ -713,8 +815,9 @@ ch_status ch_reducer_feed(ch_reducer_t *r, const ch_array_desc_t *seg, int64_t r
     int direct = (r->cls == VC_F64 && r->in.dtype == CH_DT_FLOAT64 && !seg->byteswap) ||
                  (r->cls == VC_I64 && r->in.dtype == CH_DT_INT64 && !seg->byteswap) ||
                  (r->cls == VC_U64 && r->in.dtype == CH_DT_UINT64 && !seg->byteswap);
-    uint64_t block[BLOCK];
+    uint64_t *block = r->scratch;
     const unsigned char *src = raw;
+    int tiles = r->xs && !r->is_nan_op && dm.n >= 2 && dm.os[f - 1] == 0 && dm.os[f] != 0;
     int64_t done = 0;
     while (done < n) {
         int64_t nb = n - done;
@@ -729,6 +832,24 @@ ch_status ch_reducer_feed(ch_reducer_t *r, const ch_array_desc_t *seg, int64_t r
         }
         int64_t j = 0;
         while (j < nb) {
+            int64_t rows = tiles && idx[f] == 0 ? (nb - j) / dm.len[f] : 0;
+            if (rows > dm.len[f - 1] - idx[f - 1]) rows = dm.len[f - 1] - idx[f - 1];
+            if (rows >= 2) { /* whole rows over a reduced axis: column-blocked */
+                int64_t o = base_o;
+                for (int k = 0; k < dm.n; k++) o += idx[k] * dm.os[k];
+                tile_f64(r, (const double *)vals + j, rows, dm.len[f], o, dm.os[f]);
+                j += rows * dm.len[f];
+                idx[f - 1] += rows;
+                for (int k = f - 1; k > 0 && idx[k] == dm.len[k]; k--) {
+                    idx[k] = 0;
+                    idx[k - 1]++;
+                }
+                if (r->adds >= CH_XSUM_ADDS_BETWEEN_NORMALIZE - 6 * (int64_t)MAX_DIRECT) {
+                    for (int64_t i = 0; i < r->nout; i++) ch_xsum_normalize(&r->xs[i]);
+                    r->adds = 0;
+                }
+                continue;
+            }
             int64_t len = dm.len[f] - idx[f];
             if (len > nb - j) len = nb - j;
             run_t u = {base_o, dm.os[f], base_q, dm.qs[f]};

@@ -9,16 +9,26 @@
 #define XSUM_INT_LIMB 33
 #define XSUM_INT_SHIFT 18
 
-static void add_magnitude(ch_xsum_t *a, uint64_t mag, int negative)
+static void add_at(ch_xsum_t *a, uint64_t mag, int negative, int pos)
 {
-    unsigned __int128 v = (unsigned __int128)mag << XSUM_INT_SHIFT;
-    int64_t *l = a->limb + XSUM_INT_LIMB;
+    unsigned __int128 v = (unsigned __int128)mag << (pos & 31);
+    int64_t *l = a->limb + (pos >> 5);
     int64_t p0 = (int64_t)(uint32_t)v, p1 = (int64_t)(uint32_t)(v >> 32), p2 = (int64_t)(v >> 64);
     if (negative) {
         l[0] -= p0; l[1] -= p1; l[2] -= p2;
     } else {
         l[0] += p0; l[1] += p1; l[2] += p2;
     }
+}
+
+static void add_magnitude(ch_xsum_t *a, uint64_t mag, int negative)
+{
+    add_at(a, mag, negative, XSUM_INT_LIMB * 32 + XSUM_INT_SHIFT);
+}
+
+void ch_xsum_add_scaled(ch_xsum_t *a, int64_t v, int pos)
+{
+    add_at(a, v < 0 ? (uint64_t)0 - (uint64_t)v : (uint64_t)v, v < 0, pos);
 }
 
 void ch_xsum_add_i64(ch_xsum_t *a, int64_t x)

@@ -94,6 +94,10 @@ static inline void ch_xsum_add(ch_xsum_t *a, double x)
 void ch_xsum_add_i64(ch_xsum_t *a, int64_t x);
 void ch_xsum_add_u64(ch_xsum_t *a, uint64_t x);
 
+/* Add v * 2^(pos - 1074) exactly (0 <= pos <= 2044): a fixed-point block
+ * sum whose unit is bit `pos` of the accumulator. */
+void ch_xsum_add_scaled(ch_xsum_t *a, int64_t v, int pos);
+
 /* Add the n values x[0], x[stride], ... (stride in elements). Each call
  * counts n adds toward CH_XSUM_ADDS_BETWEEN_NORMALIZE. */
 void ch_xsum_add_array(ch_xsum_t *a, const double *x, int64_t n, int64_t stride);
