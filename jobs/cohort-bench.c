@@ -1,6 +1,6 @@
 /* cohort-bench: all-reduce bandwidth benchmark in the style of nccl-tests.
  *
- *   mpiexec -n 2 cohort-bench [options]        (--help lists them)
+ *   mpiexec -n 2 cohort-bench [--KEY=VALUE ...]   (--help lists the keys)
  *
  * For each message size (float32, SUM) it times cohort's ch_pg_allreduce and,
  * interleaved in the same run on the same buffers, the raw backend call
@@ -24,17 +24,24 @@
  * Iterations shrink for big sizes so that iterations x bytes stays near
  * --bytes-per-size (but at least --min-iters), keeping a default run short.
  *
- * Backend: GPUs visible (ch_device_count > 0) and at least one per rank on
- * each node -> NCCL on device buffers, GPU = local rank; else MPI on host
- * buffers. --backend forces one. Only rank 0 prints. */
+ * Backend: ranks on GPUs (the job runtime's choice, dist.device_rule: every
+ * rank its own GPU, or every rank on CPU) -> NCCL on device buffers (the
+ * runtime's NCCL group); else MPI on host buffers. --backend forces one.
+ * Only rank 0 prints.
+ *
+ * Options are config keys (framework/core/configuration.h): --min-bytes=8
+ * or --min-bytes 8, also in a --config file; the short forms -b -e -f -w -n
+ * -p -c -d of earlier versions are kept as aliases. Runs on ch_job
+ * (framework/runtime/job.h): launch checks, device choice, exit status. */
 #include "config.h"
 
-#include "framework/tensor/device.h"
-#include "framework/dist/dist.h"
+#include "framework/core/configuration.h"
 #include "framework/core/log.h"
 #include "framework/core/status.h"
+#include "framework/dist/dist.h"
+#include "framework/runtime/job.h"
+#include "framework/tensor/device.h"
 
-#include <getopt.h>
 #include <math.h>
 #include <mpi.h>
 #include <stdio.h>
@@ -51,39 +58,43 @@ typedef struct {
     int raw_dup; /* raw MPI on the group's duplicated comm instead of WORLD */
 } bench_opts;
 
-static int g_rank, g_size;
+static int g_rank;
 static int g_aa; /* --aa: the "cohort" column also runs the raw call (A/A control) */
 
-static void usage(FILE *f)
-{
-    fprintf(f,
-        "usage: mpiexec -n W cohort-bench [options]\n"
-        "All-reduce (float32, sum) benchmark: cohort's ch_pg_allreduce against the raw\n"
-        "backend call on the same buffers, interleaved in one run. Sizes take K, M, G\n"
-        "suffixes (binary: 1K = 1024 bytes).\n"
-        "  -b, --min-bytes N       smallest message size in bytes (default 8)\n"
-        "  -e, --max-bytes N       largest message size in bytes (default 256M)\n"
-        "  -f, --step-factor N     multiply the size by N each step (default 2, >= 2)\n"
-        "  -w, --warmup N          untimed iterations per size and backend call (default 5)\n"
-        "  -n, --iters N           timed iterations per size (default 50)\n"
-        "      --min-iters N       at least this many timed iterations (default 5)\n"
-        "      --bytes-per-size N  fewer iterations for big sizes: iterations x bytes <= N,\n"
-        "                          but >= --min-iters (default 1G)\n"
-        "  -p, --place MODE        out (out-of-place), in (in-place) or both (default out)\n"
-        "  -c, --check 0|1         compare cohort's result with the expected sum (default 1)\n"
-        "  -d, --backend B         auto, mpi or nccl (default auto: nccl when every rank\n"
-        "                          has its own GPU, else mpi)\n"
-        "      --aa                A/A control: the cohort column runs the raw call too,\n"
-        "                          showing the noise floor of the comparison\n"
-        "      --raw-comm C        communicator of the raw MPI call: world (MPI_COMM_WORLD,\n"
-        "                          default) or group (cohort's own duplicate of it)\n"
-        "  -h, --help              this text\n"
-        "Columns: time is the median over iterations of the slowest rank (us);\n"
-        "algbw = bytes/time; busbw = algbw*2(W-1)/W (GB/s = 1e9 B/s); maxerr = max\n"
-        "|cohort result - expected|; ratio = median over iterations of the paired\n"
-        "ratio cohort time / raw time of the two back-to-back calls of an iteration;\n"
-        "ratio min = fastest cohort call / fastest raw call.\n");
-}
+static const ch_config_key_t bench_keys[] = {
+    {"min-bytes", CH_CFG_STRING, "8", CH_CFG_NO_RANGE,
+     "Smallest message size in bytes (K, M, G suffixes, binary: 1K = 1024); -b."},
+    {"max-bytes", CH_CFG_STRING, "256M", CH_CFG_NO_RANGE,
+     "Largest message size in bytes (below 8G); -e."},
+    {"step-factor", CH_CFG_INT, "2", 2, 1024, "Multiply the size by N each step; -f."},
+    {"warmup", CH_CFG_INT, "5", 0, 1000000,
+     "Untimed iterations per size and backend call; -w."},
+    {"iters", CH_CFG_INT, "50", 1, 1000000, "Timed iterations per size; -n."},
+    {"min-iters", CH_CFG_INT, "5", 1, 1000000, "At least this many timed iterations."},
+    {"bytes-per-size", CH_CFG_STRING, "1G", CH_CFG_NO_RANGE,
+     "Fewer iterations for big sizes: iterations x bytes <= N, but >= min-iters."},
+    {"place", CH_CFG_STRING, "out", CH_CFG_NO_RANGE,
+     "out (out-of-place), in (in-place) or both; -p."},
+    {"check", CH_CFG_BOOL, "true", CH_CFG_NO_RANGE,
+     "Compare cohort's result with the expected sum (0/1 or false/true); -c."},
+    {"backend", CH_CFG_STRING, "auto", CH_CFG_NO_RANGE,
+     "auto, mpi or nccl (auto: nccl when the ranks are on GPUs, else mpi); -d."},
+    {"aa", CH_CFG_BOOL, "false", CH_CFG_NO_RANGE,
+     "A/A control: the cohort column runs the raw call too, showing the noise floor of the "
+     "comparison."},
+    {"raw-comm", CH_CFG_STRING, "world", CH_CFG_NO_RANGE,
+     "Communicator of the raw MPI call: world (MPI_COMM_WORLD) or group (cohort's own "
+     "duplicate of it)."},
+};
+#define N_BENCH_KEYS ((int)(sizeof bench_keys / sizeof bench_keys[0]))
+
+static const char bench_summary[] =
+    "All-reduce (float32, sum) benchmark: cohort's ch_pg_allreduce against the raw backend\n"
+    "call on the same buffers, interleaved in one run. Columns: time is the median over\n"
+    "iterations of the slowest rank (us); algbw = bytes/time; busbw = algbw*2(W-1)/W\n"
+    "(GB/s = 1e9 B/s); maxerr = max |cohort result - expected|; ratio = median over\n"
+    "iterations of the paired ratio cohort time / raw time of the two back-to-back calls of\n"
+    "an iteration; ratio min = fastest cohort call / fastest raw call.";
 
 static int parse_size(const char *s, size_t *out)
 {
@@ -100,112 +111,71 @@ static int parse_size(const char *s, size_t *out)
     return 0;
 }
 
-static int parse_int(const char *s, int lo, int hi, int *out)
+/* The short options of earlier versions (-b 8, -b8) as their keys. The
+ * strings point into argv or into `store` (kept by main until the end). */
+static char **short_options(int argc, char **argv, int *out_argc)
 {
-    char *end = NULL;
-    long v = strtol(s, &end, 10);
-    if (end == s || *end || v < lo || v > hi) return -1;
-    *out = (int)v;
-    return 0;
+    static const char *const map[][2] = {
+        {"b", "min-bytes"}, {"e", "max-bytes"}, {"f", "step-factor"}, {"w", "warmup"},
+        {"n", "iters"},     {"p", "place"},     {"c", "check"},       {"d", "backend"},
+    };
+    static char store[64][64];
+    int n_store = 0;
+    char **v = calloc((size_t)argc + 1, sizeof *v);
+    if (!v) return NULL;
+    int n = 0;
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i];
+        const char *key = NULL;
+        if (i > 0 && a[0] == '-' && a[1] && a[1] != '-')
+            for (size_t m = 0; m < sizeof map / sizeof map[0]; m++)
+                if (a[1] == map[m][0][0]) key = map[m][1];
+        if (!key || n_store == 64) {
+            v[n++] = argv[i];
+            continue;
+        }
+        if (a[2]) /* -b8 */
+            snprintf(store[n_store], sizeof store[n_store], "--%s=%.40s", key, a + 2);
+        else
+            snprintf(store[n_store], sizeof store[n_store], "--%s", key);
+        v[n++] = store[n_store++];
+    }
+    *out_argc = n;
+    return v;
 }
 
-/* 0: run, 1: exit 0 (help), 2: usage error (message printed by rank 0) */
-static int parse_args(int argc, char **argv, bench_opts *o)
+/* Options from the config; CH_ERR_CONFIG naming the key and its source. */
+static ch_status read_options(const ch_config_t *c, bench_opts *o)
 {
-    static const struct option longopts[] = {
-        {"min-bytes", required_argument, NULL, 'b'},
-        {"max-bytes", required_argument, NULL, 'e'},
-        {"step-factor", required_argument, NULL, 'f'},
-        {"warmup", required_argument, NULL, 'w'},
-        {"iters", required_argument, NULL, 'n'},
-        {"min-iters", required_argument, NULL, 'I'},
-        {"bytes-per-size", required_argument, NULL, 'B'},
-        {"place", required_argument, NULL, 'p'},
-        {"check", required_argument, NULL, 'c'},
-        {"backend", required_argument, NULL, 'd'},
-        {"raw-comm", required_argument, NULL, 'R'},
-        {"aa", no_argument, NULL, 'A'},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
-    };
-    o->min_bytes = 8;
-    o->max_bytes = 256u << 20;
-    o->bytes_per_size = 1u << 30;
-    o->factor = 2;
-    o->warmup = 5;
-    o->iters = 50;
-    o->min_iters = 5;
-    o->place = 0;
-    o->check = 1;
-    o->backend = -1;
-    o->raw_dup = 0;
-    opterr = 0;
-    int c;
-    while ((c = getopt_long(argc, argv, "b:e:f:w:n:p:c:d:h", longopts, NULL)) != -1) {
-        int bad = 0;
-        const char *what = "";
-        switch (c) {
-        case 'b': bad = parse_size(optarg, &o->min_bytes); what = "--min-bytes: a size like 8, 64K, 1M"; break;
-        case 'e': bad = parse_size(optarg, &o->max_bytes); what = "--max-bytes: a size like 256M"; break;
-        case 'B': bad = parse_size(optarg, &o->bytes_per_size); what = "--bytes-per-size: a size like 1G"; break;
-        case 'f': bad = parse_int(optarg, 2, 1024, &o->factor); what = "--step-factor: an integer 2..1024"; break;
-        case 'w': bad = parse_int(optarg, 0, 1000000, &o->warmup); what = "--warmup: an integer >= 0"; break;
-        case 'n': bad = parse_int(optarg, 1, 1000000, &o->iters); what = "--iters: an integer >= 1"; break;
-        case 'I': bad = parse_int(optarg, 1, 1000000, &o->min_iters); what = "--min-iters: an integer >= 1"; break;
-        case 'c': bad = parse_int(optarg, 0, 1, &o->check); what = "--check: 0 or 1"; break;
-        case 'p':
-            if (!strcmp(optarg, "out")) o->place = 0;
-            else if (!strcmp(optarg, "in")) o->place = 1;
-            else if (!strcmp(optarg, "both")) o->place = 2;
-            else bad = 1;
-            what = "--place: out, in or both";
-            break;
-        case 'd':
-            if (!strcmp(optarg, "auto")) o->backend = -1;
-            else if (!strcmp(optarg, "mpi")) o->backend = CH_PG_MPI;
-            else if (!strcmp(optarg, "nccl")) o->backend = CH_PG_NCCL;
-            else bad = 1;
-            what = "--backend: auto, mpi or nccl";
-            break;
-        case 'A': g_aa = 1; break;
-        case 'R':
-            if (!strcmp(optarg, "world")) o->raw_dup = 0;
-            else if (!strcmp(optarg, "group")) o->raw_dup = 1;
-            else bad = 1;
-            what = "--raw-comm: world or group";
-            break;
-        case 'h':
-            if (g_rank == 0) usage(stdout);
-            return 1;
-        default:
-            if (g_rank == 0) {
-                fprintf(stderr, "cohort-bench: unknown option or missing value: '%s'\n",
-                        argv[optind - 1]);
-                usage(stderr);
-            }
-            return 2;
-        }
-        if (bad) {
-            if (g_rank == 0)
-                fprintf(stderr, "cohort-bench: bad value '%s' for %s\n", optarg, what);
-            return 2;
-        }
+    const char *text;
+    static const char *const sizes[3] = {"min-bytes", "max-bytes", "bytes-per-size"};
+    size_t *dst[3] = {&o->min_bytes, &o->max_bytes, &o->bytes_per_size};
+    for (int k = 0; k < 3; k++) {
+        CH_TRY(ch_config_get_string(c, sizes[k], &text));
+        if (parse_size(text, dst[k]))
+            return CH_ERROR(CH_ERR_CONFIG, "%s: %s = '%s' is not a size (bytes, e.g. 8, 64K, 1M, "
+                            "1G)", ch_config_source(c, sizes[k]), sizes[k], text);
     }
-    if (optind < argc) {
-        if (g_rank == 0) fprintf(stderr, "cohort-bench: unexpected argument '%s'\n", argv[optind]);
-        return 2;
-    }
-    if (o->min_bytes < 4 || o->min_bytes > o->max_bytes) {
-        if (g_rank == 0)
-            fprintf(stderr, "cohort-bench: need 4 <= --min-bytes (%zu) <= --max-bytes (%zu)\n",
-                    o->min_bytes, o->max_bytes);
-        return 2;
-    }
-    if (o->max_bytes / 4 > (size_t)INT32_MAX) {
-        if (g_rank == 0) fprintf(stderr, "cohort-bench: --max-bytes must be below 8G\n");
-        return 2;
-    }
-    return 0;
+    CH_TRY(ch_config_get_int(c, "step-factor", &o->factor));
+    CH_TRY(ch_config_get_int(c, "warmup", &o->warmup));
+    CH_TRY(ch_config_get_int(c, "iters", &o->iters));
+    CH_TRY(ch_config_get_int(c, "min-iters", &o->min_iters));
+    static const char *const places[] = {"out", "in", "both"};
+    CH_TRY(ch_config_get_choice(c, "place", places, 3, &o->place));
+    CH_TRY(ch_config_get_bool(c, "check", &o->check));
+    static const char *const backends[] = {"auto", "mpi", "nccl"};
+    int b;
+    CH_TRY(ch_config_get_choice(c, "backend", backends, 3, &b));
+    o->backend = b == 0 ? -1 : b == 1 ? CH_PG_MPI : CH_PG_NCCL;
+    CH_TRY(ch_config_get_bool(c, "aa", &g_aa));
+    static const char *const comms[] = {"world", "group"};
+    CH_TRY(ch_config_get_choice(c, "raw-comm", comms, 2, &o->raw_dup));
+    if (o->min_bytes < 4 || o->min_bytes > o->max_bytes)
+        return CH_ERROR(CH_ERR_CONFIG, "need 4 <= min-bytes (%zu) <= max-bytes (%zu)",
+                        o->min_bytes, o->max_bytes);
+    if (o->max_bytes / 4 > (size_t)INT32_MAX)
+        return CH_ERROR(CH_ERR_CONFIG, "max-bytes must be below 8G (got %zu)", o->max_bytes);
+    return CH_OK;
 }
 
 /* value of rank r's send buffer at index i (exact sums in float32) */
@@ -355,38 +325,13 @@ static ch_status run_size(ch_pg_t *pg, const bench_opts *o, size_t bytes, int in
     return CH_OK;
 }
 
-static ch_status bench(const bench_opts *o)
+/* The benchmark over pg (MPI group on host buffers or NCCL group on device
+ * buffers). Setup failures are agreed over the job; a failure inside the
+ * timed loop (a collective) ends the job (ch_fatal: others may be waiting
+ * in a collective). */
+static ch_status bench(ch_job_t *job, ch_pg_t *pg, const bench_opts *o, const char *devname)
 {
-    ch_pg_t *mpi_pg = NULL, *pg = NULL;
-    CH_TRY(ch_pg_create_mpi(MPI_COMM_WORLD, &mpi_pg));
-
-    /* backend choice: NCCL needs a GPU per rank on every node */
-    int ndev = 0, local_rank = 0, local_size = 1;
-    CH_TRY(ch_device_count(&ndev));
-    MPI_Comm node;
-    CH_CHECK_MPI(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node));
-    MPI_Comm_rank(node, &local_rank);
-    MPI_Comm_size(node, &local_size);
-    MPI_Comm_free(&node);
-    int enough = ndev >= local_size, all_enough = 0;
-    CH_CHECK_MPI(MPI_Allreduce(&enough, &all_enough, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD));
-    int backend = o->backend;
-    if (backend < 0) backend = (ndev > 0 && all_enough) ? CH_PG_NCCL : CH_PG_MPI;
-    char devname[256] = "host memory";
-    if (backend == CH_PG_NCCL) {
-        if (!all_enough) {
-            ch_pg_destroy(mpi_pg);
-            return CH_ERROR(CH_ERR_UNSUPPORTED, "--backend nccl needs one GPU per rank: a "
-                            "node runs %d rank%s but rank %d sees %d GPU(s)", local_size,
-                            local_size == 1 ? "" : "s",
-                            g_rank, ndev);
-        }
-        ch_check_fatal(ch_pg_create_nccl(mpi_pg, local_rank, &pg), "creating the NCCL group");
-        if (ch_device_name(local_rank, devname, sizeof devname) != CH_OK) ch_error_clear();
-    } else {
-        pg = mpi_pg;
-    }
-
+    int backend = ch_pg_backend_of(pg);
     size_t max_count = o->max_bytes / sizeof(float);
     int max_iters = o->iters > o->min_iters ? o->iters : o->min_iters;
     float *send = NULL, *recv = NULL;
@@ -398,12 +343,20 @@ static ch_status bench(const bench_opts *o)
     /* touch every page before timing: the send pattern, recv zeros */
     if (s == CH_OK) s = fill(pg, send, max_count, g_rank, 0, stage);
     if (s == CH_OK) s = fill(pg, recv, max_count, g_rank, 1, stage);
-    s = ch_pg_check_all(mpi_pg, s, NULL);
+    if (ch_job_agree(job, s, "benchmark buffers")) {
+        ch_pg_buffer_free(pg, send);
+        ch_pg_buffer_free(pg, recv);
+        free(stage);
+        free(times);
+        return CH_ERR_REMOTE;
+    }
 
     summary sum = {0, 0, 0, 0};
     if (s == CH_OK && g_rank == 0) {
-        printf("# cohort-bench: all-reduce, float32, sum, %d rank(s), backend %s (%s)\n",
-               ch_pg_size(pg), backend == CH_PG_NCCL ? "nccl" : "mpi", devname);
+        printf("# cohort-bench: all-reduce, float32, sum, %d rank%s, backend %s (%s)\n",
+               ch_pg_size(pg), ch_pg_size(pg) == 1 ? "" : "s",
+               backend == CH_PG_NCCL ? "nccl" : "mpi", devname);
+        printf("# launch: %s\n", ch_job_env(job)->note);
         if (g_aa) printf("# A/A CONTROL (--aa): the 'cohort' column runs the raw call too\n");
         printf("# raw = %s on the same buffers, interleaved call by call with cohort\n",
                backend == CH_PG_NCCL ? "ncclAllReduce on the comm stream"
@@ -428,31 +381,53 @@ static ch_status bench(const bench_opts *o)
         if (bytes > o->max_bytes / (size_t)o->factor) break;
         bytes *= (size_t)o->factor;
     }
-    if (s == CH_OK && g_rank == 0 && sum.n_big > 0)
+    ch_check_fatal(s, "cohort-bench");
+    if (g_rank == 0 && sum.n_big > 0)
         printf("# sizes >= 64 KiB: %d of %d within 5%% of raw; worst ratio %.3f at %zu bytes\n",
                sum.n_big_ok, sum.n_big, sum.worst_ratio, sum.worst_bytes);
     ch_pg_buffer_free(pg, send);
     ch_pg_buffer_free(pg, recv);
     free(stage);
     free(times);
-    if (pg != mpi_pg) ch_pg_destroy(pg);
-    ch_pg_destroy(mpi_pg);
-    return s;
+    return CH_OK;
 }
 
 int main(int argc, char **argv)
 {
-    MPI_Init(&argc, &argv);
-    MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
-    MPI_Comm_size(MPI_COMM_WORLD, &g_size);
-    ch_log_set_rank(g_rank, g_size);
+    const ch_config_table_t tables[] = {
+        {"cohort-bench", bench_keys, N_BENCH_KEYS},
+        ch_job_runtime_table(),
+    };
+    ch_job_options_t jo;
+    ch_job_options_default(&jo, "cohort-bench", bench_summary);
+    jo.tables = tables;
+    jo.n_tables = 2;
+    jo.compute = 1; /* the device rule; the NCCL group when the ranks are on GPUs */
+    jo.rewrite_args = short_options;
+    jo.no_identity_line = 1; /* a "# launch:" line of the table instead */
+    ch_job_t *job;
+    int rc = ch_job_init(&jo, argc, argv, &job);
+    if (rc != CH_JOB_CONTINUE) return ch_job_finalize(job, rc);
+    g_rank = ch_job_rank(job);
+
     bench_opts o;
-    int pr = parse_args(argc, argv, &o);
-    if (pr != 0) {
-        MPI_Finalize();
-        return pr == 1 ? 0 : 2;
+    memset(&o, 0, sizeof o);
+    ch_status s = read_options(ch_job_config(job), &o);
+    /* the backend: NCCL needs every rank on its own GPU */
+    ch_pg_t *pg = ch_job_pg(job);
+    int on_gpu = ch_job_on_gpu(job);
+    if (s == CH_OK && o.backend == CH_PG_NCCL && !on_gpu)
+        s = CH_ERROR(CH_ERR_CONFIG, "backend = nccl needs every rank on its own GPU, but the "
+                     "ranks run on CPUs (%s)", ch_device_backend_compiled()
+                                                   ? "no GPU visible"
+                                                   : "cohort was built without CUDA");
+    if (ch_job_agree(job, s, NULL)) return ch_job_finalize(job, CH_EXIT_BAD_INPUT);
+    char devname[256] = "host memory";
+    if (o.backend == CH_PG_NCCL || (o.backend < 0 && on_gpu)) {
+        pg = ch_job_nccl(job);
+        int dev = ch_job_env(job)->device;
+        if (ch_device_name(dev, devname, sizeof devname) != CH_OK) ch_error_clear();
     }
-    ch_check_fatal(bench(&o), "cohort-bench");
-    MPI_Finalize();
-    return 0;
+    s = bench(job, pg, &o, devname);
+    return ch_job_finalize(job, s == CH_OK ? CH_EXIT_OK : CH_EXIT_ERROR);
 }

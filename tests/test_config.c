@@ -549,6 +549,94 @@ static void test_dump_floats_exact(void **state)
     unlink(path);
 }
 
+/* ---- several tables (ch_config_load_tables): a job's and its objects' */
+
+static const ch_config_key_t job_keys[] = {
+    {"train.lr", CH_CFG_FLOAT, "0.01", 0, 10, "Base learning rate."},
+    {"output.dir", CH_CFG_STRING, "runs", CH_CFG_NO_RANGE, "Output directory."},
+};
+static const ch_config_key_t object_keys[] = {
+    {"compute.bf16", CH_CFG_BOOL, "false", CH_CFG_NO_RANGE, "bf16 autocast."},
+    {"compute.gpu_workspace_mb", CH_CFG_INT, "1024", 1, 1048576, "Workspace cap in MiB."},
+};
+static const ch_config_key_t clash_keys[] = {
+    {"train.lr", CH_CFG_FLOAT, "0.1", 0, 10, "Same name as the job's key."},
+};
+
+static void test_tables(void **state)
+{
+    (void)state;
+    const ch_config_table_t tables[] = {{"train", job_keys, 2}, {"compute", object_keys, 2}};
+    char *argv[] = {(char *)"cohort-test", (char *)"--compute.gpu_workspace_mb=64",
+                    (char *)"--train.lr", (char *)"0.5", NULL};
+    ch_config_t *cfg = NULL;
+    assert_ch_ok(ch_config_load_tables(tables, 2, "summary", 4, argv, &cfg));
+    double lr = 0;
+    int mb = 0, bf16 = 1;
+    const char *dir = NULL;
+    assert_ch_ok(ch_config_get_double(cfg, "train.lr", &lr));
+    assert_ch_ok(ch_config_get_int(cfg, "compute.gpu_workspace_mb", &mb));
+    assert_ch_ok(ch_config_get_bool(cfg, "compute.bf16", &bf16));
+    assert_ch_ok(ch_config_get_string(cfg, "output.dir", &dir));
+    assert_true(lr == 0.5);
+    assert_int_equal(mb, 64);
+    assert_int_equal(bf16, 0);
+    assert_string_equal(dir, "runs");
+    assert_string_equal(ch_config_source(cfg, "compute.gpu_workspace_mb"),
+                        "command line (--compute.gpu_workspace_mb=64)");
+    /* the dump covers every table's keys */
+    char *text = NULL;
+    assert_ch_ok(ch_config_dump_string(cfg, &text));
+    assert_non_null(strstr(text, "gpu_workspace_mb = 64;"));
+    assert_non_null(strstr(text, "lr = 0.5;"));
+    free(text);
+    ch_config_destroy(cfg);
+
+    /* an unknown option suggests keys of every table */
+    char *bad[] = {(char *)"cohort-test", (char *)"--compute.gpu_workspace=64", NULL};
+    assert_ch_error(ch_config_load_tables(tables, 2, NULL, 2, bad, &cfg), CH_ERR_CONFIG,
+                    "compute.gpu_workspace_mb");
+    assert_null(cfg);
+
+    /* a key in two tables is a bug of the job: named */
+    const ch_config_table_t clash[] = {{"train", job_keys, 2}, {"other", clash_keys, 1}};
+    assert_ch_error(ch_config_load_tables(clash, 2, NULL, 1, argv, &cfg), CH_ERR_INVALID,
+                    "train.lr");
+    assert_null(cfg);
+    /* no tables: an empty configuration */
+    assert_ch_ok(ch_config_load_tables(NULL, 0, NULL, 1, argv, &cfg));
+    ch_config_destroy(cfg);
+    assert_ch_error(ch_config_load_tables(NULL, 1, NULL, 1, argv, &cfg), CH_ERR_INVALID,
+                    "bad table list");
+}
+
+static void test_help_tables(void **state)
+{
+    (void)state;
+    const ch_config_table_t tables[] = {{"train", job_keys, 2}, {"compute", object_keys, 2}};
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    assert_non_null(f);
+    ch_config_print_help_tables(tables, 2, "cohort-x", "One line about cohort-x.", f);
+    fclose(f);
+    /* usage, the summary under it, then the groups in the given order, each
+     * key under its own table's heading */
+    assert_int_equal(strncmp(buf, "Usage: cohort-x ", 16), 0);
+    assert_non_null(strstr(buf, "]\nOne line about cohort-x.\n\nOptions:"));
+    char *t = strstr(buf, "\ntrain:\n"), *c = strstr(buf, "\ncompute:\n");
+    assert_non_null(t);
+    assert_non_null(c);
+    assert_true(t < c);
+    char *lr = strstr(buf, "--train.lr  (float"), *ws = strstr(buf, "--compute.gpu_workspace_mb");
+    assert_true(t < lr && lr < c);
+    assert_true(c < ws);
+    /* sorted by name within a table */
+    assert_true(strstr(buf, "--output.dir") < lr);
+    assert_true(strstr(buf, "--compute.bf16") < ws);
+    free(buf);
+}
+
 int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
@@ -570,6 +658,8 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_choice),
         cmocka_unit_test(test_dump_round_trip),
         cmocka_unit_test(test_dump_floats_exact),
+        cmocka_unit_test(test_tables),
+        cmocka_unit_test(test_help_tables),
     };
     return ch_test_main(argc, argv, tests, sizeof tests / sizeof tests[0]);
 }

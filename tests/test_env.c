@@ -548,13 +548,13 @@ static int launcher_vars_present(void)
 static void test_discover_real_environment(void **state)
 {
     int w = ch_test_world_size();
-    ch_env_options_t opt = {1, CH_DEVICE_RULE_AUTO, 0};
+    ch_env_options_t opt = {1, CH_DEVICE_RULE_AUTO, 0, 0};
     ch_env_t e;
     ch_status s = ch_env_discover(&opt, &e); /* collective under MPI */
     char msg[CH_ERROR_MAX];
     snprintf(msg, sizeof msg, "%s", ch_error_message());
     /* identity only: no GPU choice, no collective device check */
-    ch_env_options_t opt2 = {1, CH_DEVICE_RULE_AUTO, 1};
+    ch_env_options_t opt2 = {1, CH_DEVICE_RULE_AUTO, 1, 0};
     ch_env_t e2;
     ch_status s2 = ch_env_discover(&opt2, &e2);
     if (w == 1 && launcher_vars_present())
@@ -596,7 +596,7 @@ static void test_discover_mpi_world_beats_slurm_vars(void **state)
     setenv("SLURM_PROCID", "3", 1);
     setenv("SLURM_STEP_NUM_TASKS", "4", 1);
     setenv("SLURM_LOCALID", "1", 1);
-    ch_env_options_t opt = {1, CH_DEVICE_RULE_AUTO, 0};
+    ch_env_options_t opt = {1, CH_DEVICE_RULE_AUTO, 0, 0};
     ch_env_t e;
     ch_status s = ch_env_discover(&opt, &e);
     char msg[CH_ERROR_MAX];
@@ -644,7 +644,7 @@ static void test_pmi2_probe(void **state)
     setenv("SLURM_STEP_ID", "0", 1);
     setenv("SLURM_PROCID", "1", 1);
     setenv("SLURM_STEP_NUM_TASKS", "2", 1);
-    ch_env_options_t opt = {0, CH_DEVICE_RULE_AUTO, 0};
+    ch_env_options_t opt = {0, CH_DEVICE_RULE_AUTO, 0, 0};
     ch_env_t e;
     ch_status s = ch_env_discover(&opt, &e);
     unset_slurm();

@@ -39,6 +39,11 @@ struct ch_config {
     int n;
     slot_t *slots;
     int help;
+    ch_config_key_t *owned_keys; /* ch_config_load_tables: the concatenation */
+    /* for --help during ch_config_load_tables only (NULL otherwise) */
+    const ch_config_table_t *tables;
+    int n_tables;
+    const char *summary;
 };
 
 static const char *const type_names[] = {"int", "int64", "float", "bool", "string", "strlist"};
@@ -721,7 +726,10 @@ static ch_status load(ch_config_t *c, int argc, char *const *argv)
             if (mpi_rank_or_zero() == 0) {
                 const char *prog = argc > 0 && argv[0] ? strrchr(argv[0], '/') : NULL;
                 prog = prog ? prog + 1 : (argc > 0 && argv[0] ? argv[0] : "cohort");
-                ch_config_print_help(c->keys, c->n, prog, stdout);
+                if (c->tables)
+                    ch_config_print_help_tables(c->tables, c->n_tables, prog, c->summary, stdout);
+                else
+                    ch_config_print_help(c->keys, c->n, prog, stdout);
                 fflush(stdout);
             }
             return CH_OK;
@@ -766,6 +774,59 @@ static ch_status load(ch_config_t *c, int argc, char *const *argv)
     return s;
 }
 
+ch_status ch_config_load_tables(const ch_config_table_t *tables, int n_tables,
+                                const char *summary, int argc, char *const *argv,
+                                ch_config_t **out)
+{
+    CH_REQUIRE(out != NULL, "ch_config_load_tables: out is NULL");
+    *out = NULL;
+    CH_REQUIRE(n_tables >= 0 && (tables != NULL || n_tables == 0),
+               "ch_config_load_tables: bad table list (%d tables)", n_tables);
+    CH_REQUIRE(argc >= 0 && (argv != NULL || argc == 0), "ch_config_load_tables: bad argv");
+    int n = 0;
+    for (int t = 0; t < n_tables; t++) {
+        CH_REQUIRE(tables[t].n_keys >= 0 && (tables[t].keys != NULL || tables[t].n_keys == 0),
+                   "ch_config_load_tables: table %d (%s) has a bad key list (%d keys)", t,
+                   tables[t].title ? tables[t].title : "untitled", tables[t].n_keys);
+        CH_REQUIRE(n <= INT_MAX - tables[t].n_keys, "ch_config_load_tables: too many keys");
+        n += tables[t].n_keys;
+    }
+    ch_config_key_t *all = malloc((n > 0 ? (size_t)n : 1) * sizeof *all);
+    if (!all) return CH_ERROR(CH_ERR_NOMEM, "config: out of memory");
+    n = 0;
+    for (int t = 0; t < n_tables; t++) {
+        if (tables[t].n_keys > 0)
+            memcpy(all + n, tables[t].keys, (size_t)tables[t].n_keys * sizeof *all);
+        n += tables[t].n_keys;
+    }
+    ch_status s = check_table(all, n);
+    if (s) {
+        free(all);
+        return s;
+    }
+    ch_config_t *c = calloc(1, sizeof *c);
+    if (c) c->slots = calloc(n > 0 ? (size_t)n : 1, sizeof *c->slots);
+    if (!c || !c->slots) {
+        free(c);
+        free(all);
+        return CH_ERROR(CH_ERR_NOMEM, "config: out of memory");
+    }
+    c->keys = c->owned_keys = all;
+    c->n = n;
+    c->tables = tables;
+    c->n_tables = n_tables;
+    c->summary = summary;
+    s = load(c, argc, argv);
+    c->tables = NULL;
+    c->summary = NULL;
+    if (s) {
+        ch_config_destroy(c);
+        return s;
+    }
+    *out = c;
+    return CH_OK;
+}
+
 ch_status ch_config_load(const ch_config_key_t *keys, int n_keys, int argc, char *const *argv,
                          ch_config_t **out)
 {
@@ -801,6 +862,7 @@ void ch_config_destroy(ch_config_t *cfg)
         free(cfg->slots[i].source);
     }
     free(cfg->slots);
+    free(cfg->owned_keys);
     free(cfg);
 }
 
@@ -962,18 +1024,23 @@ static int *sorted_order(const ch_config_key_t *keys, int n)
     return idx;
 }
 
-void ch_config_print_help(const ch_config_key_t *keys, int n_keys, const char *prog, FILE *out)
+static void print_usage(FILE *out, const char *prog, const char *summary)
 {
+    fprintf(out, "Usage: %s [--config FILE]... [--set KEY=VALUE]... [--KEY=VALUE]... [--help]\n",
+            prog ? prog : "cohort");
+    if (summary && *summary) fprintf(out, "%s\n", summary);
     fprintf(out,
-            "Usage: %s [--config FILE]... [--set KEY=VALUE]... [--KEY=VALUE]... [--help]\n\n"
-            "Options:\n"
+            "\nOptions:\n"
             "  --config FILE     Read settings from a libconfig file (may repeat; later\n"
             "                    files win). Keys are nested groups: train.lr is\n"
             "                    train = { lr = 0.1; };\n"
             "  --set KEY=VALUE   Override one key; --KEY=VALUE and --KEY VALUE do the same.\n"
-            "  --help, -h        Print this help and exit.\n\n"
-            "Keys (command line > --config file > default):\n",
-            prog ? prog : "cohort");
+            "  --help, -h        Print this help and exit.\n\n");
+}
+
+/* One entry per key, sorted by name. */
+static void print_keys(const ch_config_key_t *keys, int n_keys, FILE *out)
+{
     int *idx = sorted_order(keys, n_keys);
     for (int j = 0; j < n_keys; j++) {
         const ch_config_key_t *k = &keys[idx ? idx[j] : j];
@@ -993,6 +1060,25 @@ void ch_config_print_help(const ch_config_key_t *keys, int n_keys, const char *p
         if (k->help && *k->help) print_wrapped(out, k->help, 6, 79);
     }
     free(idx);
+}
+
+void ch_config_print_help(const ch_config_key_t *keys, int n_keys, const char *prog, FILE *out)
+{
+    print_usage(out, prog, NULL);
+    fprintf(out, "Keys (command line > --config file > default):\n");
+    print_keys(keys, n_keys, out);
+}
+
+void ch_config_print_help_tables(const ch_config_table_t *tables, int n_tables, const char *prog,
+                                 const char *summary, FILE *out)
+{
+    print_usage(out, prog, summary);
+    fprintf(out, "Keys (command line > --config file > default), by owner:\n");
+    for (int t = 0; t < n_tables; t++) {
+        if (tables[t].n_keys <= 0) continue;
+        fprintf(out, "\n%s:\n", tables[t].title && *tables[t].title ? tables[t].title : "other");
+        print_keys(tables[t].keys, tables[t].n_keys, out);
+    }
 }
 
 /* ---------------------------------------------------------------- dump */

@@ -91,6 +91,16 @@ typedef struct {
 
 typedef struct ch_config ch_config_t;
 
+/* A named key table: the keys of one owner (the job, or an object it uses:
+ * compute, ddp, sgd, ...). title groups them in --help ("train",
+ * "compute", "runtime", ...). The keys (and strings) must outlive every
+ * ch_config_t loaded from them. */
+typedef struct {
+    const char *title;
+    const ch_config_key_t *keys;
+    int n_keys;
+} ch_config_table_t;
+
 /* Name of a type as used in messages and --help ("int", "float", ...). */
 const char *ch_config_type_name(ch_config_type t);
 
@@ -110,6 +120,17 @@ const char *ch_config_type_name(ch_config_type t);
 ch_status ch_config_load(const ch_config_key_t *keys, int n_keys, int argc,
                          char *const *argv, ch_config_t **out);
 
+/* The same against the concatenation of tables[0..n_tables-1] (a job's
+ * table, then those of the objects it uses): keys must be unique across
+ * the tables (a duplicate is CH_ERR_INVALID naming it). --help prints
+ * ch_config_print_help_tables (the keys grouped by table, in the given
+ * order) with `summary` (may be NULL) under the usage line. The tables
+ * array itself is only read during the call; the keys must outlive *out.
+ * Errors: those of ch_config_load, CH_ERR_NOMEM. */
+ch_status ch_config_load_tables(const ch_config_table_t *tables, int n_tables,
+                                const char *summary, int argc, char *const *argv,
+                                ch_config_t **out);
+
 /* Free a config and every string it returned. NULL is a no-op. */
 void ch_config_destroy(ch_config_t *cfg);
 
@@ -120,6 +141,12 @@ int ch_config_help_requested(const ch_config_t *cfg);
  * per key (name, type, default, range, sentence), sorted by name. */
 void ch_config_print_help(const ch_config_key_t *keys, int n_keys, const char *prog,
                           FILE *out);
+
+/* Help for a list of tables: usage line, summary (if not NULL), the
+ * options, then for each table with keys a "<title>:" heading and its
+ * keys sorted by name. */
+void ch_config_print_help_tables(const ch_config_table_t *tables, int n_tables,
+                                 const char *prog, const char *summary, FILE *out);
 
 /* Typed lookups: the effective value of key `name` (command line > file >
  * default). CH_ERR_INVALID when the key is not in the table or has another

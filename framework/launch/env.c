@@ -356,9 +356,12 @@ ch_status ch_env_resolve(const ch_env_mpi_t *mpi, const ch_env_pmi2_t *pmi2,
         if (job)
             snprintf(e.note, sizeof e.note, "distributed mode off: one process (inside Slurm job "
                      "%.64s but not in an srun step)", job);
+        else if (mpi->initialized)
+            snprintf(e.note, sizeof e.note, "distributed mode off: one process (an MPI world of "
+                     "1; no torchrun or srun step variables)");
         else
-            snprintf(e.note, sizeof e.note, "distributed mode off: one process (no MPI world, "
-                     "torchrun or srun variables)");
+            snprintf(e.note, sizeof e.note, "distributed mode off: one process (MPI not "
+                     "initialised; no torchrun or srun step variables)");
     }
     if (pmi2 && pmi2->available &&
         (e.launcher == CH_LAUNCHER_SLURM || e.launcher == CH_LAUNCHER_PMI2)) {
@@ -739,7 +742,7 @@ ch_status ch_env_discover(const ch_env_options_t *opt, ch_env_t *out)
     CH_TRY(s);
     ch_log_set_rank(e.rank, e.world_size);
     if (opt->identity_only) {
-        ch_log_info("%s", e.note);
+        if (!opt->quiet) ch_log_info("%s", e.note);
         *out = e;
         return CH_OK;
     }
@@ -754,10 +757,10 @@ ch_status ch_env_discover(const ch_env_options_t *opt, ch_env_t *out)
         ch_env_finalize(&e);
         return s;
     }
-    if (e.device >= 0)
+    if (!opt->quiet && e.device >= 0)
         ch_log_info("%s; GPU %d of %d (rule %s)", e.note, e.device, e.device_count,
                     rule_name(e.device_rule));
-    else
+    else if (!opt->quiet)
         ch_log_info("%s; CPU", e.note);
     *out = e;
     return CH_OK;

@@ -19,7 +19,8 @@
  *                   SLURM_PROCID and the task count.
  *      torchrun wins over Slurm (torchrun inside an allocation inherits the
  *      allocation's Slurm variables).
- *   3. Nothing: world size 1, and one info line "distributed mode off".
+ *   3. Nothing: world size 1, and one info line "distributed mode off" (an
+ *      MPI world of one process, a singleton or mpiexec -n 1, is this case).
  * Every variable that is read is validated: non-numeric or negative values,
  * RANK >= WORLD_SIZE, LOCAL_RANK >= LOCAL_WORLD_SIZE, SLURM_PROCID >= number
  * of tasks, ... are errors naming the variable and its value.
@@ -199,6 +200,8 @@ typedef struct {
                                   after discovery: they then call
                                   ch_device_count, ch_env_choose_device and
                                   ch_env_check_devices themselves. */
+    int quiet;                 /* 1: do not log env->note (the caller logs it
+                                  when it wants, e.g. not before --help) */
 } ch_env_options_t;
 
 /* Discover this process's identity and GPU from the real environment:
@@ -207,8 +210,9 @@ typedef struct {
  * ch_env_resolve with ch_env_lookup_process, ch_device_count,
  * ch_env_choose_device, and ch_env_check_devices over MPI_COMM_WORLD (MPI
  * world > 1) — the GPU steps are skipped with opt->identity_only. Tells the
- * logger the rank (ch_log_set_rank) and logs env->note
- * as one info line ("distributed mode off ..." for a single process).
+ * logger the rank (ch_log_set_rank) and, unless opt->quiet, logs env->note
+ * (with the GPU choice) as one info line ("distributed mode off ..." for a
+ * single process).
  * Requires MPI to be initialised (CH_ERR_INVALID otherwise). Errors: those of
  * the functions above. */
 ch_status ch_env_discover(const ch_env_options_t *opt, ch_env_t *out);

@@ -45,6 +45,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "framework/core/configuration.h"
 #include "framework/core/status.h"
 #include "framework/tensor/tensor.h"
 
@@ -92,6 +93,25 @@ typedef struct ch_compute_options {
 /* Default options: num_threads 0, cpu_layout -1, gpu_device -1,
  * allow_tf32 1, bf16 0, conv_search 0, gpu_workspace_bytes 0 (1 GiB). */
 void ch_compute_options_default(ch_compute_options_t *o);
+
+/* The compute context's config keys, titled "compute" (list it in a job's
+ * tables): compute.allow_tf32 (bool, true), compute.bf16 (bool, false),
+ * compute.conv_search (heuristics | timed, default heuristics) and
+ * compute.gpu_workspace_mb (int MiB, 1024, range [1, 1048576]); they set
+ * the GPU fields of ch_compute_options_t below. */
+ch_config_table_t ch_compute_config_table(void);
+
+/* Values of compute.conv_search, indexed by ch_compute_options_t.conv_search. */
+extern const char *const ch_compute_conv_search_names[2];
+
+/* *o = the defaults (ch_compute_options_default) with the compute.* keys of
+ * cfg applied (cfg was loaded with ch_compute_config_table among its
+ * tables). num_threads, cpu_layout and gpu_device keep their defaults: the
+ * caller sets them (the device is chosen by the job runtime). Errors:
+ * CH_ERR_INVALID when a key is not in cfg's tables, CH_ERR_CONFIG naming
+ * the source, key and accepted values for an unknown conv_search. *o is
+ * untouched on error. */
+ch_status ch_compute_from_config(const ch_config_t *cfg, ch_compute_options_t *o);
 
 /* Create a context: the oneDNN CPU engine and stream, empty primitive cache.
  * opts may be NULL (defaults). Errors: CH_ERR_DNNL, CH_ERR_NOMEM,

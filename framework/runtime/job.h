@@ -23,9 +23,13 @@
  *     }
  *
  * What ch_job_init does, in order (each step's failure becomes one verdict on
- * every rank, printed once by the lowest failing rank, and an exit code):
+ * every rank, printed once (ch_job_agree), and an exit code; the MPI process
+ * group is made right after MPI starts, so that every later step can be
+ * agreed over it):
  *   1. MPI_Init_thread with the asked thread level (MPI_THREAD_FUNNELED by
- *      default); MPI errors on MPI_COMM_WORLD return instead of aborting,
+ *      default; a lower level provided is an error, exit 1) unless MPI is
+ *      already initialised (then ch_job_finalize leaves MPI_Finalize to the
+ *      caller); MPI errors on MPI_COMM_WORLD return instead of aborting,
  *      so a lost peer rank is reported in one line (CH_EXIT_PEER_LOST).
  *   2. identity and launch checks (framework/launch/env.h: MPI, torchrun,
  *      srun + PMI2, a singleton MPI under an srun step of several tasks is
@@ -35,8 +39,9 @@
  *      the concatenation of opt->tables; --help prints every key grouped by
  *      table (the job's, then each object's) and init returns CH_EXIT_OK.
  *   5. with opt->compute: the device rule (dist.device_rule), the all-or-none
- *      GPU check, the compute backend (compute.* keys, ch_compute_from_config),
- *      and an NCCL process group over MPI when the ranks are on GPUs.
+ *      GPU check, the compute backend (compute.* keys, ch_compute_from_config,
+ *      when the job lists ch_compute_config_table(); else the defaults), and
+ *      an NCCL process group over MPI when the ranks are on GPUs.
  *   6. with opt->output_dir_key: rank 0 creates the directory (mkdir -p),
  *      probes it, and removes stale temp files of atomic writes left by a
  *      killed writer.
@@ -74,13 +79,7 @@ enum {
 /* ch_job_init's return when the job should go on (not an exit code). */
 #define CH_JOB_CONTINUE (-1)
 
-/* A named key table: an object's (or the job's) config keys. title groups
- * them in --help and the man page ("train", "compute", "ddp", ...). */
-typedef struct {
-    const char *title;
-    const ch_config_key_t *keys;
-    int n_keys;
-} ch_config_table_t;
+/* ch_config_table_t (a named key table) is in framework/core/configuration.h. */
 
 /* Reasons to stop at a step boundary (bits; ch_job_stop_agree ORs them over
  * ranks). */
@@ -89,6 +88,8 @@ enum {
     CH_STOP_NONFINITE = 2,  /* a non-finite value (loss) on some rank */
     CH_STOP_FILE = 4,       /* the user's stop file (<output dir>/STOP) exists */
     CH_STOP_REQUESTED = 8,  /* the job asked (ch_job_request_stop) */
+    CH_STOP_PEER_LOST = 16, /* the agreement itself failed: a peer rank is gone
+                               (ch_job_finalize then exits CH_EXIT_PEER_LOST) */
 };
 
 typedef struct ch_job ch_job_t;
@@ -106,12 +107,19 @@ typedef struct {
     int n_tables;
     int mpi_thread_level;            /* MPI_THREAD_* (default MPI_THREAD_FUNNELED) */
     int compute;                     /* 1: device rule, compute backend, NCCL on GPUs
-                                        (the job lists ch_compute's table) */
+                                        (compute.* keys when the job lists
+                                        ch_compute_config_table(), else defaults) */
     const char *output_dir_key;      /* config key of the output directory, or NULL */
     const char *const *phase_names;  /* profiler phases (NULL: no phases) */
     int n_phases;
     int preemption;                  /* 1: SIGTERM + dist.warning_signal handlers */
     ch_job_args_fn rewrite_args;     /* NULL: argv as given */
+    const char *threads_key;         /* with compute: int key of the CPU thread count
+                                        (ch_compute_options_t.num_threads, e.g.
+                                        "train.threads"); NULL: the runtime's default */
+    int no_identity_line;            /* 1: init does not log the launch identity line
+                                        (ch_job_env(job)->note); the job shows it itself,
+                                        e.g. as a comment of a table on stdout */
 } ch_job_options_t;
 
 /* Defaults: FUNNELED, no compute, no output dir, no phases, no preemption. */
@@ -126,8 +134,10 @@ ch_config_table_t ch_job_runtime_table(void);
  * Returns CH_JOB_CONTINUE, or the exit code to hand to ch_job_finalize:
  * CH_EXIT_OK after --help, CH_EXIT_BAD_INPUT for a bad launch, config,
  * device or output directory, CH_EXIT_ERROR for a runtime failure. The
- * error has been printed once (by the lowest failing rank, "<name>: rank R:
- * <message>"). */
+ * error has been printed once (ch_job_agree's format, "<name>: rank R:
+ * <message>"). --help prints the help (rank 0, stdout) and nothing before
+ * it. The launch identity (env note) is logged once the config is read,
+ * unless opt->no_identity_line. */
 int ch_job_init(const ch_job_options_t *opt, int argc, char **argv, ch_job_t **out);
 
 /* The one exit: prints the profile table (rank 0; when phases were given and
@@ -136,24 +146,54 @@ int ch_job_init(const ch_job_options_t *opt, int argc, char **argv, ch_job_t **o
  * functions registered with ch_job_on_finalize in reverse order first),
  * MPI_Finalize, and returns exit_code for main to return. Ranks must agree
  * on exit_code (use ch_job_agree / ch_job_stop_agree first). job may be
- * NULL (out of memory at init): returns CH_EXIT_ERROR. */
+ * NULL (out of memory at init): returns CH_EXIT_ERROR. After a lost peer
+ * (ch_job_peer_lost) it makes no collective (no profile table, no
+ * MPI_Comm_free, no MPI_Finalize, which could wait for the dead rank
+ * forever): the job's cleanups run, then the process ends at once with
+ * _exit(CH_EXIT_PEER_LOST) and the call does not return. */
 int ch_job_finalize(ch_job_t *job, int exit_code);
 
 /* Register fn(arg) to run in ch_job_finalize (last registered runs first),
  * so a job's objects are destroyed on every exit path. CH_ERR_NOMEM. */
 ch_status ch_job_on_finalize(ch_job_t *job, void (*fn)(void *arg), void *arg);
 
-/* One verdict over all ranks for a setup step (collective). `local` is this
- * rank's status. Returns 0 when every rank succeeded; otherwise 1 on every
- * rank, with the lowest failing rank's message printed once:
- * "<name>: rank R: <what>: <message>" (ranks that failed too stay quiet). */
+/* One verdict over all ranks for a setup step (collective: two small
+ * all-reduces). `local` is this rank's status, its message the thread's
+ * error message. Returns 0 when every rank succeeded; otherwise 1 on every
+ * rank, with one message printed once on stderr, by the lowest rank whose
+ * failure is its own (a CH_ERR_REMOTE status, "another rank failed", only
+ * when no rank has another code):
+ *     "<name>: rank R: <what>: <message>[ [on K of W ranks; the lowest shown]]"
+ * ("[on all W ranks]" when every rank failed; no "rank R: " in a world of
+ * one; no "<what>: " when what is NULL). Ranks that failed too stay quiet;
+ * this rank's own message stays the thread's error. When the all-reduce
+ * itself fails (a peer rank gone) the peer-lost line is printed instead
+ * (see ch_job_check_collective) and ch_job_peer_lost becomes 1. */
 int ch_job_agree(ch_job_t *job, ch_status local, const char *what);
+
+/* For a collective the job makes itself (ch_pg_allreduce of its loss, ...):
+ * 0 when s is CH_OK. CH_ERR_MPI (the collective failed: with MPI_ERRORS_RETURN
+ * that is a peer rank gone or the network down): prints one line
+ * "<name>: rank R: rank K is gone (<what> failed: <MPI's text>); the job is
+ * ending (exit 4)" (K when MPI's text names it, else "another rank"), marks
+ * the job (ch_job_peer_lost) and returns CH_EXIT_PEER_LOST: the caller ends
+ * with ch_job_finalize without further collectives. Any other error may
+ * leave peers waiting in the next collective: ch_fatal(what, CH_EXIT_ERROR)
+ * (MPI_Abort; never returns).
+ * Note: under MPICH's hydra (mpiexec) a rank that dies makes hydra SIGKILL
+ * the others at once, so survivors never get here; the exit status of
+ * mpiexec is then the dead rank's (e.g. 9). Where the launcher lets the
+ * survivors run (srun without --kill-on-bad-exit, an MPI whose collectives
+ * return an error for a lost peer) this is the one line and exit 4. */
+int ch_job_check_collective(ch_job_t *job, ch_status s, const char *what);
 
 /* The agreed stop flag at a step boundary (collective: every rank calls it
  * at the same step). local_reasons are CH_STOP_* bits this rank adds (e.g.
  * CH_STOP_NONFINITE); the runtime adds CH_STOP_PREEMPT when a signal
  * arrived, CH_STOP_FILE when the stop file exists (rank 0 checks), and
- * CH_STOP_REQUESTED after ch_job_request_stop. Returns the OR over ranks
+ * CH_STOP_REQUESTED after ch_job_request_stop. Rank 0 removes the stop
+ * file when it finds it (so that a resumed run goes on) and logs it.
+ * Returns the OR over ranks
  * (0: go on); the same value on every rank. The value is also kept
  * (ch_job_stop_reasons). */
 int ch_job_stop_agree(ch_job_t *job, int local_reasons);
@@ -168,7 +208,10 @@ void ch_job_stop_set(ch_job_t *job, int agreed_reasons);
 /* Ask to stop at the next ch_job_stop_agree (this rank only). */
 void ch_job_request_stop(ch_job_t *job);
 
-/* The last agreed reasons (0 if none), and the preemption signal number. */
+/* The last agreed reasons (0 if none), and the preemption signal number:
+ * after ch_job_stop_agree the highest signal number any rank received (so
+ * every rank reports the same one); after ch_job_stop_set this rank's own
+ * (0 when the signal arrived on another rank only). */
 int ch_job_stop_reasons(const ch_job_t *job);
 int ch_job_stop_signal(const ch_job_t *job);
 
@@ -176,8 +219,13 @@ int ch_job_stop_signal(const ch_job_t *job);
  * is on; rank 0 only (other ranks: no-op). Logs what it did. */
 void ch_job_requeue(ch_job_t *job);
 
-/* Rank-0 progress: a bar redrawn in place on a terminal, else a line every
- * `every` calls (and at done == total). text is appended ("loss 0.4321"). */
+/* Rank-0 progress on stderr (other ranks: no-op). On a terminal a bar
+ * redrawn in place, "\r<what> [#####.....] done/total  ETA 12s  <text>",
+ * ended by a newline at done == total; else one line
+ * "<what> done/total  ETA 12s  <text>" when done is a multiple of `every`
+ * (every <= 0: never) and at done == total. text (may be NULL) is appended
+ * ("1234 img/s  loss 0.4321"). The ETA is from the time since the first
+ * call with this `what` (a new what, or done going back, restarts it). */
 void ch_job_progress(ch_job_t *job, const char *what, int64_t done, int64_t total, int every,
                      const char *text);
 
@@ -194,6 +242,10 @@ ch_compute_t *ch_job_compute(const ch_job_t *job); /* NULL without opt->compute 
 int ch_job_on_gpu(const ch_job_t *job);         /* 1: every rank computes on its GPU */
 ch_prof_t *ch_job_profiler(const ch_job_t *job);
 const char *ch_job_output_dir(const ch_job_t *job); /* NULL without output_dir_key */
+/* 1 after a collective of the runtime failed (a peer rank is gone; the
+ * line saying so has been printed): no collective should follow, and
+ * ch_job_finalize returns CH_EXIT_PEER_LOST. */
+int ch_job_peer_lost(const ch_job_t *job);
 
 #ifdef __cplusplus
 }

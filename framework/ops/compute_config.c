@@ -1,0 +1,48 @@
+/* cohort: the compute context's config keys (compute.*) and
+ * ch_compute_from_config (see ops.h). */
+#include "config.h"
+
+#include "framework/ops/ops.h"
+
+#include <stddef.h>
+
+/* Names, defaults and help as cohort-train has always had them (users'
+ * config files keep working). */
+static const ch_config_key_t compute_keys[] = {
+    {"compute.allow_tf32", CH_CFG_BOOL, "true", CH_CFG_NO_RANGE,
+     "GPU: cuDNN convolutions may use TF32 tensor cores (torch.backends.cudnn.allow_tf32); "
+     "linear layers stay fp32. Ignored on CPU ranks."},
+    {"compute.bf16", CH_CFG_BOOL, "false", CH_CFG_NO_RANGE,
+     "GPU: bf16 autocast for convolutions and linear layers (fp32 master weights, gradients "
+     "and BN statistics; torch.autocast(dtype=torch.bfloat16)). An error on a CPU rank."},
+    {"compute.conv_search", CH_CFG_STRING, "heuristics", CH_CFG_NO_RANGE,
+     "GPU: convolution algorithm choice: heuristics (cuDNN's ranking) or timed "
+     "(cudnnFind*, torch.backends.cudnn.benchmark = True). Ignored on CPU ranks."},
+    {"compute.gpu_workspace_mb", CH_CFG_INT, "1024", 1, 1048576,
+     "GPU: cap on the cuDNN convolution workspace in MiB. Ignored on CPU ranks."},
+};
+
+const char *const ch_compute_conv_search_names[2] = {"heuristics", "timed"};
+
+ch_config_table_t ch_compute_config_table(void)
+{
+    ch_config_table_t t = {"compute", compute_keys,
+                           (int)(sizeof compute_keys / sizeof compute_keys[0])};
+    return t;
+}
+
+ch_status ch_compute_from_config(const ch_config_t *cfg, ch_compute_options_t *o)
+{
+    CH_REQUIRE(cfg != NULL && o != NULL, "ch_compute_from_config: NULL config or options");
+    ch_compute_options_t r;
+    ch_compute_options_default(&r);
+    int mb = 0;
+    CH_TRY(ch_config_get_bool(cfg, "compute.allow_tf32", &r.allow_tf32));
+    CH_TRY(ch_config_get_bool(cfg, "compute.bf16", &r.bf16));
+    CH_TRY(ch_config_get_choice(cfg, "compute.conv_search", ch_compute_conv_search_names, 2,
+                                &r.conv_search));
+    CH_TRY(ch_config_get_int(cfg, "compute.gpu_workspace_mb", &mb));
+    r.gpu_workspace_bytes = (size_t)mb << 20;
+    *o = r;
+    return CH_OK;
+}

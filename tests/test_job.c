@@ -1,0 +1,660 @@
+/* ch_job end to end: tests/job_helper (a whole program on the runtime) run
+ * under $MPIEXEC -n 1, 2 and 4; each case checks the exit code, the stdout
+ * lines of every rank and that stderr holds exactly the expected lines.
+ *
+ * What is checked (issue 11):
+ *   - a setup failure on one rank: every rank ends with the same exit code,
+ *     the message is printed once, naming the rank; finalize (the cleanup
+ *     the job registered) runs on every rank;
+ *   - the agreed stop flag: a request on one rank, the STOP file, a signal
+ *     raised on one rank, a non-finite value on one rank -> every rank stops
+ *     at the same step with the same reasons;
+ *   - finalize on every path: init failure (bad output directory, launch
+ *     mismatch), --help (nothing before the help text, printed once), bad
+ *     configuration, normal end;
+ *   - stale temporary files of atomic writes are removed, other files kept;
+ *   - a rank that dies: the job ends (no hang), no rank passes the
+ *     agreement.
+ * Plain (non-MPI) test program; each run has a hard timeout. */
+#include "config.h"
+
+#include "tests/harness.h"
+
+#include "framework/core/configuration.h"
+#include "framework/ops/ops.h"
+#include "framework/runtime/job.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define TIMEOUT_S 60.0
+
+typedef struct {
+    int exited, code, timed_out;
+    char out[65536], err[65536];
+} run_t;
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void slurp(int fd, char *buf, size_t len)
+{
+    lseek(fd, 0, SEEK_SET);
+    size_t n = 0;
+    ssize_t r;
+    while (n + 1 < len && (r = read(fd, buf + n, len - 1 - n)) > 0) n += (size_t)r;
+    buf[n] = 0;
+    close(fd);
+}
+
+/* Variables a launcher would set: cleared in the child so that a test run
+ * inside a Slurm allocation or torchrun sees a plain MPI launch. */
+static const char *const launcher_vars[] = {
+    "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "SLURM_PROCID",
+    "SLURM_STEP_NUM_TASKS", "SLURM_STEP_ID", "SLURM_STEPID", "SLURM_NTASKS", "SLURM_JOB_ID",
+    "PMI_FD", "PMI_SIZE", "PMI_RANK",
+};
+
+/* np > 0: $MPIEXEC -n np job_helper args...; np == 0: job_helper alone (an
+ * MPI singleton) with the NULL-terminated "NAME=VALUE" list env added. */
+static void run_helper(run_t *r, int np, const char *const *env, const char *const *args)
+{
+    const char *mpiexec = getenv("MPIEXEC");
+    if (!mpiexec || !*mpiexec) mpiexec = "mpiexec";
+    char helper[4096], nps[16];
+    snprintf(helper, sizeof helper, "%s/tests/job_helper", ch_test_builddir());
+    snprintf(nps, sizeof nps, "%d", np);
+    const char *argv[64];
+    int n = 0;
+    if (np > 0) {
+        argv[n++] = mpiexec;
+        argv[n++] = "-n";
+        argv[n++] = nps;
+    }
+    argv[n++] = helper;
+    for (int i = 0; args[i] && n < 63; i++) argv[n++] = args[i];
+    argv[n] = NULL;
+
+    char out_path[] = "/tmp/cohort-test-job-out-XXXXXX", err_path[] = "/tmp/cohort-test-job-err-XXXXXX";
+    int fo = mkstemp(out_path), fe = mkstemp(err_path);
+    assert_true(fo >= 0 && fe >= 0);
+    unlink(out_path);
+    unlink(err_path);
+    memset(r, 0, sizeof *r);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        setpgid(0, 0);
+        dup2(fo, STDOUT_FILENO);
+        dup2(fe, STDERR_FILENO);
+        for (size_t i = 0; i < sizeof launcher_vars / sizeof launcher_vars[0]; i++)
+            unsetenv(launcher_vars[i]);
+        unsetenv("COHORT_LOG_LEVEL");
+        for (int i = 0; env && env[i]; i++) putenv((char *)env[i]);
+        execvp(argv[0], (char *const *)argv);
+        fprintf(stderr, "cannot run %s: %s\n", argv[0], strerror(errno));
+        _exit(127);
+    }
+    setpgid(pid, pid);
+    double t0 = now();
+    for (;;) {
+        siginfo_t info;
+        memset(&info, 0, sizeof info);
+        if (waitid(P_PID, (id_t)pid, &info, WEXITED | WNOHANG | WNOWAIT) == 0 && info.si_pid == pid)
+            break;
+        if (now() - t0 > TIMEOUT_S) {
+            r->timed_out = 1;
+            break;
+        }
+        struct timespec ts = {0, 20 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    kill(-pid, SIGKILL);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    r->exited = WIFEXITED(status);
+    r->code = r->exited ? WEXITSTATUS(status) : -1;
+    slurp(fo, r->out, sizeof r->out);
+    slurp(fe, r->err, sizeof r->err);
+    fprintf(stderr, "--- np %d: %s %d%s\n--- stdout:\n%s--- stderr:\n%s---\n", np,
+            r->exited ? "exit" : "killed", r->code, r->timed_out ? " (TIMED OUT)" : "", r->out,
+            r->err);
+}
+
+static int count_lines(const char *text, const char *needle)
+{
+    int n = 0;
+    for (const char *p = text; *p;) {
+        const char *e = strchr(p, '\n');
+        size_t len = e ? (size_t)(e - p) : strlen(p);
+        char line[4096];
+        snprintf(line, sizeof line, "%.*s", (int)(len < sizeof line - 1 ? len : sizeof line - 1), p);
+        if (!needle || strstr(line, needle)) n++;
+        p += len + (e ? 1 : 0);
+    }
+    return n;
+}
+
+static void expect_exit(const run_t *r, int code)
+{
+    if (r->timed_out) fail_msg("the job hung (killed after %.0f s)", TIMEOUT_S);
+    if (!r->exited || r->code != code) fail_msg("exit %d (exited %d), wanted %d", r->code, r->exited, code);
+}
+
+/* A fresh output directory under /tmp. */
+static void make_dir(char *dir, size_t len)
+{
+    snprintf(dir, len, "/tmp/cohort-test-job-XXXXXX");
+    assert_non_null(mkdtemp(dir));
+}
+
+static void remove_dir(const char *dir)
+{
+    char cmd[4200];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    assert_int_equal(system(cmd), 0);
+}
+
+static const int world_sizes[] = {1, 2, 4};
+#define N_WORLDS 3
+
+static char arg_dir[4200];
+static const char *dir_arg(const char *dir)
+{
+    snprintf(arg_dir, sizeof arg_dir, "--test.output_dir=%s", dir);
+    return arg_dir;
+}
+
+/* Every rank printed `line` (with "rank R: " in front) on stdout. */
+static void expect_every_rank(const run_t *r, int np, const char *line)
+{
+    for (int k = 0; k < np; k++) {
+        char want[512];
+        snprintf(want, sizeof want, "rank %d: %s", k, line);
+        if (!strstr(r->out, want)) fail_msg("rank %d did not print '%s'", k, line);
+    }
+    assert_int_equal(count_lines(r->out, line), np);
+}
+
+static void test_normal_run(void **state)
+{
+    (void)state;
+    for (int w = 0; w < N_WORLDS; w++) {
+        int np = world_sizes[w];
+        char dir[64];
+        make_dir(dir, sizeof dir);
+        const char *args[] = {dir_arg(dir), NULL};
+        run_t r;
+        run_helper(&r, np, NULL, args);
+        expect_exit(&r, 0);
+        expect_every_rank(&r, np, "stopped at step 6 of 6, reasons 0x0, signal 0");
+        expect_every_rank(&r, np, "cleanup");
+        assert_int_equal(count_lines(r.err, NULL), 0);
+        /* the profile table, once */
+        assert_int_equal(count_lines(r.out, "total (wall)"), 1);
+        if (np == 1) {
+            /* true under mpiexec -n 1: no "no MPI world" */
+            assert_non_null(strstr(r.out, "distributed mode off"));
+            assert_null(strstr(r.out, "no MPI world"));
+        } else {
+            char note[64];
+            snprintf(note, sizeof note, "MPI: rank 0 of %d", np);
+            assert_non_null(strstr(r.out, note));
+        }
+        remove_dir(dir);
+    }
+}
+
+static void test_setup_failure_on_one_rank(void **state)
+{
+    (void)state;
+    for (int w = 0; w < N_WORLDS; w++) {
+        int np = world_sizes[w];
+        char dir[64], krank[32], want[128];
+        make_dir(dir, sizeof dir);
+        snprintf(krank, sizeof krank, "--test.rank=%d", np - 1);
+        const char *args[] = {dir_arg(dir), "--test.mode=fail", krank, NULL};
+        run_t r;
+        run_helper(&r, np, NULL, args);
+        expect_exit(&r, 2);
+        /* once, one format, naming the rank (no rank in a world of one) */
+        assert_int_equal(count_lines(r.err, NULL), 1);
+        if (np > 1) snprintf(want, sizeof want, "job_helper: rank %d: task file: tasks.txt:3:", np - 1);
+        else snprintf(want, sizeof want, "job_helper: task file: tasks.txt:3:");
+        if (!strstr(r.err, want)) fail_msg("stderr lacks '%s'", want);
+        assert_null(strstr(r.err, "[on "));
+        /* no rank went on; every rank finalized */
+        assert_int_equal(count_lines(r.out, "stopped at"), 0);
+        expect_every_rank(&r, np, "cleanup");
+        remove_dir(dir);
+    }
+}
+
+/* The rank whose failure is its own is reported, not one that only
+ * learned of another's (CH_ERR_REMOTE), even at a lower rank. */
+static void test_own_failure_reported_over_remote(void **state)
+{
+    (void)state;
+    for (int w = 1; w < N_WORLDS; w++) {
+        int np = world_sizes[w];
+        char dir[64], want[128];
+        make_dir(dir, sizeof dir);
+        const char *args[] = {dir_arg(dir), "--test.mode=remote", "--test.rank=0", NULL};
+        run_t r;
+        run_helper(&r, np, NULL, args);
+        expect_exit(&r, 2);
+        assert_int_equal(count_lines(r.err, NULL), 1);
+        snprintf(want, sizeof want, "job_helper: rank 1: task file: cannot open shard 1");
+        if (!strstr(r.err, want)) fail_msg("stderr lacks '%s'", want);
+        snprintf(want, sizeof want, "[on 2 of %d ranks; the lowest shown]", np);
+        if (np > 2 && !strstr(r.err, want)) fail_msg("stderr lacks '%s'", want);
+        if (np == 2 && !strstr(r.err, "[on all 2 ranks]")) fail_msg("stderr lacks '[on all 2 ranks]'");
+        expect_every_rank(&r, np, "cleanup");
+        remove_dir(dir);
+    }
+}
+
+/* mode on rank np-1 at step 3: every rank stops at step 3. */
+static void stop_case(const char *mode, int exit_code, const char *line)
+{
+    for (int w = 0; w < N_WORLDS; w++) {
+        int np = world_sizes[w];
+        char dir[64], krank[32], m[64];
+        make_dir(dir, sizeof dir);
+        snprintf(krank, sizeof krank, "--test.rank=%d", np - 1);
+        snprintf(m, sizeof m, "--test.mode=%s", mode);
+        const char *args[] = {dir_arg(dir), m, krank, "--test.step=3", NULL};
+        run_t r;
+        run_helper(&r, np, NULL, args);
+        expect_exit(&r, exit_code);
+        expect_every_rank(&r, np, line);
+        expect_every_rank(&r, np, "cleanup");
+        assert_int_equal(count_lines(r.out, "total (wall)"), 1);
+        char stop[128];
+        snprintf(stop, sizeof stop, "%s/STOP", dir);
+        assert_int_not_equal(access(stop, F_OK), 0); /* removed when found */
+        remove_dir(dir);
+    }
+}
+
+static void test_stop_requested_on_one_rank(void **state)
+{
+    (void)state;
+    stop_case("request", 0, "stopped at step 3 of 6, reasons 0x8, signal 0");
+}
+
+static void test_stop_file(void **state)
+{
+    (void)state;
+    stop_case("stopfile", 3, "stopped at step 3 of 6, reasons 0x4, signal 0");
+}
+
+static void test_signal_on_one_rank(void **state)
+{
+    (void)state;
+    char line[128];
+    snprintf(line, sizeof line, "stopped at step 3 of 6, reasons 0x1, signal %d", SIGUSR2);
+    stop_case("signal", 3, line);
+}
+
+static void test_nonfinite_on_one_rank(void **state)
+{
+    (void)state;
+    stop_case("nonfinite", 1, "stopped at step 3 of 6, reasons 0x2, signal 0");
+}
+
+static void test_help(void **state)
+{
+    (void)state;
+    for (int w = 0; w < N_WORLDS; w++) {
+        int np = world_sizes[w];
+        const char *args[] = {"--help", NULL};
+        run_t r;
+        run_helper(&r, np, NULL, args);
+        expect_exit(&r, 0);
+        /* the help text first, once, grouped by table; nothing else */
+        assert_int_equal(strncmp(r.out, "Usage: job_helper ", 18), 0);
+        assert_int_equal(count_lines(r.out, "Usage:"), 1);
+        assert_non_null(strstr(r.out, "ch_job test program"));
+        char *t = strstr(r.out, "\ntest:\n"), *rt = strstr(r.out, "\nruntime:\n");
+        assert_non_null(t);
+        assert_non_null(rt);
+        assert_true(t < rt);
+        assert_true(strstr(r.out, "--test.mode") < rt);
+        assert_true(strstr(r.out, "--dist.device_rule") > rt);
+        assert_null(strstr(r.out, "distributed mode"));
+        assert_null(strstr(r.out, "MPI: rank"));
+        assert_null(strstr(r.out, "cleanup"));
+        assert_int_equal(count_lines(r.err, NULL), 0);
+    }
+}
+
+static void test_bad_config(void **state)
+{
+    (void)state;
+    for (int w = 0; w < N_WORLDS; w++) {
+        int np = world_sizes[w];
+        char dir[64];
+        make_dir(dir, sizeof dir);
+        const char *args[] = {dir_arg(dir), "--test.steps=six", NULL};
+        run_t r;
+        run_helper(&r, np, NULL, args);
+        expect_exit(&r, 2);
+        assert_int_equal(count_lines(r.err, NULL), 1);
+        assert_int_equal(count_lines(r.err, "test.steps"), 1);
+        assert_int_equal(count_lines(r.err, "job_helper: "), 1);
+        if (np > 1) {
+            char want[64];
+            snprintf(want, sizeof want, "[on all %d ranks]", np);
+            assert_non_null(strstr(r.err, want));
+        }
+        assert_int_equal(count_lines(r.out, "stopped at"), 0);
+        /* unknown option, and a required key left unset */
+        const char *args2[] = {dir_arg(dir), "--test.stpes=6", NULL};
+        run_helper(&r, np, NULL, args2);
+        expect_exit(&r, 2);
+        assert_int_equal(count_lines(r.err, NULL), 1);
+        assert_non_null(strstr(r.err, "unknown option '--test.stpes=6'"));
+        const char *args3[] = {"--test.mode=ok", NULL};
+        run_helper(&r, np, NULL, args3);
+        expect_exit(&r, 2);
+        assert_int_equal(count_lines(r.err, NULL), 1);
+        assert_non_null(strstr(r.err, "test.output_dir"));
+        remove_dir(dir);
+    }
+}
+
+static void test_bad_output_dir(void **state)
+{
+    (void)state;
+    for (int w = 0; w < N_WORLDS; w++) {
+        int np = world_sizes[w];
+        const char *args[] = {"--test.output_dir=/proc/cohort-no-such-dir/run", NULL};
+        run_t r;
+        run_helper(&r, np, NULL, args);
+        expect_exit(&r, 2);
+        assert_int_equal(count_lines(r.err, NULL), 1);
+        assert_non_null(strstr(r.err, "output directory: test.output_dir: "));
+        assert_non_null(strstr(r.err, "/proc/cohort-no-such-dir"));
+        if (np > 1) assert_non_null(strstr(r.err, "job_helper: rank 0: "));
+        assert_int_equal(count_lines(r.out, "stopped at"), 0);
+    }
+}
+
+/* srun --mpi=none: the launcher says 4 tasks, MPI a singleton: refused. */
+static void test_launch_mismatch(void **state)
+{
+    (void)state;
+    static const char *const env[] = {"SLURM_PROCID=2", "SLURM_NTASKS=4",
+                                      "SLURM_STEP_NUM_TASKS=4", NULL};
+    char dir[64];
+    make_dir(dir, sizeof dir);
+    const char *args[] = {dir_arg(dir), NULL};
+    run_t r;
+    run_helper(&r, 0, env, args);
+    expect_exit(&r, 2);
+    assert_int_equal(count_lines(r.err, NULL), 1);
+    assert_non_null(strstr(r.err, "job_helper: "));
+    assert_non_null(strstr(r.err, "world size 4"));
+    assert_int_equal(count_lines(r.out, "stopped at"), 0);
+    remove_dir(dir);
+}
+
+static void touch(const char *dir, const char *name)
+{
+    char path[4200];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs("partial", f);
+    fclose(f);
+}
+
+static int exists(const char *dir, const char *name)
+{
+    char path[4200];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    return access(path, F_OK) == 0;
+}
+
+/* Temporary files of atomic writes left by a killed writer (every target,
+ * not only the resume file) are removed; other files are not. */
+static void test_stale_temporaries_removed(void **state)
+{
+    (void)state;
+    char dir[64];
+    make_dir(dir, sizeof dir);
+    touch(dir, ".model-3.safetensors.tmp.Ab12Cd");
+    touch(dir, ".model-3.safetensors.tmp.Zz99Yy");
+    touch(dir, ".resume.safetensors.tmp.q1W2e3");
+    touch(dir, "model-3.safetensors");
+    touch(dir, ".notes.tmp.x");        /* suffix not mkstemp's six characters */
+    touch(dir, "data.tmp.abcdef");     /* not a hidden temporary */
+    const char *args[] = {dir_arg(dir), NULL};
+    run_t r;
+    run_helper(&r, 2, NULL, args);
+    expect_exit(&r, 0);
+    assert_false(exists(dir, ".model-3.safetensors.tmp.Ab12Cd"));
+    assert_false(exists(dir, ".model-3.safetensors.tmp.Zz99Yy"));
+    assert_false(exists(dir, ".resume.safetensors.tmp.q1W2e3"));
+    assert_true(exists(dir, "model-3.safetensors"));
+    assert_true(exists(dir, ".notes.tmp.x"));
+    assert_true(exists(dir, "data.tmp.abcdef"));
+    char want[256];
+    snprintf(want, sizeof want, "removed 2 stale temporary files of %s/model-3.safetensors", dir);
+    assert_non_null(strstr(r.out, want));
+    snprintf(want, sizeof want, "removed 1 stale temporary file of %s/resume.safetensors", dir);
+    assert_non_null(strstr(r.out, want));
+    remove_dir(dir);
+}
+
+/* A rank that dies in the step loop. MPICH's hydra kills the other ranks
+ * (SIGKILL) as soon as it sees the abnormal exit, before they can say
+ * anything, and exits with the dead rank's status; what is deterministic
+ * is that the job ends, non-zero, and that no rank passes the agreement
+ * the dead rank never joined. */
+static void test_dead_rank_ends_the_job(void **state)
+{
+    (void)state;
+    for (int w = 1; w < N_WORLDS; w++) {
+        int np = world_sizes[w];
+        char dir[64];
+        make_dir(dir, sizeof dir);
+        const char *args[] = {dir_arg(dir), "--test.mode=die", "--test.rank=1", NULL};
+        run_t r;
+        run_helper(&r, np, NULL, args);
+        if (r.timed_out) fail_msg("the job hung after a rank died");
+        assert_false(r.exited && r.code == 0);
+        assert_int_equal(count_lines(r.out, "stopped at"), 0);
+        remove_dir(dir);
+    }
+}
+
+/* A job's own collective fails with CH_ERR_MPI (how a lost peer shows up
+ * where the launcher lets the survivors run): one line naming the lost
+ * rank, exit CH_EXIT_PEER_LOST (4), finalize without collectives. With
+ * more than one rank, the first rank to exit this way makes hydra end the
+ * others (possibly before they print): every line printed has the one
+ * format, and the exit status is 4. */
+static void test_lost_peer_line_and_exit_code(void **state)
+{
+    (void)state;
+    for (int w = 0; w < 2; w++) {
+        int np = world_sizes[w];
+        char dir[64];
+        make_dir(dir, sizeof dir);
+        const char *args[] = {dir_arg(dir), "--test.mode=mpierr", "--test.rank=3", NULL};
+        run_t r;
+        run_helper(&r, np, NULL, args);
+        expect_exit(&r, 4);
+        int lines = count_lines(r.err, NULL);
+        if (np == 1) assert_int_equal(lines, 1);
+        assert_true(lines >= 1 && lines <= np);
+        assert_int_equal(count_lines(r.err, ": rank 3 is gone (loss all-reduce failed: "), lines);
+        assert_int_equal(count_lines(r.err, "the job is ending (exit 4)"), lines);
+        assert_true(count_lines(r.out, ": peer lost 1, exit 4") >= 1);
+        if (np == 1) assert_non_null(strstr(r.out, "rank 0: cleanup"));
+        assert_null(strstr(r.out, "total (wall)")); /* no collective profile */
+        remove_dir(dir);
+    }
+}
+
+/* Rank 0's progress, not a terminal: a line every 2 steps and at the end. */
+static void test_progress_lines(void **state)
+{
+    (void)state;
+    for (int w = 0; w < N_WORLDS; w++) {
+        int np = world_sizes[w];
+        char dir[64];
+        make_dir(dir, sizeof dir);
+        const char *args[] = {dir_arg(dir), "--test.mode=progress", "--test.steps=5", NULL};
+        run_t r;
+        run_helper(&r, np, NULL, args);
+        expect_exit(&r, 0);
+        assert_int_equal(count_lines(r.err, NULL), 3);
+        assert_int_equal(count_lines(r.err, "epoch 0 2/5  ETA "), 1);
+        assert_int_equal(count_lines(r.err, "epoch 0 4/5  ETA "), 1);
+        assert_int_equal(count_lines(r.err, "epoch 0 5/5  ETA 0s  loss 0.5000"), 1);
+        assert_int_equal(count_lines(r.err, "s  loss 0.5000"), 3);
+        remove_dir(dir);
+    }
+}
+
+/* dist.requeue: rank 0 runs scontrol requeue $SLURM_JOB_ID once (a stand-in
+ * scontrol on PATH records its arguments); off, or without SLURM_JOB_ID,
+ * nothing runs. */
+static void test_requeue(void **state)
+{
+    (void)state;
+    char dir[64], script[128], record[128], path_env[8192], dir_env[200];
+    make_dir(dir, sizeof dir);
+    snprintf(script, sizeof script, "%s/scontrol", dir);
+    snprintf(record, sizeof record, "%s/scontrol.args", dir);
+    FILE *f = fopen(script, "w");
+    assert_non_null(f);
+    fprintf(f, "#!/bin/sh\necho \"$@\" >> '%s'\n", record);
+    fclose(f);
+    assert_int_equal(chmod(script, 0755), 0);
+    const char *path = getenv("PATH");
+    snprintf(path_env, sizeof path_env, "PATH=%s:%s", dir, path ? path : "/usr/bin:/bin");
+    snprintf(dir_env, sizeof dir_env, "%s/out", dir);
+    const char *env[] = {path_env, "SLURM_JOB_ID=4242", NULL};
+    /* SLURM_JOB_ID alone (no srun step variables) is a batch script: a
+     * plain single-process launch */
+    const char *on[] = {dir_arg(dir_env), "--test.mode=requeue", "--dist.requeue", NULL};
+    run_t r;
+    run_helper(&r, 0, env, on);
+    expect_exit(&r, 0);
+    assert_non_null(strstr(r.out, "requeued job 4242"));
+    char text[256] = "";
+    f = fopen(record, "r");
+    assert_non_null(f);
+    size_t n = fread(text, 1, sizeof text - 1, f);
+    text[n] = 0;
+    fclose(f);
+    assert_string_equal(text, "requeue 4242\n");
+    unlink(record);
+    const char *off[] = {dir_arg(dir_env), "--test.mode=requeue", NULL};
+    run_helper(&r, 0, env, off);
+    expect_exit(&r, 0);
+    assert_int_not_equal(access(record, F_OK), 0);
+    const char *env2[] = {path_env, NULL};
+    run_helper(&r, 0, env2, on);
+    expect_exit(&r, 0);
+    assert_non_null(strstr(r.err, "dist.requeue: SLURM_JOB_ID is not set, not requeueing"));
+    assert_int_not_equal(access(record, F_OK), 0);
+    remove_dir(dir);
+}
+
+/* The compute table and ch_compute_from_config (no MPI needed): the names
+ * and defaults cohort-train has always had, overrides, a bad choice. */
+static void test_compute_from_config(void **state)
+{
+    (void)state;
+    const ch_config_table_t tables[] = {ch_compute_config_table(), ch_job_runtime_table()};
+    assert_string_equal(tables[0].title, "compute");
+    assert_int_equal(tables[0].n_keys, 4);
+    assert_string_equal(tables[1].title, "runtime");
+    assert_int_equal(tables[1].n_keys, 3);
+    char *argv[] = {(char *)"x", NULL, NULL, NULL};
+    ch_config_t *cfg = NULL;
+    assert_ch_ok(ch_config_load_tables(tables, 2, NULL, 1, argv, &cfg));
+    ch_compute_options_t o, d;
+    ch_compute_options_default(&d);
+    assert_ch_ok(ch_compute_from_config(cfg, &o));
+    assert_int_equal(o.allow_tf32, 1);
+    assert_int_equal(o.bf16, 0);
+    assert_int_equal(o.conv_search, 0);
+    assert_true(o.gpu_workspace_bytes == (size_t)1024 << 20);
+    assert_int_equal(o.num_threads, d.num_threads);
+    assert_int_equal(o.gpu_device, d.gpu_device);
+    assert_int_equal(o.cpu_layout, d.cpu_layout);
+    const char *rule = NULL, *sig = NULL;
+    int requeue = 1;
+    assert_ch_ok(ch_config_get_string(cfg, "dist.device_rule", &rule));
+    assert_ch_ok(ch_config_get_string(cfg, "dist.warning_signal", &sig));
+    assert_ch_ok(ch_config_get_bool(cfg, "dist.requeue", &requeue));
+    assert_string_equal(rule, "auto");
+    assert_string_equal(sig, "USR2");
+    assert_int_equal(requeue, 0);
+    ch_config_destroy(cfg);
+
+    argv[1] = (char *)"--compute.conv_search=timed";
+    argv[2] = (char *)"--compute.allow_tf32=false";
+    argv[3] = (char *)"--compute.gpu_workspace_mb=64";
+    assert_ch_ok(ch_config_load_tables(tables, 2, NULL, 4, argv, &cfg));
+    assert_ch_ok(ch_compute_from_config(cfg, &o));
+    assert_int_equal(o.conv_search, 1);
+    assert_int_equal(o.allow_tf32, 0);
+    assert_true(o.gpu_workspace_bytes == (size_t)64 << 20);
+    ch_config_destroy(cfg);
+
+    argv[1] = (char *)"--compute.conv_search=fast";
+    assert_ch_ok(ch_config_load_tables(tables, 2, NULL, 2, argv, &cfg));
+    o.bf16 = 7;
+    assert_ch_error(ch_compute_from_config(cfg, &o), CH_ERR_CONFIG, "heuristics, timed");
+    assert_int_equal(o.bf16, 7); /* untouched on error */
+    ch_config_destroy(cfg);
+
+    /* a config without the compute table */
+    assert_ch_ok(ch_config_load_tables(tables + 1, 1, NULL, 1, argv, &cfg));
+    assert_ch_error(ch_compute_from_config(cfg, &o), CH_ERR_INVALID, "compute.");
+    ch_config_destroy(cfg);
+}
+
+int main(int argc, char **argv)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_compute_from_config),
+        cmocka_unit_test(test_normal_run),
+        cmocka_unit_test(test_setup_failure_on_one_rank),
+        cmocka_unit_test(test_own_failure_reported_over_remote),
+        cmocka_unit_test(test_stop_requested_on_one_rank),
+        cmocka_unit_test(test_stop_file),
+        cmocka_unit_test(test_signal_on_one_rank),
+        cmocka_unit_test(test_nonfinite_on_one_rank),
+        cmocka_unit_test(test_help),
+        cmocka_unit_test(test_bad_config),
+        cmocka_unit_test(test_bad_output_dir),
+        cmocka_unit_test(test_launch_mismatch),
+        cmocka_unit_test(test_stale_temporaries_removed),
+        cmocka_unit_test(test_dead_rank_ends_the_job),
+        cmocka_unit_test(test_lost_peer_line_and_exit_code),
+        cmocka_unit_test(test_progress_lines),
+        cmocka_unit_test(test_requeue),
+    };
+    return ch_test_main(argc, argv, tests, sizeof tests / sizeof tests[0]);
+}
