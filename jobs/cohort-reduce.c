@@ -85,9 +85,9 @@ static int step_hook(void *arg, const ch_reduce_step_t *st)
     hook_t *h = arg;
     char text[96];
     double s = st->read_wait_s + st->compute_s;
-    snprintf(text, sizeof text, "pass %d/%d %.2f GB/s  ETA %.0f s", st->pass + 1, st->passes,
-             ch_job_world_size(h->job) * st->bytes_done / 1e9 / (s + 1e-9),
-             s / (st->bytes_done + 1.0) * (double)(st->bytes_total - st->bytes_done));
+    snprintf(text, sizeof text, "pass %d/%d  %.2f GB done  %.2f GB/s", st->pass + 1, st->passes,
+             ch_job_world_size(h->job) * st->bytes_done / 1e9,
+             ch_job_world_size(h->job) * st->bytes_done / 1e9 / (s + 1e-9));
     ch_job_progress(h->job, "reduce", st->step + 1, st->steps, 16, text);
     int stop = ch_job_stop_agree(h->job, 0);
     if (stop || ch_reduce_checkpoint_due(ch_job_pg(h->job), &h->last, h->every)) {
@@ -106,7 +106,9 @@ int main(int argc, char **argv)
                                         {"output", keys, 4}, ch_job_runtime_table()};
     static const char *const phases[] = {"read wait", "compute", "combine"};
     ch_job_options_t o;
-    ch_job_options_default(&o, "cohort-reduce", "chunked, reproducible numpy-style reductions over the ranks");
+    ch_job_options_default(&o, "cohort-reduce", "chunked, reproducible numpy-style reductions over the ranks.\n"
+        "Usage: cohort-reduce --op OP [--axis A] [--KEY VALUE]... INPUT... [--out FILE]; each --KEY is\n"
+        "short for the --reduce.KEY, --input.KEY or --output.KEY below; bare words are input.files.");
     o.tables = tables; o.n_tables = 4; o.phase_names = phases; o.n_phases = 3;
     o.preemption = 1; o.rewrite_args = rewrite;
     ch_job_t *job;

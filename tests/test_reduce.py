@@ -304,23 +304,28 @@ ref, _ = reduce(path("big.npy"), "var", 0, out="big_ref.npy")
 state = path("big_out.npy.state")
 args = [BIN, "--op", "var", "--axis", "0", "--chunk_mb", "0.002", "--out", path("big_out.npy"),
         path("big.npy")]
-p = subprocess.Popen(args + ["--checkpoint_seconds", "0.2"], stdout=subprocess.PIPE,
-                     stderr=subprocess.STDOUT, text=True)
+log = open(path("resume.log"), "w+")  # a file, not a pipe: progress lines must not block
+p = subprocess.Popen(args + ["--checkpoint_seconds", "0.2"], stdout=log, stderr=subprocess.STDOUT)
 deadline = time.time() + 60
 while time.time() < deadline and not os.path.exists(os.path.join(state, "rank-0.state")):
     time.sleep(0.01)
-p.kill()
-p.communicate()
 had_state = os.path.exists(os.path.join(state, "rank-0.state"))
+p.kill()
+p.wait()
+out1 = open(path("resume.log")).read()
 r2 = run(args[1:] + ["--resume"], check=False)
 got = np.load(path("big_out.npy")) if r2.returncode == 0 else None
 tap(had_state and r2.returncode == 0 and same_bits(got, ref) and not os.path.exists(state),
-    "resume after a kill from the periodic checkpoint gives the same bits", r2.stdout)
-os.unlink(path("big_out.npy"))
-p = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    "resume after a kill from the periodic checkpoint gives the same bits",
+    "state seen: %s, first run exit %s: %s\n%s" % (had_state, p.returncode, out1[-1500:], r2.stdout))
+if os.path.exists(path("big_out.npy")):
+    os.unlink(path("big_out.npy"))
+log = open(path("term.log"), "w+")
+p = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
 time.sleep(0.4)
 p.send_signal(signal.SIGTERM)
-out, _ = p.communicate()
+p.wait()
+out = open(path("term.log")).read()[-1500:]
 r2 = run(args[1:] + ["--resume"], check=False) if p.returncode == 3 else None
 got = np.load(path("big_out.npy")) if r2 is not None and r2.returncode == 0 else None
 tap(p.returncode == 3 and got is not None and same_bits(got, ref),
