@@ -334,7 +334,7 @@ static void test_pipeline_same_bits_any_world_and_chunk(void **state)
     int inited = 0;
     MPI_Initialized(&inited);
     if (inited) assert_ch_ok(ch_pg_create_mpi(MPI_COMM_WORLD, &pg));
-    enum { R = 301, C = 13 };
+    enum { R = 101, C = 13 };
     double *x = malloc(R * C * sizeof *x);
     rng_state = 12345;
     for (int i = 0; i < R * C; i++) x[i] = wild();
@@ -349,7 +349,7 @@ static void test_pipeline_same_bits_any_world_and_chunk(void **state)
             int64_t n1, n2;
             /* the reference: this process alone, one big chunk */
             uint64_t *ref = run_world(&sp, x, R, C, 1 << 20, NULL, &n1);
-            const int64_t chunks[] = {1, 7, 64, 1000};
+            const int64_t chunks[] = {3, 64, 1000, 1 << 20};
             for (int c = 0; c < 4; c++) {
                 uint64_t *got = run_world(&sp, x, R, C, chunks[c], pg, &n2);
                 assert_int_equal(n1, n2);
