@@ -149,7 +149,9 @@ static ch_array_desc_t desc2(ch_array_dtype dt, int64_t a, int64_t b, int fortra
     return d;
 }
 
-/* Reduce buf (desc) with spec in one process, one feed. */
+/* Reduce buf (desc) with spec in one process, fed in pieces of feed_piece
+ * elements (odd pieces cross row boundaries). */
+static int64_t feed_piece = 5;
 static ch_reducer_t *reduce_buf(const ch_reduce_spec_t *spec, const ch_array_desc_t *d,
                                 const void *buf)
 {
@@ -157,8 +159,8 @@ static ch_reducer_t *reduce_buf(const ch_reduce_spec_t *spec, const ch_array_des
     assert_ch_ok(ch_reducer_create(spec, d, &r));
     int64_t n = ch_array_desc_count(d);
     while (ch_reducer_pass(r) < ch_reducer_passes(r)) {
-        /* odd pieces to cross row boundaries */
-        for (int64_t e = 0; e < n; e += 5) assert_ch_ok(ch_reducer_feed(r, d, 0, e, n - e < 5 ? n - e : 5,
+        for (int64_t e = 0; e < n; e += feed_piece)
+            assert_ch_ok(ch_reducer_feed(r, d, 0, e, n - e < feed_piece ? n - e : feed_piece,
                                                                         (const char *)buf + e * (int64_t)ch_array_dtype_size(d->dtype)));
         assert_ch_ok(ch_reducer_end_pass(r, NULL));
     }
@@ -399,6 +401,7 @@ static void test_state_save_load_same_bits(void **state)
     ch_reduce_run_options_t o;
     ch_reduce_run_options_default(&o);
     o.chunk_bytes = 50 * 8;
+    o.sync_bytes = 0; /* the hook after every step */
     stop_hook_t h = {3};
     o.step_hook = stop_hook;
     o.arg = &h;
@@ -475,6 +478,29 @@ static void test_window_path_matches_plain_adds(void **state)
             fail_msg("column %d: window %a, plain %a", j, v[j], want);
     }
     ch_reducer_destroy(r);
+    /* var: the C array (window tiles) against its Fortran copy (per-value
+     * path: the reduced axis is the contiguous one there) */
+    double *xf = malloc(R * C * sizeof *xf);
+    for (int i = 0; i < R; i++)
+        for (int j = 0; j < C; j++) xf[j * R + i] = x[i * C + j];
+    ch_array_desc_t df = desc2(CH_DT_FLOAT64, R, C, 1);
+    sp.op = CH_ROP_VAR;
+    feed_piece = R * C;
+    for (int col_mean_zero = 0; col_mean_zero < 2; col_mean_zero++) {
+        if (col_mean_zero) /* column 0 symmetric around 0: mean 0, outside any window */
+            for (int i = 0; i < R; i++) x[i * C] = xf[i] = (i % 2 ? 1.0 : -1.0) * (1 + i / 2);
+        ch_reducer_t *rc = reduce_buf(&sp, &d, x), *rf = reduce_buf(&sp, &df, xf);
+        const double *vc, *vf;
+        assert_ch_ok(ch_reducer_result(rc, NULL, (const void **)&vc, NULL, NULL));
+        assert_ch_ok(ch_reducer_result(rf, NULL, (const void **)&vf, NULL, NULL));
+        for (int j = 0; j < C; j++)
+            if (bits(vc[j]) != bits(vf[j]) && !(isnan(vc[j]) && isnan(vf[j])))
+                fail_msg("var column %d: window %a, per-value %a", j, vc[j], vf[j]);
+        ch_reducer_destroy(rc);
+        ch_reducer_destroy(rf);
+    }
+    feed_piece = 5;
+    free(xf);
     free(x);
 }
 

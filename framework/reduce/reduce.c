@@ -669,9 +669,57 @@ static int64_t window_add(const uint64_t *restrict row, int64_t n, const int64_t
     return outside;
 }
 
+/* var pass 2 in the window: x = vx 2^(lo-1075) and the column's mean
+ * m = vm 2^(lo-1075) are integers on one grid, so (x - m)^2 = (vx - vm)^2
+ * 2^(2 lo - 2150) exactly, summed in an unsigned 128-bit integer (< 2^117
+ * for TILE_ROWS rows). Zeros are on the grid too; columns with en[c] == 0
+ * and values outside the window are left to the caller. */
+static int64_t window_sqdev(const uint64_t *restrict row, int64_t n, const int64_t *restrict lo,
+                            const int64_t *restrict vm, const int64_t *restrict en,
+                            unsigned __int128 *restrict acc)
+{
+    int64_t outside = 0;
+    for (int64_t c = 0; c < n; c++) {
+        uint64_t u = row[c];
+        int64_t e = (int64_t)((u >> 52) & 0x7ff);
+        int64_t sh = e - lo[c];
+        int64_t in = (sh >= 0) & (e != 0x7ff);
+        int64_t zero = (u << 1) == 0;
+        uint64_t m = (u & ((1ULL << 52) - 1)) | (1ULL << 52);
+        int64_t v = in ? (int64_t)(m << (sh & 1)) : 0;
+        int64_t neg = (int64_t)u >> 63;
+        v = (v ^ neg) - neg;
+        int64_t use = (in | zero) & en[c];
+        int64_t d = use ? v - vm[c] : 0;
+        acc[c] += (unsigned __int128)((__int128)d * d);
+        outside |= !use;
+    }
+    return outside;
+}
+
+/* One window setup for the var pass: per column lo (window bottom exponent
+ * field), the mean on the window grid, and whether the column qualifies
+ * (mean inside the window, the squares' grid inside the accumulator). */
+static void sqdev_setup(const double *m, int64_t os, int64_t nc, const int64_t *emax, int64_t *lo,
+                        int64_t *vm, int64_t *en)
+{
+    for (int64_t c = 0; c < nc; c++) {
+        uint64_t u;
+        memcpy(&u, m + c * os, 8);
+        int64_t e = (int64_t)((u >> 52) & 0x7ff), l = emax[c] - 1;
+        int64_t zero = (u << 1) == 0;
+        en[c] = l >= 538 && l < 1578 && emax[c] != 0x7ff && (zero || (e >= l && e <= l + 1));
+        lo[c] = l;
+        int64_t v = zero ? 0 : (int64_t)(((u & ((1ULL << 52) - 1)) | (1ULL << 52)) << ((e - l) & 1));
+        vm[c] = (u >> 63) ? -v : v;
+    }
+}
+
 static void tile_f64(ch_reducer_t *r, const double *x, int64_t rows, int64_t cols, int64_t o,
                      int64_t os)
 {
+    int64_t vm[TILE_COLS], en[TILE_COLS];
+    unsigned __int128 acc2[TILE_COLS];
     int64_t emax[TILE_COLS], lo[TILE_COLS], acc[TILE_COLS];
     for (int64_t c0 = 0; c0 < cols; c0 += TILE_COLS) {
         int64_t nc = c0 + TILE_COLS < cols ? TILE_COLS : cols - c0;
@@ -679,16 +727,30 @@ static void tile_f64(ch_reducer_t *r, const double *x, int64_t rows, int64_t col
             int64_t nr = r0 + TILE_ROWS < rows ? TILE_ROWS : rows - r0;
             const double *blk = x + r0 * cols + c0;
             ch_xsum_t *a = r->xs + o + c0 * os;
-            if (r->pass == 1) {
-                const double *m = r->mean + o + c0 * os;
-                for (int64_t i = 0; i < nr; i++)
-                    for (int64_t c = 0; c < nc; c++)
-                        xsum_add_sqdev(a + c * os, blk[i * cols + c], m[c * os]);
-                continue;
-            }
             for (int64_t c = 0; c < nc; c++) emax[c] = 0;
             for (int64_t i = 0; i < nr; i++)
                 window_emax((const uint64_t *)(blk + i * cols), nc, emax);
+            if (r->pass == 1) {
+                const double *m = r->mean + o + c0 * os;
+                sqdev_setup(m, os, nc, emax, lo, vm, en);
+                for (int64_t c = 0; c < nc; c++) acc2[c] = 0;
+                int64_t out2 = 0;
+                for (int64_t i = 0; i < nr; i++)
+                    out2 |= window_sqdev((const uint64_t *)(blk + i * cols), nc, lo, vm, en, acc2);
+                for (int64_t c = 0; c < nc; c++)
+                    if (acc2[c]) ch_xsum_add_scaled_u128(a + c * os, acc2[c], 2 * (int)lo[c] - 1076);
+                if (!out2) continue;
+                for (int64_t i = 0; i < nr; i++)
+                    for (int64_t c = 0; c < nc; c++) {
+                        uint64_t u;
+                        memcpy(&u, blk + i * cols + c, 8);
+                        int64_t e = (int64_t)((u >> 52) & 0x7ff);
+                        int in = e >= lo[c] && e != 0x7ff;
+                        if (!(en[c] && (in || (u << 1) == 0)))
+                            xsum_add_sqdev(a + c * os, blk[i * cols + c], m[c * os]);
+                    }
+                continue;
+            }
             int64_t outside = 0;
             for (int64_t c = 0; c < nc; c++) {
                 /* tiny columns (emax < 3) and zero columns: no window */

@@ -227,7 +227,10 @@ typedef struct {
     int prefetch;        /* chunks read ahead by the reader thread, 1..8 */
     int start_pass;      /* resume: first pass and step to run (0, 0) */
     int64_t start_step;
-    /* Called on every rank after every step (same count on all ranks);
+    int64_t sync_bytes;  /* the ranks agree (errors, the hook) every
+                            max(1, sync_bytes / chunk_bytes) steps and at the
+                            end of a pass */
+    /* Called on every rank at every agreement point (same steps on all ranks);
      * return nonzero on every rank to stop (ch_reduce_run then returns with
      * *stopped = 1, the reducer holding everything up to this step: resume
      * at (st->pass, st->step + 1)). NULL: never stop. */
@@ -236,7 +239,8 @@ typedef struct {
     ch_reduce_step_t *totals; /* if not NULL: the seconds of all passes at the end */
 } ch_reduce_run_options_t;
 
-/* 64 MiB chunks, 2 ahead, start at the beginning, no hook. */
+/* 64 MiB chunks, 2 ahead, agree every 256 MiB, start at the beginning,
+ * no hook. */
 void ch_reduce_run_options_default(ch_reduce_run_options_t *o);
 
 /* The chunked, multi-rank reduction of src into r (collective over pg, or

@@ -16,6 +16,7 @@ void ch_reduce_run_options_default(ch_reduce_run_options_t *o)
     memset(o, 0, sizeof *o);
     o->chunk_bytes = 64LL << 20;
     o->prefetch = 2;
+    o->sync_bytes = 256LL << 20;
 }
 
 typedef struct {
@@ -182,9 +183,14 @@ ch_status ch_reduce_run(ch_reducer_t *r, const ch_array_source_t *src, ch_pg_t *
         }
         ch_reduce_step_t st = {pass, ch_reducer_passes(r), 0, steps, 0, my_bytes, 0, 0, 0};
         for (int64_t k = 0; k < rd.first; k++) st.bytes_done += pieces[k].n * (int64_t)itemsize;
+        /* Collectives only every sync_every steps (and at the last): a
+         * rank whose read or feed failed keeps stepping without data until
+         * then, so nobody waits in a collective another rank never enters;
+         * on oversubscribed nodes each collective costs a scheduler slice. */
+        int64_t sync_every = opt->sync_bytes > opt->chunk_bytes ? opt->sync_bytes / opt->chunk_bytes : 1;
+        ch_status local = CH_OK;
         for (int64_t step = step0; step < steps; step++) {
-            ch_status local = CH_OK;
-            if (step < npieces) {
+            if (step < npieces && local == CH_OK) {
                 const unsigned char *data = NULL;
                 double t0 = ch_time_now();
                 local = reader_wait(&rd, step, &data);
@@ -199,6 +205,7 @@ ch_status ch_reduce_run(ch_reducer_t *r, const ch_array_source_t *src, ch_pg_t *
                 }
                 reader_release(&rd, step);
             }
+            if ((step + 1) % sync_every != 0 && step + 1 != steps) continue;
             s = pg ? ch_pg_check_all(pg, local, NULL) : local;
             if (s != CH_OK) break;
             st.step = step;
@@ -301,6 +308,8 @@ const ch_config_key_t ch_reduce_keys[] = {
     {"reduce.chunk_mb", CH_CFG_FLOAT, "64", 1e-6, 1e6,
      "Read size per chunk in MiB (resident: (prefetch + 1) chunks plus the state)."},
     {"reduce.prefetch", CH_CFG_INT, "2", 1, 8, "Chunks the reader thread reads ahead."},
+    {"reduce.sync_mb", CH_CFG_FLOAT, "256", 0, 1e9,
+     "The ranks agree (errors, stop, checkpoint, progress) every this many MiB per rank."},
     {"reduce.checkpoint_seconds", CH_CFG_FLOAT, "0", 0, 1e9,
      "Save the partial state every this many seconds (0: only when preempted)."},
 };
@@ -340,5 +349,7 @@ ch_status ch_reduce_from_config(const ch_config_t *cfg, ch_reduce_spec_t *spec,
     CH_TRY(ch_config_get_double(cfg, "reduce.chunk_mb", &mb));
     run->chunk_bytes = (int64_t)(mb * 1048576.0);
     CH_TRY(ch_config_get_int(cfg, "reduce.prefetch", &run->prefetch));
+    CH_TRY(ch_config_get_double(cfg, "reduce.sync_mb", &mb));
+    run->sync_bytes = (int64_t)(mb * 1048576.0);
     return ch_config_get_double(cfg, "reduce.checkpoint_seconds", checkpoint_seconds);
 }

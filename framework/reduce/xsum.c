@@ -31,6 +31,16 @@ void ch_xsum_add_scaled(ch_xsum_t *a, int64_t v, int pos)
     add_at(a, v < 0 ? (uint64_t)0 - (uint64_t)v : (uint64_t)v, v < 0, pos);
 }
 
+void ch_xsum_add_scaled_u128(ch_xsum_t *a, unsigned __int128 v, int pos)
+{
+    int64_t *l = a->limb + (pos >> 5);
+    unsigned s = (unsigned)(pos & 31);
+    unsigned __int128 lo = v << s;          /* bits 0..127 of v << s */
+    uint64_t hi = s ? (uint64_t)(v >> (128 - s)) : 0; /* bits 128.. */
+    for (int i = 0; i < 4; i++) l[i] += (int64_t)(uint32_t)(lo >> (32 * i));
+    l[4] += (int64_t)hi;
+}
+
 void ch_xsum_add_i64(ch_xsum_t *a, int64_t x)
 {
     /* |INT64_MIN| = 2^63 is representable as uint64 */

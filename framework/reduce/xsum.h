@@ -97,6 +97,8 @@ void ch_xsum_add_u64(ch_xsum_t *a, uint64_t x);
 /* Add v * 2^(pos - 1074) exactly (0 <= pos <= 2044): a fixed-point block
  * sum whose unit is bit `pos` of the accumulator. */
 void ch_xsum_add_scaled(ch_xsum_t *a, int64_t v, int pos);
+/* The same for a nonnegative 128-bit v < 2^120 (0 <= pos <= 2080). */
+void ch_xsum_add_scaled_u128(ch_xsum_t *a, unsigned __int128 v, int pos);
 
 /* Add the n values x[0], x[stride], ... (stride in elements). Each call
  * counts n adds toward CH_XSUM_ADDS_BETWEEN_NORMALIZE. */
