@@ -13,7 +13,7 @@ one run, REPS rounds interleaved, medians reported:
                 chunks 1000x1000 and 5000x5000, if dask imports
 Usage: bench_reduce.py [--rows 20000] [--cols 20000] [--ranks 2] [--reps 5]
        [--file /tmp/cohort_bench_reduce.npy] [--python PYTHON_WITH_DASK]
-Run from the build directory.
+Run from the build directory; MPIEXEC (environment) names the MPI launcher.
 """
 import argparse
 import os
@@ -25,6 +25,7 @@ import time
 
 import numpy as np
 
+MPIEXEC = os.environ.get("MPIEXEC", "mpiexec")
 ap = argparse.ArgumentParser()
 ap.add_argument("--rows", type=int, default=20000)
 ap.add_argument("--cols", type=int, default=20000)
@@ -73,7 +74,7 @@ def inproc(op, kind):
 def cohort(op, mode):
     out = a.file + ".cohort_%s.%s.npy" % (mode, op)
     t = time.perf_counter()
-    p = subprocess.run(["mpiexec", "-n", str(a.ranks), "jobs/cohort-reduce", "--op", op, "--axis", "0",
+    p = subprocess.run([MPIEXEC, "-n", str(a.ranks), "jobs/cohort-reduce", "--op", op, "--axis", "0",
                         "--mode", mode, "--out", out, a.file], capture_output=True, text=True)
     dt = time.perf_counter() - t
     if p.returncode != 0:
@@ -83,7 +84,7 @@ def cohort(op, mode):
 
 
 def readsum():
-    p = subprocess.run(["mpiexec", "-n", str(a.ranks), "tests/bench_reduce_read", a.file],
+    p = subprocess.run([MPIEXEC, "-n", str(a.ranks), "tests/bench_reduce_read", a.file],
                        capture_output=True, text=True, check=True)
     return float(re.search(r"([\d.]+) s,", p.stdout).group(1))
 

@@ -647,6 +647,21 @@ static void window_emax(const uint64_t *restrict row, int64_t n, int64_t *restri
     }
 }
 
+/* The double with bits u on the window grid of bottom exponent field lo:
+ * the signed integer v with x = v 2^(lo - 1075), and *ok = 1 when x is in
+ * the window (exponent lo or lo + 1) or zero (v = 0), else 0 (v = 0). */
+static inline int64_t window_value(uint64_t u, int64_t lo, int64_t *ok)
+{
+    int64_t e = (int64_t)((u >> 52) & 0x7ff);
+    int64_t sh = e - lo; /* 0 or 1 inside the window */
+    int64_t in = (sh >= 0) & (e != 0x7ff);
+    uint64_t m = (u & ((1ULL << 52) - 1)) | (1ULL << 52);
+    int64_t v = in ? (int64_t)(m << (sh & 1)) : 0;
+    int64_t neg = (int64_t)u >> 63;
+    *ok = in | ((u << 1) == 0);
+    return (v ^ neg) - neg;
+}
+
 /* Adds the in-window values of row to acc; returns nonzero if some value
  * was outside (then the caller adds those one by one). */
 CH_SIMD_KERNEL
@@ -655,16 +670,9 @@ static int64_t window_add(const uint64_t *restrict row, int64_t n, const int64_t
 {
     int64_t outside = 0;
     for (int64_t c = 0; c < n; c++) {
-        uint64_t u = row[c];
-        int64_t e = (int64_t)((u >> 52) & 0x7ff);
-        int64_t sh = e - lo[c]; /* 0 or 1 inside the window */
-        int64_t in = (sh >= 0) & (e != 0x7ff);
-        int64_t zero = (u << 1) == 0;
-        uint64_t m = (u & ((1ULL << 52) - 1)) | (1ULL << 52);
-        int64_t v = in ? (int64_t)(m << (sh & 1)) : 0;
-        int64_t neg = (int64_t)u >> 63;
-        acc[c] += (v ^ neg) - neg;
-        outside |= !(in | zero);
+        int64_t ok;
+        acc[c] += window_value(row[c], lo[c], &ok);
+        outside |= !ok;
     }
     return outside;
 }
@@ -680,16 +688,9 @@ static int64_t window_sqdev(const uint64_t *restrict row, int64_t n, const int64
 {
     int64_t outside = 0;
     for (int64_t c = 0; c < n; c++) {
-        uint64_t u = row[c];
-        int64_t e = (int64_t)((u >> 52) & 0x7ff);
-        int64_t sh = e - lo[c];
-        int64_t in = (sh >= 0) & (e != 0x7ff);
-        int64_t zero = (u << 1) == 0;
-        uint64_t m = (u & ((1ULL << 52) - 1)) | (1ULL << 52);
-        int64_t v = in ? (int64_t)(m << (sh & 1)) : 0;
-        int64_t neg = (int64_t)u >> 63;
-        v = (v ^ neg) - neg;
-        int64_t use = (in | zero) & en[c];
+        int64_t ok;
+        int64_t v = window_value(row[c], lo[c], &ok);
+        int64_t use = ok & en[c];
         int64_t d = use ? v - vm[c] : 0;
         acc[c] += (unsigned __int128)((__int128)d * d);
         outside |= !use;
