@@ -14,7 +14,7 @@
 void ch_reduce_run_options_default(ch_reduce_run_options_t *o)
 {
     memset(o, 0, sizeof *o);
-    o->chunk_bytes = 4LL << 20;
+    o->chunk_bytes = 16LL << 20;
     o->prefetch = 2;
     o->sync_bytes = 256LL << 20;
 }
@@ -305,7 +305,7 @@ const ch_config_key_t ch_reduce_keys[] = {
     {"reduce.bins", CH_CFG_INT64, "10", 1, 1e9, "histogram: number of equal bins."},
     {"reduce.range", CH_CFG_STRING, "", CH_CFG_NO_RANGE,
      "histogram: LO,HI (default: the data's min,max)."},
-    {"reduce.chunk_mb", CH_CFG_FLOAT, "4", 1e-6, 1e6,
+    {"reduce.chunk_mb", CH_CFG_FLOAT, "16", 1e-6, 1e6,
      "Read size per chunk in MiB (resident: (prefetch + 1) chunks plus the state)."},
     {"reduce.prefetch", CH_CFG_INT, "2", 1, 8, "Chunks the reader thread reads ahead."},
     {"reduce.sync_mb", CH_CFG_FLOAT, "256", 0, 1e9,
