@@ -896,7 +896,7 @@ ch_status ch_reducer_feed(ch_reducer_t *r, const ch_array_desc_t *seg, int64_t r
         int64_t j = 0;
         while (j < nb) {
             int64_t rows = tiles && idx[f] == 0 ? (nb - j) / dm.len[f] : 0;
-            if (rows > dm.len[f - 1] - idx[f - 1]) rows = dm.len[f - 1] - idx[f - 1];
+            if (rows > 0 && rows > dm.len[f - 1] - idx[f - 1]) rows = dm.len[f - 1] - idx[f - 1];
             if (rows >= 2) { /* whole rows over a reduced axis: column-blocked */
                 int64_t o = base_o;
                 for (int k = 0; k < dm.n; k++) o += idx[k] * dm.os[k];
