@@ -504,6 +504,43 @@ static void test_window_path_matches_plain_adds(void **state)
     free(x);
 }
 
+/* cohort-train's data.mean/std = auto: per-channel mean and std of an
+ * (N, C, H, W) uint8 array over N, H, W, across the ranks. */
+static void test_channel_stats(void **state)
+{
+    ch_pg_t *pg = NULL;
+    int inited = 0;
+    MPI_Initialized(&inited);
+    if (inited) assert_ch_ok(ch_pg_create_mpi(MPI_COMM_WORLD, &pg));
+    enum { N = 7, C = 3, H = 4, W = 5 };
+    uint8_t *x = malloc(N * C * H * W);
+    rng_state = 77;
+    for (int i = 0; i < N * C * H * W; i++) x[i] = (uint8_t)(rnd() % 256);
+    ch_array_desc_t d = {CH_DT_UINT8, 0, 0, 4, {N, C, H, W}};
+    mem_src_t m = {x, 1};
+    int64_t row0 = 0;
+    ch_array_source_t src = {d, 1, &d, &row0, mem_read, &m};
+    double mean[C], sd[C];
+    assert_ch_ok(ch_reduce_channel_stats(&src, 1, pg, mean, sd));
+    for (int c = 0; c < C; c++) {
+        long double s = 0, s2 = 0;
+        int n = N * H * W;
+        for (int i = 0; i < N; i++)
+            for (int k = 0; k < H * W; k++) s += x[(i * C + c) * H * W + k];
+        long double mu = s / n;
+        for (int i = 0; i < N; i++)
+            for (int k = 0; k < H * W; k++) {
+                long double dv = x[(i * C + c) * H * W + k] - mu;
+                s2 += dv * dv;
+            }
+        assert_true(mean[c] == (double)mu);
+        assert_true(fabs(sd[c] - (double)sqrtl(s2 / n)) <= 1e-12 * sd[c]);
+    }
+    assert_ch_error(ch_reduce_channel_stats(&src, 4, pg, mean, sd), CH_ERR_RANGE, "out of bounds");
+    free(x);
+    ch_pg_destroy(pg);
+}
+
 static void test_half_conversion(void **state)
 {
     for (uint32_t h = 0; h < 0x10000; h++) {
@@ -529,6 +566,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_reducer_nan_empty_and_histogram),
         cmocka_unit_test(test_pipeline_same_bits_any_world_and_chunk),
         cmocka_unit_test(test_state_save_load_same_bits),
+        cmocka_unit_test(test_channel_stats),
     };
     return ch_test_main_mpi(argc, argv, tests, sizeof tests / sizeof tests[0]);
 }
