@@ -662,6 +662,17 @@ static inline int64_t window_value(uint64_t u, int64_t lo, int64_t *ok)
     return (v ^ neg) - neg;
 }
 
+/* 1 when *x was taken by the window (in it or zero) of a column with
+ * enabled != 0: the fallback loops add the others one by one. */
+static int window_ok(const double *x, int64_t lo, int64_t enabled)
+{
+    uint64_t u;
+    int64_t ok;
+    memcpy(&u, x, 8);
+    window_value(u, lo, &ok);
+    return (int)(ok & enabled);
+}
+
 /* Adds the in-window values of row to acc; returns nonzero if some value
  * was outside (then the caller adds those one by one). */
 CH_SIMD_KERNEL
@@ -742,14 +753,9 @@ static void tile_f64(ch_reducer_t *r, const double *x, int64_t rows, int64_t col
                     if (acc2[c]) ch_xsum_add_scaled_u128(a + c * os, acc2[c], 2 * (int)lo[c] - 1076);
                 if (!out2) continue;
                 for (int64_t i = 0; i < nr; i++)
-                    for (int64_t c = 0; c < nc; c++) {
-                        uint64_t u;
-                        memcpy(&u, blk + i * cols + c, 8);
-                        int64_t e = (int64_t)((u >> 52) & 0x7ff);
-                        int in = e >= lo[c] && e != 0x7ff;
-                        if (!(en[c] && (in || (u << 1) == 0)))
+                    for (int64_t c = 0; c < nc; c++)
+                        if (!window_ok(blk + i * cols + c, lo[c], en[c]))
                             xsum_add_sqdev(a + c * os, blk[i * cols + c], m[c * os]);
-                    }
                 continue;
             }
             int64_t outside = 0;
@@ -764,13 +770,9 @@ static void tile_f64(ch_reducer_t *r, const double *x, int64_t rows, int64_t col
                 if (acc[c]) ch_xsum_add_scaled(a + c * os, acc[c], (int)lo[c] - 1);
             if (!outside) continue;
             for (int64_t i = 0; i < nr; i++)
-                for (int64_t c = 0; c < nc; c++) {
-                    uint64_t u;
-                    memcpy(&u, blk + i * cols + c, 8);
-                    int64_t e = (int64_t)((u >> 52) & 0x7ff);
-                    if ((e < lo[c] || e == 0x7ff) && (u << 1) != 0)
+                for (int64_t c = 0; c < nc; c++)
+                    if (!window_ok(blk + i * cols + c, lo[c], 1))
                         ch_xsum_add(a + c * os, blk[i * cols + c]);
-                }
         }
     }
     r->adds += rows * cols * (r->pass == 1 ? 6 : 1);
