@@ -554,7 +554,21 @@ static void run_f64(ch_reducer_t *r, const double *x, int64_t len, run_t u)
                 else r->ds[o] += x[j];
             }
         } else if (exact) {
-            if (u.os == 0) {
+            if (u.os == 0 && len >= 4096) {
+                /* one output: 4 accumulators so consecutive adds do not
+                 * wait on each other's limbs, merged exactly at the end */
+                ch_xsum_t part[4];
+                for (int k = 0; k < 4; k++) ch_xsum_init(&part[k]);
+                int64_t j = 0;
+                for (; j + 4 <= len; j += 4)
+                    for (int k = 0; k < 4; k++) ch_xsum_add(&part[k], x[j + k]);
+                for (; j < len; j++) ch_xsum_add(&part[0], x[j]);
+                for (int k = 0; k < 4; k++) {
+                    ch_xsum_normalize(&part[k]);
+                    for (int l = 0; l < CH_XSUM_WORDS; l++)
+                        ((int64_t *)&r->xs[o])[l] += ((const int64_t *)&part[k])[l];
+                }
+            } else if (u.os == 0) {
                 ch_xsum_t *a = &r->xs[o];
                 for (int64_t j = 0; j < len; j++) ch_xsum_add(a, x[j]);
             } else {
