@@ -1,0 +1,337 @@
+#!/usr/bin/env python3
+"""cohort-reduce against numpy and exact arithmetic (TAP on stdout).
+
+Arrays are made here with numpy; cohort-reduce runs under mpiexec with 1, 2
+and 4 ranks. Checks: every dtype, shape, order, byte order and axis against
+numpy; exact-mode sum/mean bit for bit against fractions.Fraction rounded
+once; the same bits for W = 1, 2, 4 and several chunk sizes; the pinned cases
+of issue #15; bad input (exit 2, a message naming the file, no output);
+resume after a kill and after SIGTERM gives the same bits.
+
+Environment: REDUCE_BIN (the program), MPIEXEC, TMPDIR.
+"""
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from fractions import Fraction
+
+import numpy as np
+
+BIN = os.environ["REDUCE_BIN"]
+MPIEXEC = os.environ.get("MPIEXEC", "mpiexec")
+TMP = tempfile.mkdtemp(prefix="test_reduce.", dir=os.environ.get("TMPDIR", "/tmp"))
+rng = np.random.default_rng(15)
+n_test = 0
+failed = 0
+
+
+def tap(ok, name, detail=""):
+    global n_test, failed
+    n_test += 1
+    if not ok:
+        failed += 1
+        for line in str(detail).splitlines()[:30]:
+            print("# " + line)
+    print(("ok %d - %s" if ok else "not ok %d - %s") % (n_test, name))
+    sys.stdout.flush()
+
+
+def path(name):
+    return os.path.join(TMP, name)
+
+
+def run(args, np_=1, check=True):
+    cmd = ([MPIEXEC, "-n", str(np_)] if np_ > 1 else []) + [BIN] + [str(a) for a in args]
+    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=600)
+    if check and p.returncode != 0:
+        raise RuntimeError("%s -> exit %d\n%s" % (" ".join(cmd), p.returncode, p.stdout))
+    return p
+
+
+def reduce(inputs, op, axis=None, np_=1, extra=(), out="out.npy"):
+    if isinstance(inputs, str):
+        inputs = [inputs]
+    args = ["--op", op, "--out", path(out)] + list(extra) + inputs
+    if axis is not None:
+        args += ["--axis", ",".join(str(a) for a in axis) if isinstance(axis, tuple) else str(axis)]
+    p = run(args, np_)
+    return np.load(path(out)), p.stdout
+
+
+def round_fraction(fr, dtype):
+    """fr rounded once (nearest, ties to even) to dtype, overflow to inf."""
+    p, emin, emax = {np.float64: (53, -1074, 1024), np.float32: (24, -149, 128),
+                     np.float16: (11, -24, 16)}[dtype]
+    if fr == 0:
+        return dtype(0.0)
+    sign, a = (-1 if fr < 0 else 1), abs(fr)
+    e = a.numerator.bit_length() - a.denominator.bit_length()
+    while Fraction(2) ** e > a:
+        e -= 1
+    while Fraction(2) ** (e + 1) <= a:
+        e += 1
+    q = max(e - p + 1, emin)  # exponent of the ulp
+    scaled = a / Fraction(2) ** q
+    m = scaled.numerator // scaled.denominator
+    rem = scaled - m
+    if rem > Fraction(1, 2) or (rem == Fraction(1, 2) and m % 2 == 1):
+        m += 1
+    if m * Fraction(2) ** q >= Fraction(2) ** emax:
+        return dtype(sign * np.inf)
+    return dtype(sign * float(m * Fraction(2) ** q))
+
+
+def exact_reduce(a, axis, mean):
+    """Correctly rounded sum/mean along axis (None or int) in a's float dtype."""
+    a64 = np.moveaxis(a, axis, -1) if axis is not None else a.reshape(1, -1)
+    out = np.empty(a64.shape[:-1], a.dtype)
+    for idx in np.ndindex(*a64.shape[:-1]):
+        fr = sum((Fraction(float(v)) for v in a64[idx]), Fraction(0))
+        if mean:
+            fr /= a64.shape[-1]
+        out[idx] = round_fraction(fr, a.dtype.type)
+    return out if axis is not None else out.reshape(())
+
+
+def same_bits(x, y):
+    x, y = np.asarray(x), np.asarray(y)
+    return x.shape == y.shape and x.dtype == y.dtype and x.tobytes() == y.tobytes()
+
+
+def close(x, y, rtol):
+    x, y = np.asarray(x), np.asarray(y)
+    return x.shape == y.shape and x.dtype == y.dtype and np.allclose(
+        x.astype(np.float64), y.astype(np.float64), rtol=rtol, atol=0, equal_nan=True)
+
+
+# ------------------------------------------------------------- numpy parity
+DTYPES = ["bool", "i1", "i2", "i4", "i8", "u1", "u2", "u4", "u8", "f2", "f4", "f8"]
+
+
+def make(dtype, shape):
+    dt = np.dtype(dtype)
+    if dt.kind == "b":
+        return rng.integers(0, 2, shape).astype(bool)
+    if dt.kind in "iu":
+        info = np.iinfo(dt)
+        lo, hi = max(info.min, -1000), min(info.max, 1000)
+        return rng.integers(lo, hi, shape, endpoint=True).astype(dt)
+    return rng.normal(3, 2, shape).astype(dt)
+
+
+def parity_case(dtype, shape, order, byteorder, axis, ops):
+    a = make(dtype, shape)
+    if byteorder != "=":
+        a = a.astype(a.dtype.newbyteorder(byteorder))
+    a = np.asarray(a, order=order)
+    f = path("in_%s_%s.npy" % (dtype, order))
+    np.save(f, a)
+    a = np.load(f)
+    bad = []
+    for op in ops:
+        got, _ = reduce(f, op, axis)
+        ref = getattr(np, op)(a, axis=axis)
+        ref = np.asarray(ref)
+        if ref.dtype.byteorder not in "=|":
+            ref = ref.astype(ref.dtype.newbyteorder("="))
+        if op in ("var", "std") and a.dtype.kind == "f":
+            ok = close(got, ref, {2: 2e-2, 4: 1e-4, 8: 1e-9}[a.dtype.itemsize])
+        elif op in ("mean", "sum") and a.dtype.kind == "f":
+            ok = close(got, ref, {2: 2e-2, 4: 1e-4, 8: 1e-12}[a.dtype.itemsize])
+        elif op in ("mean", "var", "std"):
+            ok = close(got, ref, 1e-12)
+        else:
+            ok = same_bits(got, ref)
+        if not ok:
+            bad.append("%s: cohort %r %s vs numpy %r %s" % (op, got.dtype, got.ravel()[:4],
+                                                              ref.dtype, ref.ravel()[:4]))
+    tap(not bad, "numpy parity %s %s order %s byteorder %s axis %s" % (dtype, shape, order,
+                                                                       byteorder, axis), "\n".join(bad))
+
+
+ALL = ["sum", "mean", "var", "std", "min", "max", "argmin", "argmax", "count_nonzero"]
+for i, dt in enumerate(DTYPES):
+    shape = [(37,), (23, 11), (5, 7, 6)][i % 3]
+    axes = [None, 0, -1] + ([(0, 2)] if len(shape) == 3 else [])
+    for axis in axes:
+        ops = [o for o in ALL if not (o.startswith("arg") and isinstance(axis, tuple))]
+        parity_case(dt, shape, "CF"[i % 2], "><"[i % 2] if np.dtype(dt).itemsize > 1 else "=",
+                    axis, ops)
+
+# nan-variants and NaN propagation on float data with NaNs
+a = rng.normal(0, 1, (40, 6))
+a[rng.random(a.shape) < 0.2] = np.nan
+a[:, 5] = np.nan
+np.save(path("nan.npy"), a)
+bad = []
+for op in ["nansum", "nanmean", "nanvar", "nanstd", "nanmin", "nanmax", "sum", "min", "argmax",
+           "argmin", "mean"]:
+    with np.errstate(all="ignore"):
+        import warnings
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            ref = getattr(np, op)(a, axis=0)
+    got, out = reduce(path("nan.npy"), op, 0)
+    if not close(got, ref, 1e-12):
+        bad.append("%s: %s vs %s" % (op, got, ref))
+    if op in ("nanmean", "nanmin") and "All-NaN" not in out and "empty slice" not in out:
+        bad.append("%s: no warning for the all-NaN column: %s" % (op, out))
+tap(not bad, "nan-variants, NaN propagation and all-NaN warnings match numpy", "\n".join(bad))
+
+# keepdims and a tuple axis
+a = make("f8", (4, 5, 6))
+np.save(path("k.npy"), a)
+got, _ = reduce(path("k.npy"), "sum", (0, 2), extra=["--keepdims"])
+tap(got.shape == (1, 5, 1) and close(got, a.sum(axis=(0, 2), keepdims=True), 1e-12),
+    "keepdims with a tuple axis", got.shape)
+
+# ------------------------------------------------------- exact mode, bitwise
+bad = []
+for dtype, shape, axis in [(np.float64, (300, 4), 0), (np.float64, (5, 200), 1),
+                           (np.float32, (257, 3), 0), (np.float16, (100, 2), 0),
+                           (np.float64, (1000,), None), (np.float64, (20000,), None)]:
+    span = 8 if dtype == np.float16 else 40
+    x = (rng.normal(0, 1, shape) * np.exp2(rng.integers(-span, span, shape))).astype(dtype)
+    x = np.asfortranarray(x) if axis == 1 else x
+    np.save(path("ex.npy"), x)
+    for op, mean in (("sum", False), ("mean", True)):
+        got, _ = reduce(path("ex.npy"), op, axis)
+        ref = exact_reduce(x, axis, mean)
+        if not same_bits(got, ref):
+            bad.append("%s %s %s axis %s: %s vs Fraction %s" % (op, np.dtype(dtype).name, shape,
+                                                               axis, got.ravel()[:3], ref.ravel()[:3]))
+tap(not bad, "exact sum and mean equal Fraction sums rounded once, bit for bit", "\n".join(bad))
+
+# ---------------------------------------- same bits for W = 1, 2, 4 and chunks
+x = (rng.normal(10, 0.1, (999, 37)) * np.exp2(rng.integers(-30, 30, (999, 37)))).astype(np.float64)
+np.save(path("w.npy"), x)
+np.save(path("w_f.npy"), np.asfortranarray(x))
+np.save(path("shard0.npy"), x[:400])
+np.save(path("shard1.npy"), np.asfortranarray(x[400:]))
+bad = []
+for op, axis in (("mean", 0), ("var", 0), ("sum", None), ("std", 1), ("argmax", 0)):
+    ref, _ = reduce(path("w.npy"), op, axis, out="ref.npy")
+    for w in (1, 2, 4):
+        for chunk in (("0.001", "64") if op in ("mean", "var") else ("0.03",)):
+            for src in ([path("w.npy")], [path("w_f.npy")], [path("shard0.npy"), path("shard1.npy")]):
+                got, _ = reduce(src, op, axis, np_=w, extra=["--chunk_mb", chunk])
+                if not same_bits(got, ref):
+                    bad.append("%s axis %s W=%d chunk %s %s" % (op, axis, w, chunk,
+                                                                os.path.basename(src[0])))
+tap(not bad, "same bits for W=1,2,4, chunk sizes, C/F order and shards", "\n".join(bad[:10]))
+
+# ----------------------------------------------------------- pinned cases
+ones = np.ones((20_000_000, 2), np.float32)
+np.save(path("ones.npy"), ones)
+np_mean = ones.mean(axis=0)
+del ones
+got, _ = reduce(path("ones.npy"), "mean", 0, np_=2)
+tap(same_bits(got, np.array([1.0, 1.0], np.float32)),
+    "ones((20_000_000, 2), float32).mean(0) is 1.0 (numpy: %s)" % np_mean, got)
+os.unlink(path("ones.npy"))
+
+np.save(path("am.npy"), np.array([[1.0, np.nan, 3.0, np.nan], [3.0, 3.0, 0.0, 3.0]]))
+got, _ = reduce(path("am.npy"), "argmax", None)
+got1, _ = reduce(path("am.npy"), "argmax", 1, out="am1.npy")
+ref = np.load(path("am.npy"))
+tap(int(got) == int(np.argmax(ref)) == 1 and same_bits(got1, np.argmax(ref, axis=1)),
+    "argmax: the first NaN wins, ties give the first occurrence", (got, got1))
+
+h = np.array([0.0, 0.5, 1.0, 2.0, 2.5, 3.0, 4.0, -1.0])
+np.save(path("h.npy"), h)
+got, _ = reduce(path("h.npy"), "histogram", extra=["--bins", "4", "--range", "0,3"])
+edges = np.load(path("out_edges.npy"))
+rc, re = np.histogram(h, bins=4, range=(0, 3))
+tap(same_bits(got, rc) and same_bits(edges, re),
+    "histogram: the last bin is closed, outside values ignored", (got, rc, edges, re))
+hx = rng.normal(0, 1, 10007)
+np.save(path("hx.npy"), hx)
+got, _ = reduce(path("hx.npy"), "histogram", np_=2, extra=["--bins", "37"])
+rc, re = np.histogram(hx, bins=37)
+tap(same_bits(got, rc) and same_bits(np.load(path("out_edges.npy")), re),
+    "histogram with the automatic range matches numpy (counts and edges)")
+
+np.save(path("empty.npy"), np.zeros((0, 3)))
+got, out = reduce(path("empty.npy"), "mean", 0)
+tap(got.shape == (3,) and np.isnan(got).all() and "Mean of empty slice" in out,
+    "mean of an empty input is NaN with numpy's warning", out)
+
+# --------------------------------------------------------------- bad input
+def expect_bad(name, args, needle, np_=1):
+    out = path("bad_out.npy")
+    if os.path.exists(out):
+        os.unlink(out)
+    p = run(list(args) + ["--out", out], np_, check=False)
+    leftovers = [f for f in os.listdir(TMP) if f.startswith(".bad_out.npy.tmp")]
+    ok = p.returncode == 2 and needle in p.stdout and not os.path.exists(out) and not leftovers
+    tap(ok, "bad input: %s (exit %d)" % (name, p.returncode), p.stdout)
+
+
+good = path("w.npy")
+raw = open(good, "rb").read()
+open(path("trunc.npy"), "wb").write(raw[:len(raw) - 100])
+expect_bad("truncated .npy", ["--op", "sum", path("trunc.npy")], "truncated", 2)
+open(path("extra.npy"), "wb").write(raw + b"\0" * 8)
+expect_bad("header disagrees with the file size", ["--op", "sum", path("extra.npy")], "extra bytes")
+np.save(path("obj.npy"), np.array([1, "a"], dtype=object), allow_pickle=True)
+expect_bad("object dtype", ["--op", "sum", path("obj.npy")], "Python objects", 2)
+np.save(path("rec.npy"), np.zeros(3, dtype=[("a", "f8"), ("b", "i4")]))
+expect_bad("structured dtype", ["--op", "sum", path("rec.npy")], "structured")
+expect_bad("axis out of range", ["--op", "sum", "--axis", "2", good],
+           "axis 2 is out of bounds for array of dimension 2", 2)
+np.save(path("shard_bad.npy"), np.zeros((3, 5)))
+expect_bad("shards that disagree", ["--op", "sum", path("shard0.npy"), path("shard_bad.npy")],
+           "trailing shape")
+expect_bad("missing file", ["--op", "sum", path("nope.npy")], "nope.npy")
+expect_bad("unknown operation", ["--op", "median", good], "median")
+expect_bad("raw size mismatch", ["--op", "sum", "--dtype", "f8", "--shape", "10x10", good], "raw")
+
+# raw binary input
+x = rng.normal(0, 1, (50, 8))
+x.astype(">f8").tofile(path("raw.bin"))
+got, _ = reduce(path("raw.bin"), "mean", 0, extra=["--dtype", "f8", "--shape", "50x8",
+                                                   "--byteorder", "big"])
+tap(same_bits(got, exact_reduce(x, 0, True)), "raw big-endian binary input")
+
+# ---------------------------------------------------------------- resume
+big = rng.normal(10, 0.1, (8000, 1000))
+np.save(path("big.npy"), big)
+del big
+ref, _ = reduce(path("big.npy"), "var", 0, out="big_ref.npy")
+state = path("big_out.npy.state")
+args = [BIN, "--op", "var", "--axis", "0", "--chunk_mb", "0.002", "--out", path("big_out.npy"),
+        path("big.npy")]
+log = open(path("resume.log"), "w+")  # a file, not a pipe: progress lines must not block
+p = subprocess.Popen(args + ["--checkpoint_seconds", "0.2"], stdout=log, stderr=subprocess.STDOUT)
+deadline = time.time() + 60
+while time.time() < deadline and not os.path.exists(os.path.join(state, "rank-0.state")):
+    time.sleep(0.01)
+had_state = os.path.exists(os.path.join(state, "rank-0.state"))
+p.kill()
+p.wait()
+out1 = open(path("resume.log")).read()
+r2 = run(args[1:] + ["--resume"], check=False)
+got = np.load(path("big_out.npy")) if r2.returncode == 0 else None
+tap(had_state and r2.returncode == 0 and same_bits(got, ref) and not os.path.exists(state),
+    "resume after a kill from the periodic checkpoint gives the same bits",
+    "state seen: %s, first run exit %s: %s\n%s" % (had_state, p.returncode, out1[-1500:], r2.stdout))
+if os.path.exists(path("big_out.npy")):
+    os.unlink(path("big_out.npy"))
+log = open(path("term.log"), "w+")
+p = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
+time.sleep(0.4)
+p.send_signal(signal.SIGTERM)
+p.wait()
+out = open(path("term.log")).read()[-1500:]
+r2 = run(args[1:] + ["--resume"], check=False) if p.returncode == 3 else None
+got = np.load(path("big_out.npy")) if r2 is not None and r2.returncode == 0 else None
+tap(p.returncode == 3 and got is not None and same_bits(got, ref),
+    "SIGTERM saves the state (exit 3) and --resume gives the same bits",
+    "exit %s\n%s\n%s" % (p.returncode, out, r2.stdout if r2 else ""))
+
+print("1..%d" % n_test)
+subprocess.run(["rm", "-rf", TMP])
+sys.exit(1 if failed else 0)
