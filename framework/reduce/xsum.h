@@ -43,6 +43,10 @@ extern "C" {
  * < 2^32 per add; 2^30 adds keep |limb| < 2^62 from a normalized start). */
 #define CH_XSUM_ADDS_BETWEEN_NORMALIZE (1LL << 30)
 
+/* A 128-bit unsigned integer (GCC/Clang); __extension__ keeps -pedantic
+ * builds of programs that include this header quiet. */
+__extension__ typedef unsigned __int128 ch_xsum_u128_t;
+
 typedef struct {
     int64_t limb[CH_XSUM_LIMBS];
     /* counts of non-finite inputs (int64 so the struct merges as limbs) */
@@ -82,7 +86,7 @@ static inline void ch_xsum_add(ch_xsum_t *a, double x)
     uint64_t p = e - normal;
     unsigned s = (unsigned)(p & 31);
     int64_t *l = a->limb + (p >> 5);
-    unsigned __int128 v = (unsigned __int128)m << s;
+    ch_xsum_u128_t v = (ch_xsum_u128_t)m << s;
     int64_t neg = -(int64_t)(u >> 63); /* 0 or -1 */
     int64_t l0 = (int64_t)(uint32_t)v, l1 = (int64_t)(uint32_t)(v >> 32), l2 = (int64_t)(v >> 64);
     l[0] += (l0 ^ neg) - neg;
@@ -98,7 +102,7 @@ void ch_xsum_add_u64(ch_xsum_t *a, uint64_t x);
  * sum whose unit is bit `pos` of the accumulator. */
 void ch_xsum_add_scaled(ch_xsum_t *a, int64_t v, int pos);
 /* The same for a nonnegative 128-bit v < 2^120 (0 <= pos <= 2080). */
-void ch_xsum_add_scaled_u128(ch_xsum_t *a, unsigned __int128 v, int pos);
+void ch_xsum_add_scaled_u128(ch_xsum_t *a, ch_xsum_u128_t v, int pos);
 
 /* Add the n values x[0], x[stride], ... (stride in elements). Each call
  * counts n adds toward CH_XSUM_ADDS_BETWEEN_NORMALIZE. */
