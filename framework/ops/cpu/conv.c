@@ -10,6 +10,7 @@
  */
 #include "config.h"
 
+#include "framework/core/log.h"
 #include "framework/ops/cpu/cpu.h"
 
 #include <stdlib.h>
@@ -296,43 +297,111 @@ static void conv_key(int64_t *k, int op, const ch_tensor_t *x, const int64_t *ws
     k[19] = p->pad_w;
 }
 
-/* Convolution descriptors: src = x, dst = y (activations in their layouts),
- * weights "any" with the cropped kernel, bias x. */
-static ch_status conv_mds(const ch_tensor_t *x, const int64_t *wshape, const conv_crop *cr,
-                          const ch_tensor_t *y, dnnl_memory_desc_t *src,
-                          dnnl_memory_desc_t *wts, dnnl_memory_desc_t *bia,
-                          dnnl_memory_desc_t *dst)
+static const char *conv_op_name(int op)
 {
-    ch_cpu_md_of(src, x);
-    ch_cpu_md_of(dst, y);
+    return op == CPU_OP_CONV_FWD        ? "forward"
+           : op == CPU_OP_CONV_BWD_DATA ? "backward data"
+                                        : "backward weights";
+}
+
+/* Primitive descriptor of one convolution op for activation descriptors amd
+ * (a-side: src, or diff_src for BWD_DATA) and bmd (b-side: dst or diff_dst),
+ * weights "any" with the cropped kernel. Backward ops also get their forward
+ * hint, which the caller destroys after the primitive is created. */
+static ch_status conv_pd(ch_cpu_t *c, int op, const dnnl_memory_desc_t *amd,
+                         const dnnl_memory_desc_t *bmd, const int64_t *wshape,
+                         const conv_crop *cr, int has_b, const ch_conv2d_params_t *p,
+                         dnnl_primitive_desc_t *pd, dnnl_primitive_desc_t *hint)
+{
+    dnnl_memory_desc_t wts, bia;
     dnnl_dims_t wd = {wshape[0], wshape[1], cr->kk[0], cr->kk[1]};
-    CH_CHECK_DNNL(dnnl_memory_desc_init_by_tag(wts, 4, wd, dnnl_f32, dnnl_format_tag_any));
+    CH_CHECK_DNNL(dnnl_memory_desc_init_by_tag(&wts, 4, wd, dnnl_f32, dnnl_format_tag_any));
     dnnl_dims_t bd = {wshape[0]};
-    CH_CHECK_DNNL(dnnl_memory_desc_init_by_tag(bia, 1, bd, dnnl_f32, dnnl_x));
+    CH_CHECK_DNNL(dnnl_memory_desc_init_by_tag(&bia, 1, bd, dnnl_f32, dnnl_x));
+    dnnl_dims_t strides = {p->stride_h, p->stride_w};
+    dnnl_dims_t pl = {cr->pl[0], cr->pl[1]}, pr = {cr->pr[0], cr->pr[1]};
+    dnnl_convolution_desc_t fd, cd;
+    const dnnl_memory_desc_t *fb = has_b && op != CPU_OP_CONV_BWD_DATA ? &bia : NULL;
+    CH_CHECK_DNNL(dnnl_convolution_forward_desc_init(&fd, dnnl_forward_training,
+                                                     dnnl_convolution_direct, amd, &wts, fb,
+                                                     bmd, strides, pl, pr));
+    *pd = *hint = NULL;
+    if (op == CPU_OP_CONV_FWD) {
+        CH_CHECK_DNNL(dnnl_primitive_desc_create(pd, &fd, c->attr, c->engine, NULL));
+        return CH_OK;
+    }
+    CH_CHECK_DNNL(dnnl_primitive_desc_create(hint, &fd, NULL, c->engine, NULL));
+    dnnl_status_t ds;
+    if (op == CPU_OP_CONV_BWD_DATA)
+        ds = dnnl_convolution_backward_data_desc_init(&cd, dnnl_convolution_direct, amd, &wts,
+                                                      bmd, strides, pl, pr);
+    else
+        ds = dnnl_convolution_backward_weights_desc_init(&cd, dnnl_convolution_direct, amd,
+                                                         &wts, fb, bmd, strides, pl, pr);
+    if (ds == dnnl_success) ds = dnnl_primitive_desc_create(pd, &cd, c->attr, c->engine, *hint);
+    if (ds != dnnl_success) {
+        dnnl_primitive_desc_destroy(*hint);
+        *hint = NULL;
+        return CH_ERROR(CH_ERR_DNNL, "convolution %s primitive: %s", conv_op_name(op),
+                        ch_dnnl_status_string((int)ds));
+    }
     return CH_OK;
 }
 
-static ch_status conv_fwd_pd(ch_cpu_t *c, const ch_tensor_t *x, const int64_t *wshape,
-                             const conv_crop *cr, int has_b, const ch_tensor_t *y,
-                             const ch_conv2d_params_t *p, const_dnnl_primitive_attr_t attr,
-                             dnnl_primitive_desc_t *pd)
+/* Activation formats tried, in this order, when the tensors' own layouts get
+ * only a reference kernel (oneDNN 2.6: the 7x7/2 stem with one input channel
+ * and nChw8c gradients on AVX2, backward weights; nChw8c/16c activations on
+ * SSE4.1). nhwc has jit kernels from AVX2 up (measured fastest for that
+ * stem: docs/perf-isa.md); plain nchw reaches the gemm-based kernels on every
+ * ISA; "any" lets oneDNN choose. */
+static const dnnl_format_tag_t conv_alt_tags[] = {dnnl_nhwc, dnnl_nchw, dnnl_format_tag_any};
+
+/* Whether side s (0 = a, 1 = b) of op is written by the primitive. */
+static int conv_side_is_output(int op, int s)
 {
-    dnnl_memory_desc_t src, wts, bia, dst;
-    CH_TRY(conv_mds(x, wshape, cr, y, &src, &wts, &bia, &dst));
-    dnnl_dims_t strides = {p->stride_h, p->stride_w};
-    dnnl_dims_t pl = {cr->pl[0], cr->pl[1]}, pr = {cr->pr[0], cr->pr[1]};
-    dnnl_convolution_desc_t cd;
-    CH_CHECK_DNNL(dnnl_convolution_forward_desc_init(&cd, dnnl_forward_training,
-                                                     dnnl_convolution_direct, &src, &wts,
-                                                     has_b ? &bia : NULL, &dst, strides, pl,
-                                                     pr));
-    CH_CHECK_DNNL(dnnl_primitive_desc_create(pd, &cd, attr, c->engine, NULL));
+    return (op == CPU_OP_CONV_FWD && s == 1) || (op == CPU_OP_CONV_BWD_DATA && s == 0);
+}
+
+/* The primitive's activation descriptor of side s. */
+static const dnnl_memory_desc_t *conv_side_md(const_dnnl_primitive_desc_t pd, int op, int s)
+{
+    dnnl_query_t q = s == 0 ? (op == CPU_OP_CONV_BWD_DATA ? dnnl_query_diff_src_md
+                                                          : dnnl_query_src_md)
+                            : (op == CPU_OP_CONV_FWD ? dnnl_query_dst_md
+                                                     : dnnl_query_diff_dst_md);
+    return dnnl_primitive_desc_query_md(pd, q, 0);
+}
+
+/* Memory objects of side s: mem[s] in the primitive's format pmd; where
+ * that is not the tensor's format tmd, a buffer and a reorder between them. */
+static ch_status conv_side_setup(ch_cpu_t *c, cpu_prim *e, int op, int s,
+                                 const dnnl_memory_desc_t *tmd, const dnnl_memory_desc_t *pmd)
+{
+    if (dnnl_memory_desc_equal(tmd, pmd)) return mem_create(c, tmd, MEM_NONE, &e->mem[s]);
+    size_t bytes = dnnl_memory_desc_get_size(pmd);
+    e->xbuf[s] = aligned_alloc(64, (bytes + 63) / 64 * 64);
+    if (!e->xbuf[s])
+        return CH_ERROR(CH_ERR_NOMEM, "conv: activation buffer of %zu bytes", bytes);
+    CH_TRY(mem_create(c, pmd, e->xbuf[s], &e->mem[s]));
+    CH_TRY(mem_create(c, tmd, MEM_NONE, &e->xuser_mem[s]));
+    int out = conv_side_is_output(op, s);
+    dnnl_primitive_desc_t rpd;
+    CH_CHECK_DNNL(dnnl_reorder_primitive_desc_create(&rpd, out ? pmd : tmd, c->engine,
+                                                     out ? tmd : pmd, c->engine, NULL));
+    dnnl_status_t ds = dnnl_primitive_create(&e->xreorder[s], rpd);
+    dnnl_primitive_desc_destroy(rpd);
+    CH_CHECK_DNNL(ds);
     return CH_OK;
 }
 
 /* Create (or fetch) the primitive for one of the three convolution ops.
  * For CONV_FWD: a = x, b = y. BWD_DATA: a = dx, b = dy. BWD_WEIGHTS: a = x,
- * b = dy. */
+ * b = dy. The activations are used in their tensors' layouts unless oneDNN
+ * has only a reference kernel for those: then the formats of conv_alt_tags
+ * are tried and the first with a real kernel is used, the activations being
+ * reordered on the way in and out (run-time query of the implementation, so
+ * it holds on every ISA and oneDNN build). Where every format gets a
+ * reference kernel, one warning names the op, the shape and the ISA. */
 static ch_status conv_prim(ch_cpu_t *c, int op, const ch_tensor_t *a, const int64_t *wshape,
                            int has_b, const ch_tensor_t *b, const ch_conv2d_params_t *p,
                            cpu_prim **out)
@@ -348,35 +417,46 @@ static ch_status conv_prim(ch_cpu_t *c, int op, const ch_tensor_t *a, const int6
     if (!e) return CH_ERROR(CH_ERR_NOMEM, "conv: out of memory");
     memcpy(e->key, key, sizeof key);
     dnnl_primitive_desc_t pd = NULL, hint = NULL;
-    ch_status s = CH_OK;
-    dnnl_memory_desc_t src, wts, bia, dst;
     int64_t in_hw[2] = {a->shape[2], a->shape[3]}, out_hw[2] = {b->shape[2], b->shape[3]};
     conv_crop cr = crop_of(in_hw, out_hw, wshape, p);
-    dnnl_dims_t strides = {p->stride_h, p->stride_w};
-    dnnl_dims_t pl = {cr.pl[0], cr.pl[1]}, pr = {cr.pr[0], cr.pr[1]};
-    dnnl_convolution_desc_t cd;
-    dnnl_status_t ds = dnnl_success;
-    if (op == CPU_OP_CONV_FWD) {
-        s = conv_fwd_pd(c, a, wshape, &cr, has_b, b, p, c->attr, &pd);
-    } else {
-        s = conv_fwd_pd(c, a, wshape, &cr, has_b, b, p, NULL, &hint);
-        if (s == CH_OK) s = conv_mds(a, wshape, &cr, b, &src, &wts, &bia, &dst);
-        if (s == CH_OK) {
-            if (op == CPU_OP_CONV_BWD_DATA)
-                ds = dnnl_convolution_backward_data_desc_init(&cd, dnnl_convolution_direct,
-                                                              &src, &wts, &dst, strides, pl,
-                                                              pr);
-            else
-                ds = dnnl_convolution_backward_weights_desc_init(
-                    &cd, dnnl_convolution_direct, &src, &wts, has_b ? &bia : NULL, &dst,
-                    strides, pl, pr);
-            if (ds == dnnl_success)
-                ds = dnnl_primitive_desc_create(&pd, &cd, c->attr, c->engine, hint);
-            if (ds != dnnl_success)
-                s = CH_ERROR(CH_ERR_DNNL, "convolution backward primitive: %s",
-                             ch_dnnl_status_string((int)ds));
+    dnnl_memory_desc_t amd, bmd;
+    ch_cpu_md_of(&amd, a);
+    ch_cpu_md_of(&bmd, b);
+    ch_status s = conv_pd(c, op, &amd, &bmd, wshape, &cr, has_b, p, &pd, &hint);
+    for (size_t i = 0; s == CH_OK && ch_cpu_pd_is_ref(pd) &&
+                       i < sizeof conv_alt_tags / sizeof conv_alt_tags[0];
+         i++) {
+        dnnl_memory_desc_t aalt, balt;
+        dnnl_dims_t ad = {a->shape[0], a->shape[1], a->shape[2], a->shape[3]};
+        dnnl_dims_t bd = {b->shape[0], b->shape[1], b->shape[2], b->shape[3]};
+        dnnl_primitive_desc_t pd2 = NULL, hint2 = NULL;
+        if (dnnl_memory_desc_init_by_tag(&aalt, 4, ad, dnnl_f32, conv_alt_tags[i]) ||
+            dnnl_memory_desc_init_by_tag(&balt, 4, bd, dnnl_f32, conv_alt_tags[i]))
+            continue;
+        if (conv_pd(c, op, &aalt, &balt, wshape, &cr, has_b, p, &pd2, &hint2) != CH_OK) {
+            ch_error_clear();
+            continue;
         }
+        if (ch_cpu_pd_is_ref(pd2)) {
+            dnnl_primitive_desc_destroy(pd2);
+            if (hint2) dnnl_primitive_desc_destroy(hint2);
+            continue;
+        }
+        dnnl_primitive_desc_destroy(pd);
+        if (hint) dnnl_primitive_desc_destroy(hint);
+        pd = pd2;
+        hint = hint2;
     }
+    if (s == CH_OK && ch_cpu_pd_is_ref(pd))
+        ch_log_warn("cohort: oneDNN has only a reference (slow) kernel for convolution %s "
+                    "%lldx%lldx%lldx%lld -> %lldx%lldx%lldx%lld, weight %lldx%lldx%lldx%lld, "
+                    "stride %lld, pad %lld, on ISA %s",
+                    conv_op_name(op), (long long)a->shape[0], (long long)a->shape[1],
+                    (long long)a->shape[2], (long long)a->shape[3], (long long)b->shape[0],
+                    (long long)b->shape[1], (long long)b->shape[2], (long long)b->shape[3],
+                    (long long)wshape[0], (long long)wshape[1], (long long)wshape[2],
+                    (long long)wshape[3], (long long)p->stride_h, (long long)p->pad_h,
+                    ch_cpu_isa_name());
     if (s == CH_OK) {
         dnnl_query_t wq = op == CPU_OP_CONV_BWD_WEIGHTS ? dnnl_query_diff_weights_md
                                                         : dnnl_query_weights_md;
@@ -384,19 +464,17 @@ static ch_status conv_prim(ch_cpu_t *c, int op, const ch_tensor_t *a, const int6
         s = setup_weights(c, e, wmd, wshape, &cr, op == CPU_OP_CONV_BWD_WEIGHTS);
     }
     if (s == CH_OK) s = setup_scratch(c, pd, e);
-    if (s == CH_OK) {
-        /* mem[0] = a-side activation, mem[1] = b-side activation, mem[2] = bias */
-        dnnl_memory_desc_t amd, bmd, bias_md;
-        ch_cpu_md_of(&amd, a);
-        ch_cpu_md_of(&bmd, b);
+    /* mem[0] = a-side activation, mem[1] = b-side activation, mem[2] = bias */
+    if (s == CH_OK) s = conv_side_setup(c, e, op, 0, &amd, conv_side_md(pd, op, 0));
+    if (s == CH_OK) s = conv_side_setup(c, e, op, 1, &bmd, conv_side_md(pd, op, 1));
+    if (s == CH_OK && has_b) {
+        dnnl_memory_desc_t bias_md;
         dnnl_dims_t bd = {wshape[0]};
         dnnl_memory_desc_init_by_tag(&bias_md, 1, bd, dnnl_f32, dnnl_x);
-        s = mem_create(c, &amd, MEM_NONE, &e->mem[0]);
-        if (s == CH_OK) s = mem_create(c, &bmd, MEM_NONE, &e->mem[1]);
-        if (s == CH_OK && has_b) s = mem_create(c, &bias_md, MEM_NONE, &e->mem[2]);
+        s = mem_create(c, &bias_md, MEM_NONE, &e->mem[2]);
     }
     if (s == CH_OK) {
-        ds = dnnl_primitive_create(&e->prim, pd);
+        dnnl_status_t ds = dnnl_primitive_create(&e->prim, pd);
         if (ds != dnnl_success)
             s = CH_ERROR(CH_ERR_DNNL, "convolution primitive: %s", ch_dnnl_status_string((int)ds));
     }
@@ -405,10 +483,7 @@ static ch_status conv_prim(ch_cpu_t *c, int op, const ch_tensor_t *a, const int6
     if (s != CH_OK) {
         ch_cpu_prim_free(e);
         return ch_error_context("conv2d %s %lldx%lldx%lldx%lld, weight %lldx%lldx%lldx%lld",
-                                op == CPU_OP_CONV_FWD ? "forward"
-                                : op == CPU_OP_CONV_BWD_DATA ? "backward data"
-                                                             : "backward weights",
-                                (long long)a->shape[0], (long long)a->shape[1],
+                                conv_op_name(op), (long long)a->shape[0], (long long)a->shape[1],
                                 (long long)a->shape[2], (long long)a->shape[3],
                                 (long long)wshape[0], (long long)wshape[1],
                                 (long long)wshape[2], (long long)wshape[3]);
@@ -416,6 +491,25 @@ static ch_status conv_prim(ch_cpu_t *c, int op, const ch_tensor_t *a, const int6
     CH_TRY(ch_cpu_cache_add(c, e));
     *out = e;
     return CH_OK;
+}
+
+/* Bind side s to the tensor data at ptr before the primitive runs: an
+ * input in another format is reordered into the primitive's buffer now. */
+static ch_status side_bind(ch_cpu_t *c, cpu_prim *e, int op, int s, void *ptr)
+{
+    if (!e->xreorder[s]) return set_handle(e->mem[s], ptr);
+    CH_TRY(set_handle(e->xuser_mem[s], ptr));
+    if (conv_side_is_output(op, s)) return CH_OK;
+    dnnl_exec_arg_t a[2] = {{DNNL_ARG_FROM, e->xuser_mem[s]}, {DNNL_ARG_TO, e->mem[s]}};
+    return exec(c, e->xreorder[s], 2, a);
+}
+
+/* After the primitive ran: an output in another format goes to the tensor. */
+static ch_status side_finish(ch_cpu_t *c, cpu_prim *e, int op, int s)
+{
+    if (!e->xreorder[s] || !conv_side_is_output(op, s)) return CH_OK;
+    dnnl_exec_arg_t a[2] = {{DNNL_ARG_FROM, e->mem[s]}, {DNNL_ARG_TO, e->xuser_mem[s]}};
+    return exec(c, e->xreorder[s], 2, a);
 }
 
 /* Fill in the scratchpad argument (if any); returns the new arg count. */
@@ -599,8 +693,8 @@ ch_status ch_cpu_conv2d_forward(void *st, const ch_tensor_t *x, const ch_tensor_
     CH_TRY(conv_prim(c, CPU_OP_CONV_FWD, x, w->shape, b != NULL, y, p, &e));
     if (e->wreorder) CH_TRY(run_wreorder(c, e, handle(w), 0));
     else CH_TRY(set_handle(e->wprim_mem, handle(w)));
-    CH_TRY(set_handle(e->mem[0], handle(x)));
-    CH_TRY(set_handle(e->mem[1], y->data));
+    CH_TRY(side_bind(c, e, CPU_OP_CONV_FWD, 0, handle(x)));
+    CH_TRY(side_bind(c, e, CPU_OP_CONV_FWD, 1, y->data));
     dnnl_exec_arg_t a[5];
     int n = 0;
     a[n++] = (dnnl_exec_arg_t){DNNL_ARG_SRC, e->mem[0]};
@@ -611,7 +705,8 @@ ch_status ch_cpu_conv2d_forward(void *st, const ch_tensor_t *x, const ch_tensor_
         a[n++] = (dnnl_exec_arg_t){DNNL_ARG_BIAS, e->mem[2]};
     }
     CH_TRY(add_scratch(c, e, a, &n));
-    return exec(c, e->prim, n, a);
+    CH_TRY(exec(c, e->prim, n, a));
+    return side_finish(c, e, CPU_OP_CONV_FWD, 1);
 }
 
 ch_status ch_cpu_conv2d_backward_data(void *st, const ch_tensor_t *dy, const ch_tensor_t *w,
@@ -623,15 +718,16 @@ ch_status ch_cpu_conv2d_backward_data(void *st, const ch_tensor_t *dy, const ch_
     CH_TRY(conv_prim(c, CPU_OP_CONV_BWD_DATA, dx, w->shape, 0, dy, p, &e));
     if (e->wreorder) CH_TRY(run_wreorder(c, e, handle(w), 0));
     else CH_TRY(set_handle(e->wprim_mem, handle(w)));
-    CH_TRY(set_handle(e->mem[0], dx->data));
-    CH_TRY(set_handle(e->mem[1], handle(dy)));
+    CH_TRY(side_bind(c, e, CPU_OP_CONV_BWD_DATA, 0, dx->data));
+    CH_TRY(side_bind(c, e, CPU_OP_CONV_BWD_DATA, 1, handle(dy)));
     dnnl_exec_arg_t a[4];
     int n = 0;
     a[n++] = (dnnl_exec_arg_t){DNNL_ARG_DIFF_SRC, e->mem[0]};
     a[n++] = (dnnl_exec_arg_t){DNNL_ARG_WEIGHTS, e->wprim_mem};
     a[n++] = (dnnl_exec_arg_t){DNNL_ARG_DIFF_DST, e->mem[1]};
     CH_TRY(add_scratch(c, e, a, &n));
-    return exec(c, e->prim, n, a);
+    CH_TRY(exec(c, e->prim, n, a));
+    return side_finish(c, e, CPU_OP_CONV_BWD_DATA, 0);
 }
 
 ch_status ch_cpu_conv2d_backward_weights(void *st, const ch_tensor_t *x, const ch_tensor_t *dy,
@@ -643,8 +739,8 @@ ch_status ch_cpu_conv2d_backward_weights(void *st, const ch_tensor_t *x, const c
     if (conv_is_gemm(x, dy, dw->shape, p)) return gemm_backward_weights(c, x, dy, p, dw, db);
     CH_TRY(conv_prim(c, CPU_OP_CONV_BWD_WEIGHTS, x, dw->shape, db != NULL, dy, p, &e));
     if (!e->wreorder) CH_TRY(set_handle(e->wprim_mem, dw->data));
-    CH_TRY(set_handle(e->mem[0], handle(x)));
-    CH_TRY(set_handle(e->mem[1], handle(dy)));
+    CH_TRY(side_bind(c, e, CPU_OP_CONV_BWD_WEIGHTS, 0, handle(x)));
+    CH_TRY(side_bind(c, e, CPU_OP_CONV_BWD_WEIGHTS, 1, handle(dy)));
     dnnl_exec_arg_t a[5];
     int n = 0;
     a[n++] = (dnnl_exec_arg_t){DNNL_ARG_SRC, e->mem[0]};
