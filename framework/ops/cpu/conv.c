@@ -15,6 +15,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define MEM_NONE DNNL_MEMORY_NONE
 
@@ -89,55 +90,132 @@ static conv_crop crop_of(const int64_t *in_hw, const int64_t *out_hw, const int6
     return c;
 }
 
-/* Weight reorders in C for the blocked formats oneDNN's AVX-512 kernels pick
- * (about twice as fast as oneDNN 2.6's generic reorder on this machine, see
- * docs/perf-ops.md). Plain OIHW (O,I,H,W) <-> blocked with 16x16 channel
- * tiles, dims divisible by 16:
- *   WF_OI_IO  ABcd16b16a  [O/16][I/16][h][w][16 i][16 o]  (forward, bwd weights)
- *   WF_OI_OI  ABcd16a16b  [O/16][I/16][h][w][16 o][16 i]  (backward data)
- *   WF_IO_OI  BAcd16a16b  [I/16][O/16][h][w][16 o][16 i]  (backward data, 1x1) */
+/* Weight reorders in C for the square-tiled blocked formats oneDNN's
+ * direct kernels pick: 16x16 channel tiles (AVX-512) and 8x8 (AVX2, AVX).
+ * Plain OIHW (O,I,H,W) <-> blocked with BxB tiles, dims divisible by B:
+ *   WF_OI_IO  ABcd<B>b<B>a  [O/B][I/B][h][w][B i][B o]  (forward, bwd weights)
+ *   WF_OI_OI  ABcd<B>a<B>b  [O/B][I/B][h][w][B o][B i]  (backward data)
+ *   WF_IO_OI  BAcd16a16b    [I/B][O/B][h][w][B o][B i]  (backward data, 1x1;
+ *             oneDNN 2.6 has no 8-wide counterpart)
+ * Whether this loop or oneDNN's reorder runs is decided per primitive by
+ * timing both at creation (wreorder_pick): neither wins everywhere (oneDNN's
+ * jit reorder is the faster plain -> blocked on this machine, the C loop the
+ * faster 16x16 blocked -> plain; docs/perf-isa.md). */
 enum { WF_NONE = 0, WF_OI_IO, WF_OI_OI, WF_IO_OI };
 
-static int weight_format(const dnnl_memory_desc_t *md, const int64_t *d)
+static int weight_format(const dnnl_memory_desc_t *md, const int64_t *d, int *block)
 {
-    if (d[0] % 16 || d[1] % 16) return WF_NONE;
-    static const struct { dnnl_format_tag_t tag; int wf; } tags[] = {
-        {dnnl_ABcd16b16a, WF_OI_IO}, {dnnl_ABcd16a16b, WF_OI_OI}, {dnnl_BAcd16a16b, WF_IO_OI}};
+    static const struct { dnnl_format_tag_t tag; int wf, b; } tags[] = {
+        {dnnl_ABcd16b16a, WF_OI_IO, 16}, {dnnl_ABcd16a16b, WF_OI_OI, 16},
+        {dnnl_BAcd16a16b, WF_IO_OI, 16}, {dnnl_ABcd8b8a, WF_OI_IO, 8},
+        {dnnl_ABcd8a8b, WF_OI_OI, 8}};
     dnnl_dims_t dd = {d[0], d[1], d[2], d[3]};
     for (size_t i = 0; i < sizeof tags / sizeof tags[0]; i++) {
         dnnl_memory_desc_t t;
+        if (d[0] % tags[i].b || d[1] % tags[i].b) continue;
         if (dnnl_memory_desc_init_by_tag(&t, 4, dd, dnnl_f32, tags[i].tag) != dnnl_success)
             continue;
-        if (dnnl_memory_desc_equal(&t, md)) return tags[i].wf;
+        if (dnnl_memory_desc_equal(&t, md)) {
+            *block = tags[i].b;
+            return tags[i].wf;
+        }
     }
     return WF_NONE;
 }
 
-/* plain <-> blocked (to_plain selects the direction). */
-CH_CPU_SIMD static void weights_reorder(float *plain, float *blk, const int64_t *d, int wf,
-                                        int to_plain)
+/* plain <-> blocked (to_plain selects the direction), tile width B; inlined
+ * into weights_reorder with B a constant so the inner loops vectorise. */
+static inline __attribute__((always_inline)) void
+weights_reorder_b(float *plain, float *blk, const int64_t *d, int wf, int to_plain, const int B)
 {
-    int64_t O = d[0], I = d[1], HW = d[2] * d[3], nO = O / 16, nI = I / 16;
+    int64_t O = d[0], I = d[1], HW = d[2] * d[3], nO = O / B, nI = I / B, BB = B * B;
     for (int64_t ob = 0; ob < nO; ob++)
         for (int64_t ib = 0; ib < nI; ib++) {
             int64_t tile = wf == WF_IO_OI ? ib * nO + ob : ob * nI + ib;
-            float *bt = blk + tile * HW * 256;
+            float *bt = blk + tile * HW * BB;
             for (int64_t k = 0; k < HW; k++)
-                for (int64_t r = 0; r < 16; r++) {
-                    /* row r of the 16x16 tile at tap k: i = r (OI_IO) or o = r */
-                    float *row = bt + k * 256 + r * 16;
-                    float *p0 = wf == WF_OI_IO ? plain + ((ob * 16) * I + ib * 16 + r) * HW + k
-                                               : plain + ((ob * 16 + r) * I + ib * 16) * HW + k;
+                for (int64_t r = 0; r < B; r++) {
+                    /* row r of the BxB tile at tap k: i = r (OI_IO) or o = r */
+                    float *row = bt + k * BB + r * B;
+                    float *p0 = wf == WF_OI_IO ? plain + ((ob * B) * I + ib * B + r) * HW + k
+                                               : plain + ((ob * B + r) * I + ib * B) * HW + k;
                     int64_t st = wf == WF_OI_IO ? I * HW : HW;
                     if (to_plain) {
-                        for (int l = 0; l < 16; l++) p0[l * st] = row[l];
+                        for (int l = 0; l < B; l++) p0[l * st] = row[l];
                     } else {
                         float t[16];
-                        for (int l = 0; l < 16; l++) t[l] = p0[l * st];
-                        for (int l = 0; l < 16; l++) row[l] = t[l];
+                        for (int l = 0; l < B; l++) t[l] = p0[l * st];
+                        for (int l = 0; l < B; l++) row[l] = t[l];
                     }
                 }
         }
+}
+
+CH_CPU_SIMD static void weights_reorder(float *plain, float *blk, const int64_t *d, int wf,
+                                        int block, int to_plain)
+{
+    if (block == 16) weights_reorder_b(plain, blk, d, wf, to_plain, 16);
+    else weights_reorder_b(plain, blk, d, wf, to_plain, 8);
+}
+
+static double mono_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* Choose between the C loop (format wf) and oneDNN's reorder e->wreorder for
+ * this primitive's weights: run both 3 times, alternating, on a test pattern
+ * (plain i -> i, or blocked for to_user), keep the faster of the best times
+ * in e->wfmt (WF_NONE: oneDNN's). The two must produce the same bytes; a
+ * difference is a bug in weights_reorder (CH_ERR_INTERNAL). */
+static ch_status wreorder_pick(ch_cpu_t *c, cpu_prim *e, const dnnl_memory_desc_t *user, int wf,
+                               int to_user)
+{
+    size_t bytes = e->wbytes, n = bytes / sizeof(float);
+    float *plain = aligned_alloc(64, (bytes + 63) / 64 * 64);
+    float *first = aligned_alloc(64, (bytes + 63) / 64 * 64);
+    dnnl_memory_t pm = NULL;
+    ch_status s = CH_OK;
+    if (!plain || !first) s = CH_ERROR(CH_ERR_NOMEM, "conv: weights test buffers of %zu bytes", bytes);
+    if (s == CH_OK) s = mem_create(c, user, plain, &pm);
+    float *src = to_user ? e->wbuf : plain, *dst = to_user ? plain : e->wbuf;
+    for (size_t i = 0; s == CH_OK && i < n; i++) src[i] = (float)i;
+    double tc = 1e30, td = 1e30;
+    dnnl_exec_arg_t a[2] = {{DNNL_ARG_FROM, to_user ? e->wprim_mem : pm},
+                            {DNNL_ARG_TO, to_user ? pm : e->wprim_mem}};
+    for (int r = 0; s == CH_OK && r < 3; r++) {
+        double t0 = mono_s();
+        weights_reorder(plain, e->wbuf, e->wdims, wf, e->wblock, to_user);
+        double t1 = mono_s();
+        if (t1 - t0 < tc) tc = t1 - t0;
+        if (r == 0) memcpy(first, dst, bytes);
+        memset(dst, 0, bytes);
+        t0 = mono_s();
+        s = exec(c, e->wreorder, 2, a);
+        t1 = mono_s();
+        if (t1 - t0 < td) td = t1 - t0;
+        if (s == CH_OK && r == 0 && memcmp(first, dst, bytes) != 0)
+            s = CH_ERROR(CH_ERR_INTERNAL,
+                         "conv: C weights reorder (format %d, block %d, %s) differs from "
+                         "oneDNN's for %lldx%lldx%lldx%lld weights",
+                         wf, e->wblock, to_user ? "to plain" : "from plain",
+                         (long long)e->wdims[0], (long long)e->wdims[1], (long long)e->wdims[2],
+                         (long long)e->wdims[3]);
+    }
+    if (s == CH_OK) {
+        e->wfmt = tc < td ? wf : WF_NONE;
+        ch_log_debug("conv weights %lldx%lldx%lldx%lld %s, %dx%d tiles: C %.3f ms, oneDNN %.3f "
+                     "ms: using %s",
+                     (long long)e->wdims[0], (long long)e->wdims[1], (long long)e->wdims[2],
+                     (long long)e->wdims[3], to_user ? "to plain" : "from plain", e->wblock,
+                     e->wblock, 1e3 * tc, 1e3 * td, e->wfmt ? "C" : "oneDNN");
+    }
+    if (pm) dnnl_memory_destroy(pm);
+    free(plain);
+    free(first);
+    return s;
 }
 
 /* Weights: the primitive wants prim_md; the caller holds plain OIHW (of
@@ -171,7 +249,7 @@ static ch_status setup_weights(ch_cpu_t *c, cpu_prim *e, const dnnl_memory_desc_
     if (!e->wbuf) return CH_ERROR(CH_ERR_NOMEM, "conv: weights buffer of %zu bytes", e->wbytes);
     CH_TRY(mem_create(c, prim_md, e->wbuf, &e->wprim_mem));
     for (int i = 0; i < 4; i++) e->wdims[i] = i < 2 ? wshape[i] : cr->kk[i - 2];
-    e->wfmt = weight_format(prim_md, e->wdims);
+    int wf = weight_format(prim_md, e->wdims, &e->wblock);
     CH_TRY(mem_create(c, &user, e->cbuf ? (void *)e->cbuf : MEM_NONE, &e->wuser_mem));
     dnnl_primitive_desc_t rpd;
     if (to_user)
@@ -183,7 +261,7 @@ static ch_status setup_weights(ch_cpu_t *c, cpu_prim *e, const dnnl_memory_desc_
     dnnl_status_t st = dnnl_primitive_create(&e->wreorder, rpd);
     dnnl_primitive_desc_destroy(rpd);
     CH_CHECK_DNNL(st);
-    return CH_OK;
+    return wf == WF_NONE ? CH_OK : wreorder_pick(c, e, &user, wf, to_user);
 }
 
 /* Copy the kept taps between full OIHW weights and the compact buffer. */
@@ -209,7 +287,7 @@ static ch_status run_wreorder(ch_cpu_t *c, cpu_prim *e, void *user_ptr, int to_u
     if (e->cropped && !to_user) crop_copy(e, user_ptr, 0);
     if (e->wfmt) {
         weights_reorder(e->cropped ? e->cbuf : (float *)user_ptr, e->wbuf, e->wdims, e->wfmt,
-                        to_user);
+                        e->wblock, to_user);
     } else {
         if (!e->cropped) CH_TRY(set_handle(e->wuser_mem, user_ptr));
         dnnl_exec_arg_t a[2] = {

@@ -43,6 +43,7 @@ typedef struct cpu_prim {
     int64_t k0[2], kk[2];        /* first tap and extent kept, (h, w) */
     float *cbuf;                 /* compact plain copy of the kept taps */
     int wfmt;                    /* weights reorder done in C (conv.c), 0 = oneDNN's */
+    int wblock;                  /* its channel tile width (8 or 16) */
     int64_t wdims[4];            /* weights dims the primitive sees (cropped) */
     /* Activations in another format than their tensors' layouts (conv.c: the
      * tensors' own layouts got only a reference kernel). Per side s (0 = the
