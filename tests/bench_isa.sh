@@ -5,7 +5,7 @@
 # a markdown table of the medians (images/s) and the ratio cohort/PyTorch.
 #
 #   tests/bench_isa.sh [-r ROUNDS] [-t THREADS] [-i "AVX2 AVX512_CORE native"]
-#                      [-b BASELINE_BENCH_NN] [CASE ...]
+#                      [-b BASELINE_BENCH_NN] [-c] [CASE ...]
 #
 # CASE is arch:channels:size:batch:train|eval:steps (default: the cases of
 # issue 12's table). PyTorch runs with the same ONEDNN_MAX_CPU_ISA and the
@@ -13,29 +13,42 @@
 # a second cohort build (e.g. the previous commit's tests/bench_nn) runs in
 # each round too, as the "before" column. Each run's figure is its median over
 # the timed steps (after the warm-up steps: 2, or 1 when steps <= 3); the
-# table shows the median of the ROUNDS run figures. docs/perf-isa.md.
+# table shows the median of the ROUNDS run figures. Figures are images/s of
+# wall time, or with -c images per CPU-second (batch / median process CPU
+# time of a step: the fair figure on a loaded machine at 1 thread, where CPU
+# time is the work done). docs/perf-isa.md.
 set -u
 build=${COHORT_BUILDDIR:-.}
 src=${COHORT_SRCDIR:-.}
 PY=${PYTHON3:-/usr/bin/python3}
-rounds=3 threads=2 isas="AVX2 AVX512_CORE" base=
-while getopts r:t:i:b: o; do
+rounds=3 threads=2 isas="AVX2 AVX512_CORE" base= cpu=0
+while getopts r:t:i:b:c o; do
   case $o in
-    r) rounds=$OPTARG ;; t) threads=$OPTARG ;; i) isas=$OPTARG ;; b) base=$OPTARG ;;
-    *) echo "usage: $0 [-r ROUNDS] [-t THREADS] [-i ISAS] [-b BASELINE] [CASE ...]" >&2; exit 2 ;;
+    r) rounds=$OPTARG ;; t) threads=$OPTARG ;; i) isas=$OPTARG ;; b) base=$OPTARG ;; c) cpu=1 ;;
+    *) echo "usage: $0 [-r ROUNDS] [-t THREADS] [-i ISAS] [-b BASELINE] [-c] [CASE ...]" >&2; exit 2 ;;
   esac
 done
 shift $((OPTIND - 1))
-cases=${*:-"resnet18:1:28:64:train:8 resnet34:1:28:64:train:6 resnet18:3:32:64:train:8
-resnet18:1:28:64:eval:10 resnet50:3:224:16:eval:3"}
+cases=${*:-"resnet18:1:28:64:train:5 resnet34:1:28:64:train:4 resnet18:3:32:64:train:5
+resnet18:1:28:64:eval:8 resnet50:3:224:16:eval:3"}
 
 # median of the numbers on stdin
 median() { sort -g | awk '{a[NR]=$1} END{if(NR==0) print "nan"; else if(NR%2) print a[(NR+1)/2]; else print (a[NR/2]+a[NR/2+1])/2}'; }
-# ips: images/s from a bench line on stdin
-ips() { sed -n 's/.*, \([0-9.]*\) images\/s.*/\1/p' | head -n 1; }
+# ips: images/s (or, -c, images per CPU-second) from a bench line on stdin
+ips() {
+  if [ "$cpu" = 1 ]; then
+    sed -n 's/.*cpu median \([0-9.]*\) ms\/step.*/\1/p' | head -n 1 |
+      awk -v b="$batch" '{printf "%.1f\n", b * 1000 / $1}'
+  else
+    sed -n 's/.*, \([0-9.]*\) images\/s.*/\1/p' | head -n 1
+  fi
+}
 
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/cohort-bench-isa.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
+unit="images/s"; [ "$cpu" = 1 ] && unit="images/CPU-s"
+echo "$unit, $threads thread(s), median of $rounds alternating rounds"
+echo
 if [ -n "$base" ]; then
   echo "| ISA cap | case | cohort before | cohort | PyTorch | cohort/PyTorch | before/PyTorch |"
   echo "|---|---|--:|--:|--:|--:|--:|"
