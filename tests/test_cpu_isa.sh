@@ -7,15 +7,8 @@
 # naming it, or when cohort warned that it found none but a reference one.
 # An ISA the machine lacks is a SKIP. (resnet34's convolutions are resnet18's
 # shapes, repeated; it runs at 1x28x28 only, the quick start's input.)
-set -u
-build=${COHORT_BUILDDIR:-.}
+. "${COHORT_SRCDIR:-.}/tests/train_lib.sh"   # TAP helpers (ok, not_ok, skip), $tmp, $build
 BENCH="$build/tests/bench_nn"
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/cohort-isa-test.XXXXXX")
-trap 'rm -rf "$tmp"' EXIT
-tap_n=0
-ok() { tap_n=$((tap_n + 1)); echo "ok $tap_n - $*"; }
-not_ok() { tap_n=$((tap_n + 1)); echo "not ok $tap_n - $*"; }
-skip() { tap_n=$((tap_n + 1)); echo "ok $tap_n - $1 # SKIP $2"; }
 
 cases="resnet18:1:28 resnet18:3:32 resnet18:3:224 resnet34:1:28 resnet50:1:28 resnet50:3:32
 resnet50:3:224"
