@@ -61,6 +61,11 @@ void ch_cpu_prim_free(cpu_prim *p)
     if (p->scratch_mem) dnnl_memory_destroy(p->scratch_mem);
     if (p->wuser_mem) dnnl_memory_destroy(p->wuser_mem);
     if (p->wprim_mem) dnnl_memory_destroy(p->wprim_mem);
+    for (int i = 0; i < 2; i++) {
+        if (p->xreorder[i]) dnnl_primitive_destroy(p->xreorder[i]);
+        if (p->xuser_mem[i]) dnnl_memory_destroy(p->xuser_mem[i]);
+        free(p->xbuf[i]);
+    }
     free(p->wbuf);
     free(p->cbuf);
     free(p);
@@ -123,6 +128,17 @@ static const char *isa_name(dnnl_cpu_isa_t isa)
     }
 }
 
+const char *ch_cpu_isa_name(void) { return isa_name(dnnl_get_effective_cpu_isa()); }
+
+int ch_cpu_pd_is_ref(const_dnnl_primitive_desc_t pd)
+{
+    const char *impl = NULL;
+    if (dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl) != dnnl_success ||
+        !impl)
+        return 0;
+    return strncmp(impl, "ref", 3) == 0;
+}
+
 static const char *runtime_name(unsigned r)
 {
     switch (r) {
@@ -140,7 +156,7 @@ static void cpu_describe(const void *state, char *buf, size_t len)
     const dnnl_version_t *v = dnnl_version();
     snprintf(buf, len, "oneDNN %d.%d.%d (cpu runtime %s, isa %s), %d threads, layout %s",
              v->major, v->minor, v->patch, runtime_name(v->cpu_runtime),
-             isa_name(dnnl_get_effective_cpu_isa()), omp_get_max_threads(),
+             ch_cpu_isa_name(), omp_get_max_threads(),
              ch_layout_name(c->layout));
 }
 

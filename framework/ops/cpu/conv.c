@@ -10,10 +10,12 @@
  */
 #include "config.h"
 
+#include "framework/core/log.h"
 #include "framework/ops/cpu/cpu.h"
 
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define MEM_NONE DNNL_MEMORY_NONE
 
@@ -88,55 +90,132 @@ static conv_crop crop_of(const int64_t *in_hw, const int64_t *out_hw, const int6
     return c;
 }
 
-/* Weight reorders in C for the blocked formats oneDNN's AVX-512 kernels pick
- * (about twice as fast as oneDNN 2.6's generic reorder on this machine, see
- * docs/perf-ops.md). Plain OIHW (O,I,H,W) <-> blocked with 16x16 channel
- * tiles, dims divisible by 16:
- *   WF_OI_IO  ABcd16b16a  [O/16][I/16][h][w][16 i][16 o]  (forward, bwd weights)
- *   WF_OI_OI  ABcd16a16b  [O/16][I/16][h][w][16 o][16 i]  (backward data)
- *   WF_IO_OI  BAcd16a16b  [I/16][O/16][h][w][16 o][16 i]  (backward data, 1x1) */
+/* Weight reorders in C for the square-tiled blocked formats oneDNN's
+ * direct kernels pick: 16x16 channel tiles (AVX-512) and 8x8 (AVX2, AVX).
+ * Plain OIHW (O,I,H,W) <-> blocked with BxB tiles, dims divisible by B:
+ *   WF_OI_IO  ABcd<B>b<B>a  [O/B][I/B][h][w][B i][B o]  (forward, bwd weights)
+ *   WF_OI_OI  ABcd<B>a<B>b  [O/B][I/B][h][w][B o][B i]  (backward data)
+ *   WF_IO_OI  BAcd16a16b    [I/B][O/B][h][w][B o][B i]  (backward data, 1x1;
+ *             oneDNN 2.6 has no 8-wide counterpart)
+ * Whether this loop or oneDNN's reorder runs is decided per primitive by
+ * timing both at creation (wreorder_pick): neither wins everywhere (oneDNN's
+ * jit reorder is the faster plain -> blocked on this machine, the C loop the
+ * faster 16x16 blocked -> plain; docs/perf-isa.md). */
 enum { WF_NONE = 0, WF_OI_IO, WF_OI_OI, WF_IO_OI };
 
-static int weight_format(const dnnl_memory_desc_t *md, const int64_t *d)
+static int weight_format(const dnnl_memory_desc_t *md, const int64_t *d, int *block)
 {
-    if (d[0] % 16 || d[1] % 16) return WF_NONE;
-    static const struct { dnnl_format_tag_t tag; int wf; } tags[] = {
-        {dnnl_ABcd16b16a, WF_OI_IO}, {dnnl_ABcd16a16b, WF_OI_OI}, {dnnl_BAcd16a16b, WF_IO_OI}};
+    static const struct { dnnl_format_tag_t tag; int wf, b; } tags[] = {
+        {dnnl_ABcd16b16a, WF_OI_IO, 16}, {dnnl_ABcd16a16b, WF_OI_OI, 16},
+        {dnnl_BAcd16a16b, WF_IO_OI, 16}, {dnnl_ABcd8b8a, WF_OI_IO, 8},
+        {dnnl_ABcd8a8b, WF_OI_OI, 8}};
     dnnl_dims_t dd = {d[0], d[1], d[2], d[3]};
     for (size_t i = 0; i < sizeof tags / sizeof tags[0]; i++) {
         dnnl_memory_desc_t t;
+        if (d[0] % tags[i].b || d[1] % tags[i].b) continue;
         if (dnnl_memory_desc_init_by_tag(&t, 4, dd, dnnl_f32, tags[i].tag) != dnnl_success)
             continue;
-        if (dnnl_memory_desc_equal(&t, md)) return tags[i].wf;
+        if (dnnl_memory_desc_equal(&t, md)) {
+            *block = tags[i].b;
+            return tags[i].wf;
+        }
     }
     return WF_NONE;
 }
 
-/* plain <-> blocked (to_plain selects the direction). */
-CH_CPU_SIMD static void weights_reorder(float *plain, float *blk, const int64_t *d, int wf,
-                                        int to_plain)
+/* plain <-> blocked (to_plain selects the direction), tile width B; inlined
+ * into weights_reorder with B a constant so the inner loops vectorise. */
+static inline __attribute__((always_inline)) void
+weights_reorder_b(float *plain, float *blk, const int64_t *d, int wf, int to_plain, const int B)
 {
-    int64_t O = d[0], I = d[1], HW = d[2] * d[3], nO = O / 16, nI = I / 16;
+    int64_t O = d[0], I = d[1], HW = d[2] * d[3], nO = O / B, nI = I / B, BB = B * B;
     for (int64_t ob = 0; ob < nO; ob++)
         for (int64_t ib = 0; ib < nI; ib++) {
             int64_t tile = wf == WF_IO_OI ? ib * nO + ob : ob * nI + ib;
-            float *bt = blk + tile * HW * 256;
+            float *bt = blk + tile * HW * BB;
             for (int64_t k = 0; k < HW; k++)
-                for (int64_t r = 0; r < 16; r++) {
-                    /* row r of the 16x16 tile at tap k: i = r (OI_IO) or o = r */
-                    float *row = bt + k * 256 + r * 16;
-                    float *p0 = wf == WF_OI_IO ? plain + ((ob * 16) * I + ib * 16 + r) * HW + k
-                                               : plain + ((ob * 16 + r) * I + ib * 16) * HW + k;
+                for (int64_t r = 0; r < B; r++) {
+                    /* row r of the BxB tile at tap k: i = r (OI_IO) or o = r */
+                    float *row = bt + k * BB + r * B;
+                    float *p0 = wf == WF_OI_IO ? plain + ((ob * B) * I + ib * B + r) * HW + k
+                                               : plain + ((ob * B + r) * I + ib * B) * HW + k;
                     int64_t st = wf == WF_OI_IO ? I * HW : HW;
                     if (to_plain) {
-                        for (int l = 0; l < 16; l++) p0[l * st] = row[l];
+                        for (int l = 0; l < B; l++) p0[l * st] = row[l];
                     } else {
                         float t[16];
-                        for (int l = 0; l < 16; l++) t[l] = p0[l * st];
-                        for (int l = 0; l < 16; l++) row[l] = t[l];
+                        for (int l = 0; l < B; l++) t[l] = p0[l * st];
+                        for (int l = 0; l < B; l++) row[l] = t[l];
                     }
                 }
         }
+}
+
+CH_CPU_SIMD static void weights_reorder(float *plain, float *blk, const int64_t *d, int wf,
+                                        int block, int to_plain)
+{
+    if (block == 16) weights_reorder_b(plain, blk, d, wf, to_plain, 16);
+    else weights_reorder_b(plain, blk, d, wf, to_plain, 8);
+}
+
+static double mono_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* Choose between the C loop (format wf) and oneDNN's reorder e->wreorder for
+ * this primitive's weights: run both 3 times, alternating, on a test pattern
+ * (plain i -> i, or blocked for to_user), keep the faster of the best times
+ * in e->wfmt (WF_NONE: oneDNN's). The two must produce the same bytes; a
+ * difference is a bug in weights_reorder (CH_ERR_INTERNAL). */
+static ch_status wreorder_pick(ch_cpu_t *c, cpu_prim *e, const dnnl_memory_desc_t *user, int wf,
+                               int to_user)
+{
+    size_t bytes = e->wbytes, n = bytes / sizeof(float);
+    float *plain = aligned_alloc(64, (bytes + 63) / 64 * 64);
+    float *first = aligned_alloc(64, (bytes + 63) / 64 * 64);
+    dnnl_memory_t pm = NULL;
+    ch_status s = CH_OK;
+    if (!plain || !first) s = CH_ERROR(CH_ERR_NOMEM, "conv: weights test buffers of %zu bytes", bytes);
+    if (s == CH_OK) s = mem_create(c, user, plain, &pm);
+    float *src = to_user ? e->wbuf : plain, *dst = to_user ? plain : e->wbuf;
+    for (size_t i = 0; s == CH_OK && i < n; i++) src[i] = (float)i;
+    double tc = 1e30, td = 1e30;
+    dnnl_exec_arg_t a[2] = {{DNNL_ARG_FROM, to_user ? e->wprim_mem : pm},
+                            {DNNL_ARG_TO, to_user ? pm : e->wprim_mem}};
+    for (int r = 0; s == CH_OK && r < 3; r++) {
+        double t0 = mono_s();
+        weights_reorder(plain, e->wbuf, e->wdims, wf, e->wblock, to_user);
+        double t1 = mono_s();
+        if (t1 - t0 < tc) tc = t1 - t0;
+        if (r == 0) memcpy(first, dst, bytes);
+        memset(dst, 0, bytes);
+        t0 = mono_s();
+        s = exec(c, e->wreorder, 2, a);
+        t1 = mono_s();
+        if (t1 - t0 < td) td = t1 - t0;
+        if (s == CH_OK && r == 0 && memcmp(first, dst, bytes) != 0)
+            s = CH_ERROR(CH_ERR_INTERNAL,
+                         "conv: C weights reorder (format %d, block %d, %s) differs from "
+                         "oneDNN's for %lldx%lldx%lldx%lld weights",
+                         wf, e->wblock, to_user ? "to plain" : "from plain",
+                         (long long)e->wdims[0], (long long)e->wdims[1], (long long)e->wdims[2],
+                         (long long)e->wdims[3]);
+    }
+    if (s == CH_OK) {
+        e->wfmt = tc < td ? wf : WF_NONE;
+        ch_log_debug("conv weights %lldx%lldx%lldx%lld %s, %dx%d tiles: C %.3f ms, oneDNN %.3f "
+                     "ms: using %s",
+                     (long long)e->wdims[0], (long long)e->wdims[1], (long long)e->wdims[2],
+                     (long long)e->wdims[3], to_user ? "to plain" : "from plain", e->wblock,
+                     e->wblock, 1e3 * tc, 1e3 * td, e->wfmt ? "C" : "oneDNN");
+    }
+    if (pm) dnnl_memory_destroy(pm);
+    free(plain);
+    free(first);
+    return s;
 }
 
 /* Weights: the primitive wants prim_md; the caller holds plain OIHW (of
@@ -170,7 +249,7 @@ static ch_status setup_weights(ch_cpu_t *c, cpu_prim *e, const dnnl_memory_desc_
     if (!e->wbuf) return CH_ERROR(CH_ERR_NOMEM, "conv: weights buffer of %zu bytes", e->wbytes);
     CH_TRY(mem_create(c, prim_md, e->wbuf, &e->wprim_mem));
     for (int i = 0; i < 4; i++) e->wdims[i] = i < 2 ? wshape[i] : cr->kk[i - 2];
-    e->wfmt = weight_format(prim_md, e->wdims);
+    int wf = weight_format(prim_md, e->wdims, &e->wblock);
     CH_TRY(mem_create(c, &user, e->cbuf ? (void *)e->cbuf : MEM_NONE, &e->wuser_mem));
     dnnl_primitive_desc_t rpd;
     if (to_user)
@@ -182,7 +261,7 @@ static ch_status setup_weights(ch_cpu_t *c, cpu_prim *e, const dnnl_memory_desc_
     dnnl_status_t st = dnnl_primitive_create(&e->wreorder, rpd);
     dnnl_primitive_desc_destroy(rpd);
     CH_CHECK_DNNL(st);
-    return CH_OK;
+    return wf == WF_NONE ? CH_OK : wreorder_pick(c, e, &user, wf, to_user);
 }
 
 /* Copy the kept taps between full OIHW weights and the compact buffer. */
@@ -208,7 +287,7 @@ static ch_status run_wreorder(ch_cpu_t *c, cpu_prim *e, void *user_ptr, int to_u
     if (e->cropped && !to_user) crop_copy(e, user_ptr, 0);
     if (e->wfmt) {
         weights_reorder(e->cropped ? e->cbuf : (float *)user_ptr, e->wbuf, e->wdims, e->wfmt,
-                        to_user);
+                        e->wblock, to_user);
     } else {
         if (!e->cropped) CH_TRY(set_handle(e->wuser_mem, user_ptr));
         dnnl_exec_arg_t a[2] = {
@@ -296,43 +375,111 @@ static void conv_key(int64_t *k, int op, const ch_tensor_t *x, const int64_t *ws
     k[19] = p->pad_w;
 }
 
-/* Convolution descriptors: src = x, dst = y (activations in their layouts),
- * weights "any" with the cropped kernel, bias x. */
-static ch_status conv_mds(const ch_tensor_t *x, const int64_t *wshape, const conv_crop *cr,
-                          const ch_tensor_t *y, dnnl_memory_desc_t *src,
-                          dnnl_memory_desc_t *wts, dnnl_memory_desc_t *bia,
-                          dnnl_memory_desc_t *dst)
+static const char *conv_op_name(int op)
 {
-    ch_cpu_md_of(src, x);
-    ch_cpu_md_of(dst, y);
+    return op == CPU_OP_CONV_FWD        ? "forward"
+           : op == CPU_OP_CONV_BWD_DATA ? "backward data"
+                                        : "backward weights";
+}
+
+/* Primitive descriptor of one convolution op for activation descriptors amd
+ * (a-side: src, or diff_src for BWD_DATA) and bmd (b-side: dst or diff_dst),
+ * weights "any" with the cropped kernel. Backward ops also get their forward
+ * hint, which the caller destroys after the primitive is created. */
+static ch_status conv_pd(ch_cpu_t *c, int op, const dnnl_memory_desc_t *amd,
+                         const dnnl_memory_desc_t *bmd, const int64_t *wshape,
+                         const conv_crop *cr, int has_b, const ch_conv2d_params_t *p,
+                         dnnl_primitive_desc_t *pd, dnnl_primitive_desc_t *hint)
+{
+    dnnl_memory_desc_t wts, bia;
     dnnl_dims_t wd = {wshape[0], wshape[1], cr->kk[0], cr->kk[1]};
-    CH_CHECK_DNNL(dnnl_memory_desc_init_by_tag(wts, 4, wd, dnnl_f32, dnnl_format_tag_any));
+    CH_CHECK_DNNL(dnnl_memory_desc_init_by_tag(&wts, 4, wd, dnnl_f32, dnnl_format_tag_any));
     dnnl_dims_t bd = {wshape[0]};
-    CH_CHECK_DNNL(dnnl_memory_desc_init_by_tag(bia, 1, bd, dnnl_f32, dnnl_x));
+    CH_CHECK_DNNL(dnnl_memory_desc_init_by_tag(&bia, 1, bd, dnnl_f32, dnnl_x));
+    dnnl_dims_t strides = {p->stride_h, p->stride_w};
+    dnnl_dims_t pl = {cr->pl[0], cr->pl[1]}, pr = {cr->pr[0], cr->pr[1]};
+    dnnl_convolution_desc_t fd, cd;
+    const dnnl_memory_desc_t *fb = has_b && op != CPU_OP_CONV_BWD_DATA ? &bia : NULL;
+    CH_CHECK_DNNL(dnnl_convolution_forward_desc_init(&fd, dnnl_forward_training,
+                                                     dnnl_convolution_direct, amd, &wts, fb,
+                                                     bmd, strides, pl, pr));
+    *pd = *hint = NULL;
+    if (op == CPU_OP_CONV_FWD) {
+        CH_CHECK_DNNL(dnnl_primitive_desc_create(pd, &fd, c->attr, c->engine, NULL));
+        return CH_OK;
+    }
+    CH_CHECK_DNNL(dnnl_primitive_desc_create(hint, &fd, NULL, c->engine, NULL));
+    dnnl_status_t ds;
+    if (op == CPU_OP_CONV_BWD_DATA)
+        ds = dnnl_convolution_backward_data_desc_init(&cd, dnnl_convolution_direct, amd, &wts,
+                                                      bmd, strides, pl, pr);
+    else
+        ds = dnnl_convolution_backward_weights_desc_init(&cd, dnnl_convolution_direct, amd,
+                                                         &wts, fb, bmd, strides, pl, pr);
+    if (ds == dnnl_success) ds = dnnl_primitive_desc_create(pd, &cd, c->attr, c->engine, *hint);
+    if (ds != dnnl_success) {
+        dnnl_primitive_desc_destroy(*hint);
+        *hint = NULL;
+        return CH_ERROR(CH_ERR_DNNL, "convolution %s primitive: %s", conv_op_name(op),
+                        ch_dnnl_status_string((int)ds));
+    }
     return CH_OK;
 }
 
-static ch_status conv_fwd_pd(ch_cpu_t *c, const ch_tensor_t *x, const int64_t *wshape,
-                             const conv_crop *cr, int has_b, const ch_tensor_t *y,
-                             const ch_conv2d_params_t *p, const_dnnl_primitive_attr_t attr,
-                             dnnl_primitive_desc_t *pd)
+/* Activation formats tried, in this order, when the tensors' own layouts get
+ * only a reference kernel (oneDNN 2.6: the 7x7/2 stem with one input channel
+ * and nChw8c gradients on AVX2, backward weights; nChw8c/16c activations on
+ * SSE4.1). nhwc has jit kernels from AVX2 up (measured fastest for that
+ * stem: docs/perf-isa.md); plain nchw reaches the gemm-based kernels on every
+ * ISA; "any" lets oneDNN choose. */
+static const dnnl_format_tag_t conv_alt_tags[] = {dnnl_nhwc, dnnl_nchw, dnnl_format_tag_any};
+
+/* Whether side s (0 = a, 1 = b) of op is written by the primitive. */
+static int conv_side_is_output(int op, int s)
 {
-    dnnl_memory_desc_t src, wts, bia, dst;
-    CH_TRY(conv_mds(x, wshape, cr, y, &src, &wts, &bia, &dst));
-    dnnl_dims_t strides = {p->stride_h, p->stride_w};
-    dnnl_dims_t pl = {cr->pl[0], cr->pl[1]}, pr = {cr->pr[0], cr->pr[1]};
-    dnnl_convolution_desc_t cd;
-    CH_CHECK_DNNL(dnnl_convolution_forward_desc_init(&cd, dnnl_forward_training,
-                                                     dnnl_convolution_direct, &src, &wts,
-                                                     has_b ? &bia : NULL, &dst, strides, pl,
-                                                     pr));
-    CH_CHECK_DNNL(dnnl_primitive_desc_create(pd, &cd, attr, c->engine, NULL));
+    return (op == CPU_OP_CONV_FWD && s == 1) || (op == CPU_OP_CONV_BWD_DATA && s == 0);
+}
+
+/* The primitive's activation descriptor of side s. */
+static const dnnl_memory_desc_t *conv_side_md(const_dnnl_primitive_desc_t pd, int op, int s)
+{
+    dnnl_query_t q = s == 0 ? (op == CPU_OP_CONV_BWD_DATA ? dnnl_query_diff_src_md
+                                                          : dnnl_query_src_md)
+                            : (op == CPU_OP_CONV_FWD ? dnnl_query_dst_md
+                                                     : dnnl_query_diff_dst_md);
+    return dnnl_primitive_desc_query_md(pd, q, 0);
+}
+
+/* Memory objects of side s: mem[s] in the primitive's format pmd; where
+ * that is not the tensor's format tmd, a buffer and a reorder between them. */
+static ch_status conv_side_setup(ch_cpu_t *c, cpu_prim *e, int op, int s,
+                                 const dnnl_memory_desc_t *tmd, const dnnl_memory_desc_t *pmd)
+{
+    if (dnnl_memory_desc_equal(tmd, pmd)) return mem_create(c, tmd, MEM_NONE, &e->mem[s]);
+    size_t bytes = dnnl_memory_desc_get_size(pmd);
+    e->xbuf[s] = aligned_alloc(64, (bytes + 63) / 64 * 64);
+    if (!e->xbuf[s])
+        return CH_ERROR(CH_ERR_NOMEM, "conv: activation buffer of %zu bytes", bytes);
+    CH_TRY(mem_create(c, pmd, e->xbuf[s], &e->mem[s]));
+    CH_TRY(mem_create(c, tmd, MEM_NONE, &e->xuser_mem[s]));
+    int out = conv_side_is_output(op, s);
+    dnnl_primitive_desc_t rpd;
+    CH_CHECK_DNNL(dnnl_reorder_primitive_desc_create(&rpd, out ? pmd : tmd, c->engine,
+                                                     out ? tmd : pmd, c->engine, NULL));
+    dnnl_status_t ds = dnnl_primitive_create(&e->xreorder[s], rpd);
+    dnnl_primitive_desc_destroy(rpd);
+    CH_CHECK_DNNL(ds);
     return CH_OK;
 }
 
 /* Create (or fetch) the primitive for one of the three convolution ops.
  * For CONV_FWD: a = x, b = y. BWD_DATA: a = dx, b = dy. BWD_WEIGHTS: a = x,
- * b = dy. */
+ * b = dy. The activations are used in their tensors' layouts unless oneDNN
+ * has only a reference kernel for those: then the formats of conv_alt_tags
+ * are tried and the first with a real kernel is used, the activations being
+ * reordered on the way in and out (run-time query of the implementation, so
+ * it holds on every ISA and oneDNN build). Where every format gets a
+ * reference kernel, one warning names the op, the shape and the ISA. */
 static ch_status conv_prim(ch_cpu_t *c, int op, const ch_tensor_t *a, const int64_t *wshape,
                            int has_b, const ch_tensor_t *b, const ch_conv2d_params_t *p,
                            cpu_prim **out)
@@ -348,35 +495,46 @@ static ch_status conv_prim(ch_cpu_t *c, int op, const ch_tensor_t *a, const int6
     if (!e) return CH_ERROR(CH_ERR_NOMEM, "conv: out of memory");
     memcpy(e->key, key, sizeof key);
     dnnl_primitive_desc_t pd = NULL, hint = NULL;
-    ch_status s = CH_OK;
-    dnnl_memory_desc_t src, wts, bia, dst;
     int64_t in_hw[2] = {a->shape[2], a->shape[3]}, out_hw[2] = {b->shape[2], b->shape[3]};
     conv_crop cr = crop_of(in_hw, out_hw, wshape, p);
-    dnnl_dims_t strides = {p->stride_h, p->stride_w};
-    dnnl_dims_t pl = {cr.pl[0], cr.pl[1]}, pr = {cr.pr[0], cr.pr[1]};
-    dnnl_convolution_desc_t cd;
-    dnnl_status_t ds = dnnl_success;
-    if (op == CPU_OP_CONV_FWD) {
-        s = conv_fwd_pd(c, a, wshape, &cr, has_b, b, p, c->attr, &pd);
-    } else {
-        s = conv_fwd_pd(c, a, wshape, &cr, has_b, b, p, NULL, &hint);
-        if (s == CH_OK) s = conv_mds(a, wshape, &cr, b, &src, &wts, &bia, &dst);
-        if (s == CH_OK) {
-            if (op == CPU_OP_CONV_BWD_DATA)
-                ds = dnnl_convolution_backward_data_desc_init(&cd, dnnl_convolution_direct,
-                                                              &src, &wts, &dst, strides, pl,
-                                                              pr);
-            else
-                ds = dnnl_convolution_backward_weights_desc_init(
-                    &cd, dnnl_convolution_direct, &src, &wts, has_b ? &bia : NULL, &dst,
-                    strides, pl, pr);
-            if (ds == dnnl_success)
-                ds = dnnl_primitive_desc_create(&pd, &cd, c->attr, c->engine, hint);
-            if (ds != dnnl_success)
-                s = CH_ERROR(CH_ERR_DNNL, "convolution backward primitive: %s",
-                             ch_dnnl_status_string((int)ds));
+    dnnl_memory_desc_t amd, bmd;
+    ch_cpu_md_of(&amd, a);
+    ch_cpu_md_of(&bmd, b);
+    ch_status s = conv_pd(c, op, &amd, &bmd, wshape, &cr, has_b, p, &pd, &hint);
+    for (size_t i = 0; s == CH_OK && ch_cpu_pd_is_ref(pd) &&
+                       i < sizeof conv_alt_tags / sizeof conv_alt_tags[0];
+         i++) {
+        dnnl_memory_desc_t aalt, balt;
+        dnnl_dims_t ad = {a->shape[0], a->shape[1], a->shape[2], a->shape[3]};
+        dnnl_dims_t bd = {b->shape[0], b->shape[1], b->shape[2], b->shape[3]};
+        dnnl_primitive_desc_t pd2 = NULL, hint2 = NULL;
+        if (dnnl_memory_desc_init_by_tag(&aalt, 4, ad, dnnl_f32, conv_alt_tags[i]) ||
+            dnnl_memory_desc_init_by_tag(&balt, 4, bd, dnnl_f32, conv_alt_tags[i]))
+            continue;
+        if (conv_pd(c, op, &aalt, &balt, wshape, &cr, has_b, p, &pd2, &hint2) != CH_OK) {
+            ch_error_clear();
+            continue;
         }
+        if (ch_cpu_pd_is_ref(pd2)) {
+            dnnl_primitive_desc_destroy(pd2);
+            if (hint2) dnnl_primitive_desc_destroy(hint2);
+            continue;
+        }
+        dnnl_primitive_desc_destroy(pd);
+        if (hint) dnnl_primitive_desc_destroy(hint);
+        pd = pd2;
+        hint = hint2;
     }
+    if (s == CH_OK && ch_cpu_pd_is_ref(pd))
+        ch_log_warn("cohort: oneDNN has only a reference (slow) kernel for convolution %s "
+                    "%lldx%lldx%lldx%lld -> %lldx%lldx%lldx%lld, weight %lldx%lldx%lldx%lld, "
+                    "stride %lld, pad %lld, on ISA %s",
+                    conv_op_name(op), (long long)a->shape[0], (long long)a->shape[1],
+                    (long long)a->shape[2], (long long)a->shape[3], (long long)b->shape[0],
+                    (long long)b->shape[1], (long long)b->shape[2], (long long)b->shape[3],
+                    (long long)wshape[0], (long long)wshape[1], (long long)wshape[2],
+                    (long long)wshape[3], (long long)p->stride_h, (long long)p->pad_h,
+                    ch_cpu_isa_name());
     if (s == CH_OK) {
         dnnl_query_t wq = op == CPU_OP_CONV_BWD_WEIGHTS ? dnnl_query_diff_weights_md
                                                         : dnnl_query_weights_md;
@@ -384,19 +542,17 @@ static ch_status conv_prim(ch_cpu_t *c, int op, const ch_tensor_t *a, const int6
         s = setup_weights(c, e, wmd, wshape, &cr, op == CPU_OP_CONV_BWD_WEIGHTS);
     }
     if (s == CH_OK) s = setup_scratch(c, pd, e);
-    if (s == CH_OK) {
-        /* mem[0] = a-side activation, mem[1] = b-side activation, mem[2] = bias */
-        dnnl_memory_desc_t amd, bmd, bias_md;
-        ch_cpu_md_of(&amd, a);
-        ch_cpu_md_of(&bmd, b);
+    /* mem[0] = a-side activation, mem[1] = b-side activation, mem[2] = bias */
+    if (s == CH_OK) s = conv_side_setup(c, e, op, 0, &amd, conv_side_md(pd, op, 0));
+    if (s == CH_OK) s = conv_side_setup(c, e, op, 1, &bmd, conv_side_md(pd, op, 1));
+    if (s == CH_OK && has_b) {
+        dnnl_memory_desc_t bias_md;
         dnnl_dims_t bd = {wshape[0]};
         dnnl_memory_desc_init_by_tag(&bias_md, 1, bd, dnnl_f32, dnnl_x);
-        s = mem_create(c, &amd, MEM_NONE, &e->mem[0]);
-        if (s == CH_OK) s = mem_create(c, &bmd, MEM_NONE, &e->mem[1]);
-        if (s == CH_OK && has_b) s = mem_create(c, &bias_md, MEM_NONE, &e->mem[2]);
+        s = mem_create(c, &bias_md, MEM_NONE, &e->mem[2]);
     }
     if (s == CH_OK) {
-        ds = dnnl_primitive_create(&e->prim, pd);
+        dnnl_status_t ds = dnnl_primitive_create(&e->prim, pd);
         if (ds != dnnl_success)
             s = CH_ERROR(CH_ERR_DNNL, "convolution primitive: %s", ch_dnnl_status_string((int)ds));
     }
@@ -405,10 +561,7 @@ static ch_status conv_prim(ch_cpu_t *c, int op, const ch_tensor_t *a, const int6
     if (s != CH_OK) {
         ch_cpu_prim_free(e);
         return ch_error_context("conv2d %s %lldx%lldx%lldx%lld, weight %lldx%lldx%lldx%lld",
-                                op == CPU_OP_CONV_FWD ? "forward"
-                                : op == CPU_OP_CONV_BWD_DATA ? "backward data"
-                                                             : "backward weights",
-                                (long long)a->shape[0], (long long)a->shape[1],
+                                conv_op_name(op), (long long)a->shape[0], (long long)a->shape[1],
                                 (long long)a->shape[2], (long long)a->shape[3],
                                 (long long)wshape[0], (long long)wshape[1],
                                 (long long)wshape[2], (long long)wshape[3]);
@@ -416,6 +569,25 @@ static ch_status conv_prim(ch_cpu_t *c, int op, const ch_tensor_t *a, const int6
     CH_TRY(ch_cpu_cache_add(c, e));
     *out = e;
     return CH_OK;
+}
+
+/* Bind side s to the tensor data at ptr before the primitive runs: an
+ * input in another format is reordered into the primitive's buffer now. */
+static ch_status side_bind(ch_cpu_t *c, cpu_prim *e, int op, int s, void *ptr)
+{
+    if (!e->xreorder[s]) return set_handle(e->mem[s], ptr);
+    CH_TRY(set_handle(e->xuser_mem[s], ptr));
+    if (conv_side_is_output(op, s)) return CH_OK;
+    dnnl_exec_arg_t a[2] = {{DNNL_ARG_FROM, e->xuser_mem[s]}, {DNNL_ARG_TO, e->mem[s]}};
+    return exec(c, e->xreorder[s], 2, a);
+}
+
+/* After the primitive ran: an output in another format goes to the tensor. */
+static ch_status side_finish(ch_cpu_t *c, cpu_prim *e, int op, int s)
+{
+    if (!e->xreorder[s] || !conv_side_is_output(op, s)) return CH_OK;
+    dnnl_exec_arg_t a[2] = {{DNNL_ARG_FROM, e->mem[s]}, {DNNL_ARG_TO, e->xuser_mem[s]}};
+    return exec(c, e->xreorder[s], 2, a);
 }
 
 /* Fill in the scratchpad argument (if any); returns the new arg count. */
@@ -599,8 +771,8 @@ ch_status ch_cpu_conv2d_forward(void *st, const ch_tensor_t *x, const ch_tensor_
     CH_TRY(conv_prim(c, CPU_OP_CONV_FWD, x, w->shape, b != NULL, y, p, &e));
     if (e->wreorder) CH_TRY(run_wreorder(c, e, handle(w), 0));
     else CH_TRY(set_handle(e->wprim_mem, handle(w)));
-    CH_TRY(set_handle(e->mem[0], handle(x)));
-    CH_TRY(set_handle(e->mem[1], y->data));
+    CH_TRY(side_bind(c, e, CPU_OP_CONV_FWD, 0, handle(x)));
+    CH_TRY(side_bind(c, e, CPU_OP_CONV_FWD, 1, y->data));
     dnnl_exec_arg_t a[5];
     int n = 0;
     a[n++] = (dnnl_exec_arg_t){DNNL_ARG_SRC, e->mem[0]};
@@ -611,7 +783,8 @@ ch_status ch_cpu_conv2d_forward(void *st, const ch_tensor_t *x, const ch_tensor_
         a[n++] = (dnnl_exec_arg_t){DNNL_ARG_BIAS, e->mem[2]};
     }
     CH_TRY(add_scratch(c, e, a, &n));
-    return exec(c, e->prim, n, a);
+    CH_TRY(exec(c, e->prim, n, a));
+    return side_finish(c, e, CPU_OP_CONV_FWD, 1);
 }
 
 ch_status ch_cpu_conv2d_backward_data(void *st, const ch_tensor_t *dy, const ch_tensor_t *w,
@@ -623,15 +796,16 @@ ch_status ch_cpu_conv2d_backward_data(void *st, const ch_tensor_t *dy, const ch_
     CH_TRY(conv_prim(c, CPU_OP_CONV_BWD_DATA, dx, w->shape, 0, dy, p, &e));
     if (e->wreorder) CH_TRY(run_wreorder(c, e, handle(w), 0));
     else CH_TRY(set_handle(e->wprim_mem, handle(w)));
-    CH_TRY(set_handle(e->mem[0], dx->data));
-    CH_TRY(set_handle(e->mem[1], handle(dy)));
+    CH_TRY(side_bind(c, e, CPU_OP_CONV_BWD_DATA, 0, dx->data));
+    CH_TRY(side_bind(c, e, CPU_OP_CONV_BWD_DATA, 1, handle(dy)));
     dnnl_exec_arg_t a[4];
     int n = 0;
     a[n++] = (dnnl_exec_arg_t){DNNL_ARG_DIFF_SRC, e->mem[0]};
     a[n++] = (dnnl_exec_arg_t){DNNL_ARG_WEIGHTS, e->wprim_mem};
     a[n++] = (dnnl_exec_arg_t){DNNL_ARG_DIFF_DST, e->mem[1]};
     CH_TRY(add_scratch(c, e, a, &n));
-    return exec(c, e->prim, n, a);
+    CH_TRY(exec(c, e->prim, n, a));
+    return side_finish(c, e, CPU_OP_CONV_BWD_DATA, 0);
 }
 
 ch_status ch_cpu_conv2d_backward_weights(void *st, const ch_tensor_t *x, const ch_tensor_t *dy,
@@ -643,8 +817,8 @@ ch_status ch_cpu_conv2d_backward_weights(void *st, const ch_tensor_t *x, const c
     if (conv_is_gemm(x, dy, dw->shape, p)) return gemm_backward_weights(c, x, dy, p, dw, db);
     CH_TRY(conv_prim(c, CPU_OP_CONV_BWD_WEIGHTS, x, dw->shape, db != NULL, dy, p, &e));
     if (!e->wreorder) CH_TRY(set_handle(e->wprim_mem, dw->data));
-    CH_TRY(set_handle(e->mem[0], handle(x)));
-    CH_TRY(set_handle(e->mem[1], handle(dy)));
+    CH_TRY(side_bind(c, e, CPU_OP_CONV_BWD_WEIGHTS, 0, handle(x)));
+    CH_TRY(side_bind(c, e, CPU_OP_CONV_BWD_WEIGHTS, 1, handle(dy)));
     dnnl_exec_arg_t a[5];
     int n = 0;
     a[n++] = (dnnl_exec_arg_t){DNNL_ARG_SRC, e->mem[0]};

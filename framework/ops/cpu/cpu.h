@@ -43,7 +43,18 @@ typedef struct cpu_prim {
     int64_t k0[2], kk[2];        /* first tap and extent kept, (h, w) */
     float *cbuf;                 /* compact plain copy of the kept taps */
     int wfmt;                    /* weights reorder done in C (conv.c), 0 = oneDNN's */
+    int wblock;                  /* its channel tile width (8 or 16) */
     int64_t wdims[4];            /* weights dims the primitive sees (cropped) */
+    /* Activations in another format than their tensors' layouts (conv.c: the
+     * tensors' own layouts got only a reference kernel). Per side s (0 = the
+     * a-side activation, 1 = the b-side, see conv.c's conv_prim): mem[s]
+     * lies over xbuf[s] in the primitive's format, xuser_mem[s] over the
+     * tensor, xreorder[s] converts between them (tensor -> primitive for
+     * inputs, primitive -> tensor for outputs); NULL where the formats
+     * agree. */
+    dnnl_primitive_t xreorder[2];
+    dnnl_memory_t xuser_mem[2];
+    void *xbuf[2];
 } cpu_prim;
 
 typedef struct ch_cpu {
@@ -75,6 +86,13 @@ ch_status ch_cpu_scratch_reserve(ch_cpu_t *c, size_t bytes);
 ch_status ch_cpu_dtmp(ch_cpu_t *c, size_t n, double **out);
 ch_status ch_cpu_ftmp(ch_cpu_t *c, size_t n, float **out);
 void ch_cpu_md_of(dnnl_memory_desc_t *md, const ch_tensor_t *t);
+/* oneDNN's effective instruction set (after ONEDNN_MAX_CPU_ISA), lower
+ * case: "sse41", "avx", "avx2", "avx512_core", ...; "other" if unknown. */
+const char *ch_cpu_isa_name(void);
+/* Nonzero when pd is one of oneDNN's reference implementations
+ * (dnnl_query_impl_info_str starts with "ref"): correct but often 10-1000x
+ * slower than the jit/gemm ones. */
+int ch_cpu_pd_is_ref(const_dnnl_primitive_desc_t pd);
 
 /* ---- oneDNN ops (conv.c) */
 ch_status ch_cpu_reorder(void *st, const ch_tensor_t *src, ch_tensor_t *dst);

@@ -1,0 +1,70 @@
+#!/bin/sh
+# No oneDNN reference kernel on any ISA: one train step and one eval step of
+# resnet18/34/50 (batch 2) at each input users run (1x28x28, 3x32x32,
+# 3x224x224) under ONEDNN_MAX_CPU_ISA = SSE41, AVX2, AVX512_CORE and the
+# native ISA, with DNNL_VERBOSE=1; a test point fails when any primitive the
+# step runs is a reference implementation ("ref:" in the verbose line),
+# naming it, or when cohort warned that it found none but a reference one.
+# An ISA the machine lacks is a SKIP. (resnet34's convolutions are resnet18's
+# shapes, repeated; it runs at 1x28x28 only, the quick start's input.)
+. "${COHORT_SRCDIR:-.}/tests/train_lib.sh"   # TAP helpers (ok, not_ok, skip), $tmp, $build
+BENCH="$build/tests/bench_nn"
+
+cases="resnet18:1:28 resnet18:3:32 resnet18:3:224 resnet34:1:28 resnet50:1:28 resnet50:3:32
+resnet50:3:224"
+ncases=$(echo $cases | wc -w)
+isas="SSE41 AVX2 AVX512_CORE native"
+echo "1..$((4 * (2 * ncases + 1)))"
+
+# effective ISA under a cap, as cohort reports it ("isa avx2")
+effective() {
+  if [ "$1" = native ]; then env -u ONEDNN_MAX_CPU_ISA "$BENCH" --batch 1 --steps 1 --warmup 0 --eval
+  else ONEDNN_MAX_CPU_ISA=$1 "$BENCH" --batch 1 --steps 1 --warmup 0 --eval; fi 2>/dev/null |
+    sed -n 's/.*(cpu runtime [^,]*, isa \([a-z0-9_]*\)).*/\1/p'
+}
+
+for isa in $isas; do
+  eff=$(effective "$isa")
+  want=$(echo "$isa" | tr 'A-Z' 'a-z')
+  if [ -z "$eff" ]; then
+    not_ok "$isa: bench_nn runs and reports its ISA"
+    for c in $cases; do not_ok "$isa $c train: not run"; not_ok "$isa $c eval: not run"; done
+    continue
+  fi
+  if [ "$isa" != native ] && [ "$eff" != "$want" ]; then
+    skip "$isa: the machine's ISA is $eff" "no $isa on this CPU"
+    for c in $cases; do skip "$isa $c train" "no $isa"; skip "$isa $c eval" "no $isa"; done
+    continue
+  fi
+  ok "$isa: oneDNN runs at ISA $eff"
+  for c in $cases; do
+    arch=${c%%:*}; rest=${c#*:}; ch=${rest%%:*}; size=${rest#*:}
+    for mode in train eval; do
+      flag=; [ "$mode" = eval ] && flag=--eval
+      log="$tmp/$isa-$arch-$ch-$size-$mode.log"
+      if [ "$isa" = native ]; then
+        env -u ONEDNN_MAX_CPU_ISA DNNL_VERBOSE=1 "$BENCH" --arch "$arch" --channels "$ch" \
+          --size "$size" --batch 2 --threads 2 --steps 1 --warmup 0 $flag > "$log" 2>&1
+      else
+        ONEDNN_MAX_CPU_ISA=$isa DNNL_VERBOSE=1 "$BENCH" --arch "$arch" --channels "$ch" \
+          --size "$size" --batch 2 --threads 2 --steps 1 --warmup 0 $flag > "$log" 2>&1
+      fi
+      rc=$?
+      name="$isa $arch ${ch}x${size}x${size} $mode"
+      nconv=$(grep -c '^onednn_verbose,exec,cpu,convolution,' "$log")
+      refs=$(grep '^onednn_verbose,exec,' "$log" | awk -F, '$5 ~ /^ref/' | cut -d, -f4-10 | sort -u)
+      if [ "$rc" != 0 ]; then
+        tail -n 20 "$log" >&2
+        not_ok "$name: bench_nn exit $rc"
+      elif [ "$nconv" = 0 ]; then
+        not_ok "$name: no convolution in DNNL_VERBOSE's output (cannot check)"
+      elif [ -n "$refs" ] || grep -q 'only a reference' "$log"; then
+        echo "$refs" >&2
+        grep 'only a reference' "$log" >&2
+        not_ok "$name: reference kernel: $(echo "$refs" | head -n 1)"
+      else
+        ok "$name: $nconv convolutions, no reference kernel"
+      fi
+    done
+  done
+done
