@@ -521,8 +521,12 @@ static int run_epoch(job_t *j, int epoch)
     int why = ch_job_stop_reasons(j->job);
     if (why & (CH_STOP_NONFINITE | CH_STOP_PEER_LOST)) return CH_EXIT_ERROR;
     char reason[64];
-    if (why & CH_STOP_PREEMPT) snprintf(reason, sizeof reason, "preemption signal %d",
-                                        ch_job_stop_signal(j->job));
+    /* the signal number is this rank's: the loss all-reduce carries only
+     * the reason bits, and the signal may have reached another rank */
+    if ((why & CH_STOP_PREEMPT) && ch_job_stop_signal(j->job) > 0)
+        snprintf(reason, sizeof reason, "preemption signal %d", ch_job_stop_signal(j->job));
+    else if (why & CH_STOP_PREEMPT)
+        snprintf(reason, sizeof reason, "preemption signal (received by another rank)");
     else snprintf(reason, sizeof reason, "%s", why & CH_STOP_FILE ? "stop file" : "stop request");
     /* A stop agreed at the epoch's last step: the epoch is trained, so
      * finish it (evaluation, model file, resume file at the next epoch's
@@ -639,19 +643,21 @@ static void describe(job_t *j)
                     (int)(co.gpu_workspace_bytes >> 20));
     }
     ch_log_info("data: %s (%s): %lld train / %lld test samples, batch %d per rank (%d global), "
-                "%lld steps per epoch, %d workers",
+                "%lld step%s per epoch, %d worker%s",
                 j->data_opt.path, j->data_opt.format_name, (long long)j->data->train->length,
                 (long long)j->data->test->length, j->batch_size, j->batch_size * j->world,
-                (long long)ch_loader_num_batches(j->data->train_loader), j->data_opt.workers);
+                (long long)ch_loader_num_batches(j->data->train_loader),
+                ch_loader_num_batches(j->data->train_loader) == 1 ? "" : "s", j->data_opt.workers,
+                j->data_opt.workers == 1 ? "" : "s");
     ch_log_info("model: %zu parameters (%zu trainable), SyncBN %s, DDP %d bucket%s",
                 ch_model_param_numel(j->model), ch_model_trainable_numel(j->model),
                 j->converted_sync_bn ? "on" : "off", ch_ddp_num_buckets(j->ddp),
                 ch_ddp_num_buckets(j->ddp) == 1 ? "" : "s");
     ch_log_info("optimizer: SGD lr %g x %d rank%s = %g, momentum %g, weight decay %g%s; cosine "
-                "schedule over %d epochs, lrf %g",
-                j->sgd_opt.lr, j->world, j->world == 1 ? "" : "s", j->sgd_opt.lr * j->world, j->sgd_opt.momentum,
-                j->sgd_opt.weight_decay, j->sgd_opt.nesterov ? ", nesterov" : "", j->sched.epochs,
-                j->sched.lrf);
+                "schedule over %d epoch%s, lrf %g",
+                j->sgd_opt.lr, j->world, j->world == 1 ? "" : "s", j->sgd_opt.lr * j->world,
+                j->sgd_opt.momentum, j->sgd_opt.weight_decay, j->sgd_opt.nesterov ? ", nesterov" : "",
+                j->sched.epochs, j->sched.epochs == 1 ? "" : "s", j->sched.lrf);
 }
 
 /* Registered with ch_job_on_finalize: runs on every exit path. */

@@ -121,7 +121,7 @@ static void test_summary(void **state)
     page.summary = NULL;
     t = page_text(&page);
     assert_non_null(strstr(t, "cohort\\-b \\- a cohort batch job\n"));
-    assert_non_null(strstr(t, ".SH DESCRIPTION\na cohort batch job\n\\&.\n"));
+    assert_non_null(strstr(t, ".SH DESCRIPTION\na cohort batch job.\n"));
     free(t);
 }
 

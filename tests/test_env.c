@@ -336,6 +336,21 @@ static void test_singleton_vs_launcher_mismatch(void **state)
     assert_int_equal(e.world_size, 1);
 }
 
+/* Open MPI's mpirun (or a PMIx launcher) starting an MPICH-built cohort:
+ * every process is a singleton; refused whatever the job needs. */
+static void test_foreign_mpi_launcher(void **state)
+{
+    (void)state;
+    ch_env_t e;
+    assert_ch_error(resolve(V("OMPI_COMM_WORLD_SIZE=2", "OMPI_COMM_WORLD_RANK=1"), 0, &e),
+                    CH_ERR_MPI, "OMPI_COMM_WORLD_SIZE=2");
+    assert_non_null(strstr(ch_error_message(), "another MPI's launcher"));
+    assert_ch_error(resolve(V("PMIX_SIZE=4"), 1, &e), CH_ERR_MPI, "PMIX_SIZE=4");
+    /* a world of one under such a launcher is fine */
+    assert_ch_ok(resolve(V("OMPI_COMM_WORLD_SIZE=1"), 1, &e));
+    assert_int_equal(e.world_size, 1);
+}
+
 /* ---------------------------------------------------------------- device rule */
 
 static void test_device_rule(void **state)
@@ -682,6 +697,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_pmi2_view),
         cmocka_unit_test(test_inconsistent_variables),
         cmocka_unit_test(test_singleton_vs_launcher_mismatch),
+        cmocka_unit_test(test_foreign_mpi_launcher),
         cmocka_unit_test(test_device_rule),
         cmocka_unit_test(test_duplicate_gpu_cyclic),
         cmocka_unit_test(test_duplicate_gpu_cuda_visible_devices),

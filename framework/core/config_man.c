@@ -176,9 +176,20 @@ ch_status ch_man_write(FILE *out, const ch_man_page_t *page)
     }
 
     fputs(".SH DESCRIPTION\n", out);
-    put_text(out, summary);
     size_t len = strlen(summary);
-    if (summary[len - 1] != '.') fputs("\\&.\n", out);
+    if (summary[len - 1] == '.') {
+        put_text(out, summary);
+    } else { /* the period on the summary's line, not after a space */
+        char *with_period = malloc(len + 2);
+        if (with_period) {
+            memcpy(with_period, summary, len);
+            memcpy(with_period + len, ".", 2);
+            put_text(out, with_period);
+            free(with_period);
+        } else {
+            put_text(out, summary);
+        }
+    }
     fputs(".PP\nRun it with one process per rank: under \\fBmpiexec\\fR(1), under "
           "\\fBsrun\\fR(1) with \\-\\-mpi=pmi2 inside a Slurm allocation (see the "
           "sbatch templates in share/cohort/slurm of the installation), or alone as one "

@@ -307,6 +307,21 @@ ch_status ch_env_resolve(const ch_env_mpi_t *mpi, const ch_env_pmi2_t *pmi2,
     else if (gethostname(e.node_name, sizeof e.node_name - 1) != 0)
         copy_str(e.node_name, sizeof e.node_name, "?");
 
+    /* Another MPI's launcher (Open MPI's mpirun/prterun, or a PMIx
+     * launcher) started this process: the MPI it was built with does not
+     * speak that launcher's protocol, so every process is a world of one.
+     * Without this check the N copies would each train as "rank 0 of 1"
+     * into the same output directory. */
+    if (!(mpi->initialized && mpi->size > 1)) {
+        int n = 0;
+        const char *var = get(&l, "OMPI_COMM_WORLD_SIZE") ? "OMPI_COMM_WORLD_SIZE" : "PMIX_SIZE";
+        if (get(&l, var) && get_count(&l, var, &n) == CH_OK && n > 1)
+            return CH_ERROR(CH_ERR_MPI, "%s=%d says this process is one of %d started by "
+                            "another MPI's launcher (Open MPI / PMIx), but MPI sees a world of "
+                            "1: start cohort with the mpiexec of the MPI it was built with "
+                            "(MPICH's mpiexec.hydra) or srun --mpi=pmi2", var, n, n);
+        ch_error_clear();
+    }
     if (mpi->initialized && mpi->size > 1) {
         /* MPI is the truth; launcher variables describe something else
          * (e.g. the Slurm allocation around mpiexec). */
