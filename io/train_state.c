@@ -423,11 +423,31 @@ ch_status ch_train_state_load_pretrained(ch_model_t *model, const char *path,
         v->data = (void *)t->data;
     }
     int ne = ch_model_num_entries(model);
+    /* model entries the file does not name at all keep their values (as
+     * load_state_dict(strict=False) reports them in missing_keys) */
+    skip_summary_t missing;
+    memset(&missing, 0, sizeof missing);
+    for (int i = 0; i < ne; i++) {
+        const char *name = ch_model_entry(model, i)->name;
+        char full[512];
+        snprintf(full, sizeof full, "%s%s", r.prefix_stripped ? "module." : "", name);
+        if (!ch_safetensors_find(st, full)) skip_add(&missing, 0, name);
+    }
+    r.not_in_file = missing.count[0];
     /* ch_log_info prints on rank 0 only */
     if (r.prefix_stripped)
         ch_log_info("pretrained weights: every name in %s starts with 'module.' (saved from a "
                     "DistributedDataParallel model): removed that prefix", path);
     skip_report(sk, path);
+    if (r.not_in_file) {
+        int more = r.not_in_file > SKIP_EXAMPLES ? r.not_in_file - SKIP_EXAMPLES : 0;
+        char tail[48] = "";
+        if (more) snprintf(tail, sizeof tail, "; and %d more", more);
+        ch_log_warn("pretrained weights: %d model tensor%s not in %s, left at %s initial "
+                    "value%s: %s%s", r.not_in_file, r.not_in_file == 1 ? " is" : "s are", path,
+                    r.not_in_file == 1 ? "its" : "their", r.not_in_file == 1 ? "" : "s",
+                    missing.examples[0], tail);
+    }
     if ((double)nv < o->min_fraction * (double)ne) {
         s = CH_ERROR(CH_ERR_FORMAT, "model.weights: %s matches only %d of the %d tensors of %s "
                      "(name, dtype and %s): no tensor matching most of the model; is it a state "

@@ -174,6 +174,8 @@ typedef struct {
     int other_shape;     /* skipped: another shape (or element count) or dtype */
     int optimizer_state; /* skipped: momentum buffers of a resume file */
     int prefix_stripped; /* 1: every name began with "module." and one was removed */
+    int not_in_file;     /* model entries the file does not name: left as they were
+                            (a warning names the first few; PyTorch's missing_keys) */
 } ch_pretrained_report_t;
 
 /* Load pretrained weights from a safetensors state dict (a cohort model or
@@ -187,7 +189,8 @@ typedef struct {
  *  - the rest is skipped, summarised in at most one line per reason with the
  *    first few names (e.g. "fc.weight [10, 512] vs model [1000, 512]"), not
  *    one line per tensor. Log lines are printed by rank 0 (ch_log_rank).
- * Model entries the file does not name keep their values. o may be NULL
+ * Model entries the file does not name keep their values; a warning counts
+ * them with the first few names (rep->not_in_file). o may be NULL
  * (defaults); rep may be NULL. Errors: those of ch_safetensors_open (naming
  * path), CH_ERR_FORMAT "... matches only L of the N tensors ...: no tensor
  * matching most of the model ..." when fewer than o->min_fraction of the

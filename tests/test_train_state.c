@@ -132,7 +132,7 @@ static void test_model_file_round_trip(void **state)
     assert_true(same_state(a, b));
     assert_int_equal(r.loaded, ch_model_num_entries(a));
     assert_int_equal(r.n_tensors, ch_model_num_entries(a));
-    assert_int_equal(r.not_in_model + r.other_shape + r.optimizer_state + r.reshaped, 0);
+    assert_int_equal(r.not_in_model + r.other_shape + r.optimizer_state + r.reshaped + r.not_in_file, 0);
     assert_int_equal(r.prefix_stripped, 0);
     /* torchvision names and dtypes, in state-dict order */
     ch_safetensors_t *st = NULL;
@@ -392,6 +392,7 @@ static void test_pretrained_mixed_prefix_not_stripped(void **state)
     assert_ch_ok(ch_train_state_load_pretrained(b, path_in("mixed.safetensors"), NULL, &r));
     assert_int_equal(r.prefix_stripped, 0);
     assert_int_equal(r.not_in_model, 1);
+    assert_int_equal(r.not_in_file, 1); /* the prefixed one's model entry */
     assert_int_equal(r.loaded, n - 1);
     ch_model_destroy(a);
     ch_model_destroy(b);
