@@ -379,6 +379,7 @@ static int end_step(job_t *j, int epoch, int64_t step, int64_t steps, float loss
     /* the loss, then one 0/1 value per stop bit: summed, > 0 means some
      * rank set it (an OR over ranks inside the SUM all-reduce) */
     double v[1 + STOP_BITS], out[1 + STOP_BITS];
+    ch_job_heartbeat(j->job); /* dist.timeout: a step boundary */
     int local = ch_job_stop_local(j->job, 0), agreed = 0;
     v[0] = loss;
     for (int k = 0; k < STOP_BITS; k++) v[1 + k] = (local >> k) & 1;
@@ -473,6 +474,7 @@ static void evaluate(job_t *j, int epoch, double *acc_seed, double *acc_exact)
     ch_check_fatal(ch_batch_feed_start(j->feed, loader, -1), "reading test data");
     for (;;) {
         ch_step_batch_t b;
+        ch_job_heartbeat(j->job);
         ch_check_fatal(ch_batch_feed_next(j->feed, &b), "reading test data");
         if (!b.x.data) break;
         const int64_t n = b.x.shape[0];

@@ -145,6 +145,7 @@ int main(int argc, char **argv)
         }
         ch_prof_end(ch_job_profiler(job), 0);
         if (!strcmp(mode, "progress")) ch_job_progress(job, "epoch 0", step + 1, steps, 2, "loss 0.5000");
+        ch_job_heartbeat(job);
         reasons = ch_job_stop_agree(job, local);
         if (reasons) break;
     }

@@ -72,6 +72,8 @@ static const char *const launcher_vars[] = {
 
 /* np > 0: $MPIEXEC -n np job_helper args...; np == 0: job_helper alone (an
  * MPI singleton) with the NULL-terminated "NAME=VALUE" list env added. */
+static const char *launcher_flag; /* one extra mpiexec option, or NULL */
+
 static void run_helper(run_t *r, int np, const char *const *env, const char *const *args)
 {
     const char *mpiexec = getenv("MPIEXEC");
@@ -83,6 +85,7 @@ static void run_helper(run_t *r, int np, const char *const *env, const char *con
     int n = 0;
     if (np > 0) {
         argv[n++] = mpiexec;
+        if (launcher_flag) argv[n++] = launcher_flag;
         argv[n++] = "-n";
         argv[n++] = nps;
     }
@@ -566,6 +569,36 @@ static void test_dead_rank_ends_the_job(void **state)
     }
 }
 
+/* A rank dies where the launcher leaves the others running
+ * (mpiexec -disable-auto-cleanup here; srun without --kill-on-bad-exit
+ * alike): MPICH does not report the loss, the survivors wait in the
+ * agreement, and dist.timeout's watchdog ends each with one line and exit
+ * 4 instead of a hang. */
+static void test_dead_rank_watchdog(void **state)
+{
+    (void)state;
+    for (int w = 1; w < N_WORLDS; w++) {
+        int np = world_sizes[w];
+        char dir[64];
+        const char *extra[] = {"--test.mode=die", "--test.rank=1", "--test.step=2",
+                               "--dist.timeout=3", NULL};
+        run_t r;
+        launcher_flag = "-disable-auto-cleanup";
+        double t0 = now();
+        run_in_new_dir(&r, np, dir, extra);
+        launcher_flag = NULL;
+        if (r.timed_out) fail_msg("the survivors hung after a rank died (%d ranks)", np);
+        assert_true(now() - t0 < 30);
+        assert_true(r.exited);
+        assert_int_not_equal(r.code, 0);
+        /* every survivor says it, once */
+        assert_int_equal(count_lines(r.err, "no step boundary for"), np - 1);
+        assert_non_null(strstr(r.err, "a peer rank is gone or hung; ending this rank (exit 4)"));
+        assert_int_equal(count_lines(r.out, "stopped at"), 0);
+        remove_dir(dir);
+    }
+}
+
 /* A job's own collective fails with CH_ERR_MPI (how a lost peer shows up
  * where the launcher lets the survivors run): one line naming the lost
  * rank, exit CH_EXIT_PEER_LOST (4), finalize without collectives. With
@@ -669,7 +702,7 @@ static void test_compute_from_config(void **state)
     assert_string_equal(tables[0].title, "compute");
     assert_int_equal(tables[0].n_keys, 4);
     assert_string_equal(tables[1].title, "runtime");
-    assert_int_equal(tables[1].n_keys, 3);
+    assert_int_equal(tables[1].n_keys, 4);
     char *argv[] = {(char *)"x", NULL, NULL, NULL};
     ch_config_t *cfg = NULL;
     assert_ch_ok(ch_config_load_tables(tables, 2, NULL, 1, argv, &cfg));
@@ -691,6 +724,9 @@ static void test_compute_from_config(void **state)
     assert_string_equal(rule, "auto");
     assert_string_equal(sig, "USR2");
     assert_int_equal(requeue, 0);
+    double timeout = 0;
+    assert_ch_ok(ch_config_get_double(cfg, "dist.timeout", &timeout));
+    assert_true(timeout == 1800.0); /* torch.distributed's default, 30 min */
     ch_config_destroy(cfg);
 
     argv[1] = (char *)"--compute.conv_search=timed";
@@ -734,6 +770,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_stale_temporaries_removed),
         cmocka_unit_test(test_run_dir_lock),
         cmocka_unit_test(test_dead_rank_ends_the_job),
+        cmocka_unit_test(test_dead_rank_watchdog),
         cmocka_unit_test(test_lost_peer_line_and_exit_code),
         cmocka_unit_test(test_progress_lines),
         cmocka_unit_test(test_requeue),

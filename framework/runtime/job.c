@@ -18,6 +18,8 @@
 #include <limits.h>
 #include <math.h>
 #include <mpi.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -59,6 +61,13 @@ struct ch_job {
     int stop_requested;
     int stop_reasons;
     int stop_signal;
+    double timeout;      /* dist.timeout, seconds; 0: no watchdog */
+    /* watchdog (ch_job_heartbeat): armed at the first beat */
+    pthread_t watchdog;
+    int watchdog_started, watchdog_quit;
+    double last_beat;
+    pthread_mutex_t beat_mu;
+    pthread_cond_t beat_cv;
     cleanup_t *cleanups;
     int n_cleanups, cap_cleanups;
     int is_tty;
@@ -78,6 +87,10 @@ static const ch_config_key_t runtime_keys[] = {
      "Signal announcing preemption (besides SIGTERM), e.g. from #SBATCH --signal=B:USR2@120."},
     {"dist.requeue", CH_CFG_BOOL, "false", CH_CFG_NO_RANGE,
      "On preemption, run 'scontrol requeue $SLURM_JOB_ID' after writing the resume file."},
+    {"dist.timeout", CH_CFG_FLOAT, "1800", 0, 1e7,
+     "Seconds a rank may go without reaching a step boundary once the first step began; "
+     "then it ends with exit 4, as a peer rank is gone or hung (torch.distributed's "
+     "init_process_group timeout, 30 min). 0: wait forever."},
 };
 
 ch_config_table_t ch_job_runtime_table(void)
@@ -448,6 +461,7 @@ static ch_status read_runtime_keys(ch_job_t *job, const ch_job_options_t *opt,
                                     ch_config_source(c, "dist.warning_signal"));
     }
     if (has_key(c, "dist.requeue")) CH_TRY(ch_config_get_bool(c, "dist.requeue", &job->requeue));
+    if (has_key(c, "dist.timeout")) CH_TRY(ch_config_get_double(c, "dist.timeout", &job->timeout));
     if (opt->output_dir_key) CH_TRY(ch_config_get_string(c, opt->output_dir_key, &job->out_dir));
     return CH_OK;
 }
@@ -651,6 +665,8 @@ int ch_job_init(const ch_job_options_t *opt, int argc, char **argv, ch_job_t **o
     }
     *out = job;
     job->lock_fd = -1;
+    pthread_mutex_init(&job->beat_mu, NULL);
+    pthread_cond_init(&job->beat_cv, NULL);
     snprintf(job->name, sizeof job->name, "%s", opt && opt->name ? opt->name : "cohort");
     if (!opt || (opt->n_tables > 0 && !opt->tables) || opt->n_tables < 0 ||
         (opt->n_phases > 0 && !opt->phase_names)) {
@@ -732,6 +748,80 @@ int ch_job_stop_agree(ch_job_t *job, int local_reasons)
     job->stop_reasons = reasons;
     if (all[N_STOP_BITS] > job->stop_signal) job->stop_signal = all[N_STOP_BITS];
     return reasons;
+}
+
+/* ------------------------------------------------------------------ watchdog */
+
+static double monotonic_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* The watchdog thread: wakes every second (or at a beat) and ends the
+ * process when no beat came for job->timeout seconds. A rank whose peer
+ * died may wait in a collective forever (MPICH over UCX does not report a
+ * killed peer; srun by default and mpiexec -disable-auto-cleanup leave the
+ * survivors running): this is the one exit that does not need the peer.
+ * It only uses write(2) and _exit: the main thread is stuck in MPI. */
+static void *watchdog_main(void *arg)
+{
+    ch_job_t *job = arg;
+    pthread_mutex_lock(&job->beat_mu);
+    while (!job->watchdog_quit) {
+        double idle = monotonic_now() - job->last_beat;
+        if (idle > job->timeout) {
+            char line[512];
+            int n = snprintf(line, sizeof line, "%s: rank %d: no step boundary for %.0f s "
+                             "(dist.timeout = %g): a peer rank is gone or hung; ending this rank "
+                             "(exit %d)\n", job->name, job->rank, idle, job->timeout,
+                             CH_EXIT_PEER_LOST);
+            if (n > 0) {
+                ssize_t w = write(STDERR_FILENO, line, (size_t)n < sizeof line ? (size_t)n : sizeof line - 1);
+                (void)w;
+            }
+            _exit(CH_EXIT_PEER_LOST);
+        }
+        struct timespec until;
+        clock_gettime(CLOCK_REALTIME, &until);
+        until.tv_sec += 1;
+        pthread_cond_timedwait(&job->beat_cv, &job->beat_mu, &until);
+    }
+    pthread_mutex_unlock(&job->beat_mu);
+    return NULL;
+}
+
+void ch_job_heartbeat(ch_job_t *job)
+{
+    if (!job || job->timeout <= 0) return;
+    pthread_mutex_lock(&job->beat_mu);
+    job->last_beat = monotonic_now();
+    if (!job->watchdog_started) {
+        /* the thread takes no signal: preemption signals go to the main thread */
+        sigset_t all, old;
+        sigfillset(&all);
+        pthread_sigmask(SIG_BLOCK, &all, &old);
+        if (pthread_create(&job->watchdog, NULL, watchdog_main, job) == 0)
+            job->watchdog_started = 1;
+        else
+            ch_log_warn("dist.timeout: the watchdog thread could not start: no timeout");
+        pthread_sigmask(SIG_SETMASK, &old, NULL);
+        if (!job->watchdog_started) job->timeout = 0;
+    }
+    pthread_mutex_unlock(&job->beat_mu);
+}
+
+static void watchdog_stop(ch_job_t *job)
+{
+    pthread_mutex_lock(&job->beat_mu);
+    int started = job->watchdog_started;
+    job->watchdog_quit = 1;
+    pthread_cond_signal(&job->beat_cv);
+    pthread_mutex_unlock(&job->beat_mu);
+    if (started) pthread_join(job->watchdog, NULL);
+    pthread_mutex_destroy(&job->beat_mu);
+    pthread_cond_destroy(&job->beat_cv);
 }
 
 void ch_job_request_stop(ch_job_t *job)
@@ -825,6 +915,7 @@ ch_status ch_job_on_finalize(ch_job_t *job, void (*fn)(void *arg), void *arg)
 int ch_job_finalize(ch_job_t *job, int exit_code)
 {
     if (!job) return CH_EXIT_ERROR;
+    watchdog_stop(job);
     if (job->peer_lost) exit_code = CH_EXIT_PEER_LOST;
     if (job->progress_open) fputc('\n', stderr);
     /* the profile table is a collective over the world: only when every

@@ -220,6 +220,18 @@ void ch_job_stop_set(ch_job_t *job, int agreed_reasons);
 /* Ask to stop at the next ch_job_stop_agree (this rank only). */
 void ch_job_request_stop(ch_job_t *job);
 
+/* A step boundary was reached (call it once per step, and per batch of
+ * long phases such as evaluation). The first call arms a watchdog thread:
+ * when no call comes for dist.timeout seconds (default 1800; 0 turns it
+ * off) this rank prints one line ("<prog>: rank R: no step boundary for T s
+ * ...: a peer rank is gone or hung") and ends with CH_EXIT_PEER_LOST. It
+ * is how the survivors of a dead rank end where the launcher leaves them
+ * running and MPI does not report the loss (srun without
+ * --kill-on-bad-exit, mpiexec -disable-auto-cleanup): their collective
+ * never returns. Setup before the first call is not covered (its steps are
+ * agreed with ch_job_agree). Cheap: a mutex and a clock read. */
+void ch_job_heartbeat(ch_job_t *job);
+
 /* The last agreed reasons (0 if none), and the preemption signal number:
  * after ch_job_stop_agree the highest signal number any rank received (so
  * every rank reports the same one); after ch_job_stop_set this rank's own
