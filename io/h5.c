@@ -17,7 +17,9 @@
 int ch_h5_is_dataset_spec(const char *arg, size_t *file_len)
 {
     static const char *const exts[] = {".h5", ".hdf5", ".he5"};
-    for (const char *c = strchr(arg, ':'); c; c = strchr(c + 1, ':')) {
+    const char *end = arg + strlen(arg);
+    for (const char *c = strchr(arg, ':'); ; c = strchr(c + 1, ':')) {
+        if (!c) c = end; /* a bare FILE.h5 last: ch_h5_open asks for the dataset path */
         size_t len = (size_t)(c - arg);
         for (int i = 0; i < 3; i++) {
             size_t el = strlen(exts[i]);
@@ -26,6 +28,7 @@ int ch_h5_is_dataset_spec(const char *arg, size_t *file_len)
                 return 1;
             }
         }
+        if (c == end) break;
     }
     return 0;
 }
@@ -104,8 +107,9 @@ ch_status ch_h5_open(const char *spec, ch_array_desc_t *desc, ch_h5_dataset_t **
     *out = NULL;
     size_t flen = 0;
     CH_REQUIRE(spec && desc, "ch_h5_open: NULL argument");
-    if (!ch_h5_is_dataset_spec(spec, &flen) || spec[flen + 1] == '\0')
-        return CH_ERROR(CH_ERR_INVALID, "'%s': an HDF5 input is FILE.h5:/path/to/dataset", spec);
+    if (!ch_h5_is_dataset_spec(spec, &flen) || spec[flen] != ':' || spec[flen + 1] == '\0')
+        return CH_ERROR(CH_ERR_INVALID, "'%s': an HDF5 input is FILE.h5:/path/to/dataset (the "
+                        "dataset path is missing)", spec);
     ch_h5_dataset_t *d = calloc(1, sizeof *d);
     char *file = d ? strdup(spec) : NULL;
     if (!file) {

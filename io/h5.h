@@ -26,8 +26,9 @@ extern "C" {
 #endif
 
 /* 1 when arg names an HDF5 dataset: "FILE:/PATH" with FILE ending in .h5,
- * .hdf5 or .he5 (case-insensitive); *file_len then gets strlen(FILE).
- * 0 otherwise (a .npy or raw file name). */
+ * .hdf5 or .he5 (case-insensitive), or such a FILE alone (which ch_h5_open
+ * then refuses: the dataset path is missing); *file_len then gets
+ * strlen(FILE). 0 otherwise (a .npy or raw file name). */
 int ch_h5_is_dataset_spec(const char *arg, size_t *file_len);
 
 typedef struct ch_h5_dataset ch_h5_dataset_t;
@@ -36,7 +37,8 @@ typedef struct ch_h5_dataset ch_h5_dataset_t;
  * it in *desc (dtype, ndim, shape; C order, byteswap 0). Errors:
  * CH_ERR_IO for a file that cannot be opened (names the file and errno
  * text), CH_ERR_FORMAT for a file that is not HDF5 or a path that is not a
- * dataset in it (names both), CH_ERR_UNSUPPORTED for a dataset type above
+ * dataset in it (names both), CH_ERR_INVALID for a spec without a
+ * dataset path, CH_ERR_UNSUPPORTED for a dataset type above
  * that is refused (names file, path and the HDF5 type class and size) or a
  * build without HDF5, CH_ERR_RANGE for more than CH_REDUCE_MAX_DIMS dims. */
 ch_status ch_h5_open(const char *spec, ch_array_desc_t *desc, ch_h5_dataset_t **out);

@@ -354,6 +354,8 @@ else:
         expect_bad("HDF5 missing file", ["--op", "sum", path("nope.h5") + ":/x"], "nope.h5: cannot open")
         expect_bad("HDF5 missing dataset", ["--op", "sum", h5 + ":/g/nope"],
                    "in.h5: no dataset '/g/nope'", 2)
+        expect_bad("HDF5 file without a dataset path", ["--op", "sum", h5], "in.h5': an HDF5 input is "
+                   "FILE.h5:/path/to/dataset")
         expect_bad("HDF5 group, not a dataset", ["--op", "sum", h5 + ":/g"], "no dataset '/g'")
         expect_bad("HDF5 string dataset", ["--op", "sum", h5 + ":/str"], "in.h5:/str: dataset type string")
         expect_bad("HDF5 compound dataset", ["--op", "sum", h5 + ":/rec"], "type compound")
