@@ -203,6 +203,9 @@ ch_status ch_data_channel_stats(const ch_dataset_t *ds, ch_pg_t *pg, float *mean
                         "give data.mean and data.std values", ds->name);
     if (ds->length < 1)
         return CH_ERROR(CH_ERR_INVALID, "data.mean/std = auto: %s has no training samples", ds->name);
+    if (ds->channels < 1 || ds->channels > 3)
+        return CH_ERROR(CH_ERR_UNSUPPORTED, "data.mean/std = auto: %s has %d channels (1 to 3 are "
+                        "supported)", ds->name, ds->channels);
     image_source_t is = {.ds = ds,
                          .img_bytes = (int64_t)ds->height * ds->width * ds->channels};
     ch_image_init(&is.img);

@@ -102,7 +102,8 @@ typedef struct {
  * (framework/reduce: ch_reduce_channel_stats over a uint8 (N, H, W, C)
  * view, each rank of pg reading its share of the images; collective; pg
  * NULL: this process reads all), divided by 255 and rounded to float.
- * CH_ERR_UNSUPPORTED when the images vary in size (height/width 0),
+ * CH_ERR_UNSUPPORTED when the images vary in size (height/width 0) or
+ * have more than 3 channels,
  * CH_ERR_FORMAT for a sample of another size, CH_ERR_INVALID for an empty
  * set, the dataset's read errors. */
 ch_status ch_data_channel_stats(const ch_dataset_t *ds, ch_pg_t *pg, float *mean, float *std);
