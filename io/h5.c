@@ -248,8 +248,9 @@ ch_status ch_h5_open(const char *spec, ch_array_desc_t *desc, ch_h5_dataset_t **
 {
     (void)desc;
     *out = NULL;
-    return CH_ERROR(CH_ERR_UNSUPPORTED, "%s: this cohort was built without HDF5 (configure found no libhdf5 or was "
-                    "given --without-hdf5; Debian: apt-get install libhdf5-dev, then configure again)", spec);
+    return CH_ERROR(CH_ERR_UNSUPPORTED, "%s: this cohort was built without HDF5 (configure found "
+                    "no libhdf5 or was given --without-hdf5; Debian: apt-get install libhdf5-dev, "
+                    "then configure again)", spec);
 }
 
 ch_status ch_h5_read(ch_h5_dataset_t *d, int64_t e0, int64_t n, void *dst)
