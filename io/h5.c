@@ -102,6 +102,38 @@ static ch_status map_type(const ch_h5_dataset_t *d, hid_t t, ch_array_dtype *dt,
                     class_name(cls), size);
 }
 
+/* For a chunked dataset, a dataset access list whose chunk cache holds one
+ * row of chunks (all the chunks a C-order read of chunk_dims[0] rows
+ * touches), at most CH_H5_CACHE_MAX bytes: ranks read C-order ranges, and
+ * with HDF5's default 1 MiB cache a chunk cut by a read boundary would be
+ * read and decompressed again. H5P_DEFAULT for other layouts. */
+#define CH_H5_CACHE_MAX ((size_t)128 << 20)
+static hid_t access_plist(hid_t did, int ndim, const hsize_t *dims, size_t itemsize)
+{
+    hid_t dcpl = H5Dget_create_plist(did), dapl = H5P_DEFAULT;
+    hsize_t chunk[H5S_MAX_RANK];
+    if (dcpl >= 0 && ndim > 0 && ndim <= H5S_MAX_RANK && H5Pget_layout(dcpl) == H5D_CHUNKED &&
+        H5Pget_chunk(dcpl, ndim, chunk) == ndim) {
+        double bytes = (double)itemsize, chunks = 1;
+        for (int i = 0; i < ndim; i++) {
+            double per = (double)((dims[i] + chunk[i] - 1) / chunk[i]);
+            bytes *= (double)chunk[i] * (i == 0 ? 1 : per);
+            chunks *= i == 0 ? 1 : per;
+        }
+        size_t nbytes = bytes < (double)CH_H5_CACHE_MAX ? (size_t)bytes : CH_H5_CACHE_MAX;
+        /* slots: HDF5's advice, about 100 times the chunks that fit (odd) */
+        size_t slots = (size_t)(chunks * 100 < 1e6 ? chunks * 100 : 1e6) | 1;
+        if (nbytes > ((size_t)1 << 20) && (dapl = H5Pcreate(H5P_DATASET_ACCESS)) >= 0 &&
+            H5Pset_chunk_cache(dapl, slots, nbytes, 1.0) < 0) {
+            H5Pclose(dapl);
+            dapl = H5P_DEFAULT;
+        }
+        if (dapl < 0) dapl = H5P_DEFAULT;
+    }
+    if (dcpl >= 0) H5Pclose(dcpl);
+    return dapl;
+}
+
 ch_status ch_h5_open(const char *spec, ch_array_desc_t *desc, ch_h5_dataset_t **out)
 {
     *out = NULL;
@@ -159,49 +191,75 @@ ch_status ch_h5_open(const char *spec, ch_array_desc_t *desc, ch_h5_dataset_t **
         ch_h5_close(d);
         return s;
     }
+    /* reopen with a chunk cache fitted to the layout */
+    hid_t dapl = access_plist(d->did, d->ndim, d->dims, ch_array_dtype_size(desc->dtype));
+    if (dapl != H5P_DEFAULT) {
+        hid_t did = H5Dopen2(d->fid, d->path, dapl);
+        H5Pclose(dapl);
+        if (did >= 0) {
+            H5Dclose(d->did);
+            d->did = did;
+        }
+    }
     desc->ndim = d->ndim;
     for (int i = 0; i < d->ndim; i++) desc->shape[i] = (int64_t)d->dims[i];
     *out = d;
     return CH_OK;
 }
 
-/* Add to space the elements [e0, e0+n) (C order) of the sub-array
- * dims[k..] at the fixed leading coordinates start[0..k-1]: a leading
- * partial row, a block of whole rows, a trailing partial row (at most
- * 2 ndim - 1 boxes in all). */
-static herr_t select_range(hid_t space, int ndim, const hsize_t *dims, int k, hsize_t *start,
-                           hsize_t *count, hsize_t e0, hsize_t n, int *first)
+/* Read one box (start, count over all dims) of the dataset into *dst and
+ * advance *dst past it. The memory space has the box's shape (C order,
+ * the same bytes as a flat run): with a flat 1-d memory space HDF5 takes
+ * its general scatter path, measured here at 0.44-0.54 s of read wait for
+ * a chunked 4000x4000 float64 dataset against 0.07 s with this one. */
+static herr_t read_box(const ch_h5_dataset_t *d, hid_t fspace, const hsize_t *start,
+                       const hsize_t *count, char **dst)
+{
+    hsize_t n = 1;
+    for (int j = 0; j < d->ndim; j++) n *= count[j];
+    hid_t mspace = H5Screate_simple(d->ndim, count, NULL);
+    herr_t rc = mspace < 0 ? -1 : H5Sselect_hyperslab(fspace, H5S_SELECT_SET, start, NULL, count, NULL);
+    if (rc >= 0) rc = H5Dread(d->did, d->memtype, mspace, fspace, H5P_DEFAULT, *dst);
+    if (mspace >= 0) H5Sclose(mspace);
+    *dst += n * H5Tget_size(d->memtype);
+    return rc;
+}
+
+/* Read the elements [e0, e0+n) (C order) of the sub-array dims[k..] at the
+ * fixed leading coordinates start[0..k-1] into *dst: a leading partial row,
+ * a block of whole rows, a trailing partial row (at most 2 ndim - 1 boxes,
+ * each one regular hyperslab read on its own). */
+static herr_t read_range(const ch_h5_dataset_t *d, hid_t fspace, int k, hsize_t *start,
+                         hsize_t *count, hsize_t e0, hsize_t n, char **dst)
 {
     if (n == 0) return 0;
     hsize_t inner = 1;
-    for (int j = k + 1; j < ndim; j++) inner *= dims[j];
+    for (int j = k + 1; j < d->ndim; j++) inner *= d->dims[j];
     hsize_t r = e0 / inner, off = e0 % inner;
     herr_t rc = 0;
     if (off) {
         hsize_t m = n < inner - off ? n : inner - off;
         start[k] = r;
         count[k] = 1;
-        rc = select_range(space, ndim, dims, k + 1, start, count, off, m, first);
+        rc = read_range(d, fspace, k + 1, start, count, off, m, dst);
         n -= m;
         r++;
     }
     if (rc >= 0 && n >= inner) {
         start[k] = r;
         count[k] = n / inner;
-        for (int j = k + 1; j < ndim; j++) {
+        for (int j = k + 1; j < d->ndim; j++) {
             start[j] = 0;
-            count[j] = dims[j];
+            count[j] = d->dims[j];
         }
-        rc = H5Sselect_hyperslab(space, *first ? H5S_SELECT_SET : H5S_SELECT_OR, start, NULL, count,
-                                 NULL);
-        *first = 0;
+        rc = read_box(d, fspace, start, count, dst);
         r += n / inner;
         n %= inner;
     }
     if (rc >= 0 && n) {
         start[k] = r;
         count[k] = 1;
-        rc = select_range(space, ndim, dims, k + 1, start, count, 0, n, first);
+        rc = read_range(d, fspace, k + 1, start, count, 0, n, dst);
     }
     return rc;
 }
@@ -210,22 +268,20 @@ ch_status ch_h5_read(ch_h5_dataset_t *d, int64_t e0, int64_t n, void *dst)
 {
     if (n <= 0) return CH_OK;
     char cause[256];
-    hsize_t nn = (hsize_t)n;
-    hid_t fspace = H5Dget_space(d->did), mspace = H5Screate_simple(1, &nn, NULL);
-    herr_t rc = fspace < 0 || mspace < 0 ? -1 : 0;
+    hid_t fspace = H5Dget_space(d->did);
+    herr_t rc = fspace < 0 ? -1 : 0;
+    char *p = dst;
     if (rc >= 0 && d->ndim > 0) {
         hsize_t start[CH_REDUCE_MAX_DIMS], count[CH_REDUCE_MAX_DIMS];
-        int first = 1;
-        rc = select_range(fspace, d->ndim, d->dims, 0, start, count, (hsize_t)e0, nn, &first);
+        rc = read_range(d, fspace, 0, start, count, (hsize_t)e0, (hsize_t)n, &p);
+    } else if (rc >= 0) { /* a 0-d (scalar) dataset: its one element */
+        rc = H5Dread(d->did, d->memtype, H5S_ALL, H5S_ALL, H5P_DEFAULT, dst);
     }
-    /* a 0-d (scalar) dataset: its whole one-element space */
-    if (rc >= 0) rc = H5Dread(d->did, d->memtype, mspace, fspace, H5P_DEFAULT, dst);
     ch_status s = CH_OK;
     if (rc < 0)
         s = CH_ERROR(CH_ERR_IO, "%s:%s: read of elements [%lld, %lld) failed: %s", d->file, d->path,
                      (long long)e0, (long long)(e0 + n), hdf5_cause(cause));
     if (fspace >= 0) H5Sclose(fspace);
-    if (mspace >= 0) H5Sclose(mspace);
     return s;
 }
 
