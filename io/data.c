@@ -3,6 +3,8 @@
 
 #include "io/data.h"
 
+#include "framework/reduce/reduce.h"
+
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
@@ -28,9 +30,11 @@ static const ch_config_key_t ch_data_config_keys[] = {
                                               "training thread)."},
     {"data.prefetch", CH_CFG_INT, "4", 1, 1024, "Batch slots in the loader's ring."},
     {"data.mean", CH_CFG_STRLIST, "0.2860", CH_CFG_NO_RANGE,
-     "Normalize mean per channel (one value or one per channel)."},
+     "Normalize mean per channel (one value or one per channel), or auto: the training "
+     "set's per-channel mean of ToTensor values (computed across the ranks)."},
     {"data.std", CH_CFG_STRLIST, "0.3530", CH_CFG_NO_RANGE,
-     "Normalize std per channel (one value or one per channel)."},
+     "Normalize std per channel (one value or one per channel), or auto: the training "
+     "set's per-channel population std (ddof 0) of ToTensor values."},
     {"data.random_crop_padding", CH_CFG_INT, "0", 0, 1024,
      "Train augmentation: RandomCrop(size, padding=P); 0 turns it off."},
     {"data.hflip", CH_CFG_BOOL, "false", CH_CFG_NO_RANGE,
@@ -43,11 +47,18 @@ ch_config_table_t ch_data_config_table(void)
     return t;
 }
 
-/* A strlist key of 1..3 numbers into out[], *n values. */
-static ch_status read_floats(const ch_config_t *cfg, const char *key, float out[3], int *n)
+/* A strlist key of 1..3 numbers into out[], *n values; the one word
+ * "auto" sets *is_auto (and *n = 0: the values come from the data). */
+static ch_status read_floats(const ch_config_t *cfg, const char *key, float out[3], int *n,
+                             int *is_auto)
 {
     const char *const *items;
     CH_TRY(ch_config_get_strlist(cfg, key, &items, n));
+    *is_auto = *n == 1 && strcmp(items[0], "auto") == 0;
+    if (*is_auto) {
+        *n = 0;
+        return CH_OK;
+    }
     if (*n < 1 || *n > 3)
         return CH_ERROR(CH_ERR_CONFIG, "%s: %d values given, expected 1 to 3 (one per input "
                         "channel)", key, *n);
@@ -56,7 +67,7 @@ static ch_status read_floats(const ch_config_t *cfg, const char *key, float out[
         errno = 0;
         double v = strtod(items[c], &end);
         if (errno || *end || end == items[c] || !isfinite(v))
-            return CH_ERROR(CH_ERR_CONFIG, "%s: '%s' is not a number", key, items[c]);
+            return CH_ERROR(CH_ERR_CONFIG, "%s: '%s' is not a number (or give auto)", key, items[c]);
         out[c] = (float)v;
     }
     return CH_OK;
@@ -80,8 +91,8 @@ ch_status ch_data_options_from_config(const ch_config_t *cfg, ch_data_options_t 
     CH_TRY(ch_config_get_int(cfg, "data.prefetch", &o->prefetch));
     CH_TRY(ch_config_get_int(cfg, "data.random_crop_padding", &o->random_crop_padding));
     CH_TRY(ch_config_get_bool(cfg, "data.hflip", &o->hflip));
-    CH_TRY(read_floats(cfg, "data.mean", o->mean, &o->n_mean));
-    CH_TRY(read_floats(cfg, "data.std", o->std, &o->n_std));
+    CH_TRY(read_floats(cfg, "data.mean", o->mean, &o->n_mean, &o->mean_auto));
+    CH_TRY(read_floats(cfg, "data.std", o->std, &o->n_std, &o->std_auto));
     for (int c = 0; c < o->n_std; c++)
         if (!(o->std[c] > 0))
             return CH_ERROR(CH_ERR_CONFIG, "data.std: value %g for channel %d must be > 0",
@@ -95,9 +106,9 @@ ch_status ch_data_options_check_channels(const ch_data_options_t *o, int channel
         return CH_ERROR(CH_ERR_CONFIG, "model.in_channels = %d: Normalize (data.mean, data.std) "
                         "takes 1 to 3 channels", channels);
     const char *keys[2] = {"data.mean", "data.std"};
-    const int n[2] = {o->n_mean, o->n_std};
+    const int n[2] = {o->n_mean, o->n_std}, is_auto[2] = {o->mean_auto, o->std_auto};
     for (int k = 0; k < 2; k++)
-        if (n[k] != 1 && n[k] != channels)
+        if (!is_auto[k] && n[k] != 1 && n[k] != channels)
             return CH_ERROR(CH_ERR_CONFIG, "%s: %d values given, expected %s%d (one per input "
                             "channel, model.in_channels = %d)", keys[k], n[k],
                             channels > 1 ? "1 or " : "", channels, channels);
@@ -154,6 +165,72 @@ static ch_status open_datasets(const ch_data_options_t *o, const ch_data_setup_t
     return CH_OK;
 }
 
+/* The training images as a uint8 array (N, H, W, C) for the reducer: element
+ * ranges are cut from the decoded samples (one get per image touched). */
+typedef struct {
+    const ch_dataset_t *ds;
+    ch_image_t img;
+    int64_t img_bytes;
+} image_source_t;
+
+static ch_status image_read(void *ctx, int seg, int64_t e0, int64_t n, void *dst)
+{
+    image_source_t *is = ctx;
+    const ch_dataset_t *ds = is->ds;
+    (void)seg;
+    uint8_t *out = dst;
+    while (n > 0) {
+        int64_t i = e0 / is->img_bytes, off = e0 % is->img_bytes, label;
+        CH_TRY(ch_dataset_get(ds, i, &is->img, &label));
+        if (is->img.h != ds->height || is->img.w != ds->width || is->img.c != ds->channels)
+            return CH_ERROR(CH_ERR_FORMAT, "%s: sample %lld is %dx%dx%d, not the dataset's %dx%dx%d "
+                            "(data.mean/std = auto)", ds->name, (long long)i, is->img.h, is->img.w,
+                            is->img.c, ds->height, ds->width, ds->channels);
+        int64_t m = is->img_bytes - off < n ? is->img_bytes - off : n;
+        memcpy(out, is->img.data + off, (size_t)m);
+        out += m;
+        e0 += m;
+        n -= m;
+    }
+    return CH_OK;
+}
+
+ch_status ch_data_channel_stats(const ch_dataset_t *ds, ch_pg_t *pg, float *mean, float *std)
+{
+    CH_REQUIRE(ds && mean && std, "ch_data_channel_stats: NULL argument");
+    if (ds->height <= 0 || ds->width <= 0)
+        return CH_ERROR(CH_ERR_UNSUPPORTED, "data.mean/std = auto: the images of %s vary in size; "
+                        "give data.mean and data.std values", ds->name);
+    if (ds->length < 1)
+        return CH_ERROR(CH_ERR_INVALID, "data.mean/std = auto: %s has no training samples", ds->name);
+    if (ds->channels < 1 || ds->channels > 3)
+        return CH_ERROR(CH_ERR_UNSUPPORTED, "data.mean/std = auto: %s has %d channels (1 to 3 are "
+                        "supported)", ds->name, ds->channels);
+    image_source_t is = {.ds = ds,
+                         .img_bytes = (int64_t)ds->height * ds->width * ds->channels};
+    ch_image_init(&is.img);
+    ch_array_desc_t desc;
+    memset(&desc, 0, sizeof desc);
+    desc.dtype = CH_DT_UINT8;
+    desc.ndim = 4;
+    desc.shape[0] = ds->length;
+    desc.shape[1] = ds->height;
+    desc.shape[2] = ds->width;
+    desc.shape[3] = ds->channels;
+    const int64_t row0 = 0;
+    ch_array_source_t src = {.desc = desc, .nseg = 1, .seg = &desc, .seg_row0 = &row0,
+                             .read = image_read, .ctx = &is};
+    double m[3], sd[3];
+    ch_status s = ch_reduce_channel_stats(&src, -1, pg, m, sd);
+    ch_image_free(&is.img);
+    CH_TRY(s);
+    for (int c = 0; c < ds->channels; c++) { /* ToTensor: x / 255 */
+        mean[c] = (float)(m[c] / 255.0);
+        std[c] = (float)(sd[c] / 255.0);
+    }
+    return CH_OK;
+}
+
 static ch_status make_loaders(const ch_data_options_t *o, const ch_data_setup_t *u, ch_data_t *d)
 {
     ch_transform_t train_tf[CH_TRANSFORMS_MAX], test_tf[CH_TRANSFORMS_MAX];
@@ -180,8 +257,8 @@ static ch_status make_loaders(const ch_data_options_t *o, const ch_data_setup_t 
     }
     ch_transform_t norm = {.kind = CH_TF_NORMALIZE};
     for (int c = 0; c < u->in_channels; c++) {
-        norm.mean[c] = o->mean[o->n_mean == 1 ? 0 : c];
-        norm.std[c] = o->std[o->n_std == 1 ? 0 : c];
+        norm.mean[c] = d->mean[c];
+        norm.std[c] = d->std[c];
     }
     train_tf[ntr++] = norm;
     test_tf[nte++] = norm;
@@ -221,7 +298,25 @@ ch_status ch_data_create(const ch_data_options_t *o, const ch_data_setup_t *setu
     ch_data_t *d = calloc(1, sizeof *d);
     if (!d) return CH_ERROR(CH_ERR_NOMEM, "data");
     ch_status s = open_datasets(o, setup, d);
-    if (s == CH_OK) s = make_loaders(o, setup, d);
+    ch_data_options_t oo = *o; /* with the auto statistics filled in */
+    if (s == CH_OK && (o->mean_auto || o->std_auto)) {
+        float m[3], sd[3];
+        s = ch_data_channel_stats(d->train, setup->pg, m, sd);
+        for (int c = 0; s == CH_OK && c < d->train->channels; c++) {
+            if (o->mean_auto) oo.mean[c] = m[c];
+            if (o->std_auto) oo.std[c] = sd[c];
+            if (o->std_auto && !(sd[c] > 0))
+                s = CH_ERROR(CH_ERR_INVALID, "data.std = auto: channel %d of %s is constant (std 0)",
+                             c, o->path);
+        }
+        if (o->mean_auto) oo.n_mean = d->train->channels;
+        if (o->std_auto) oo.n_std = d->train->channels;
+    }
+    for (int c = 0; c < setup->in_channels; c++) {
+        d->mean[c] = oo.mean[oo.n_mean == 1 ? 0 : c];
+        d->std[c] = oo.std[oo.n_std == 1 ? 0 : c];
+    }
+    if (s == CH_OK) s = make_loaders(&oo, setup, d);
     if (s != CH_OK) {
         ch_data_destroy(d);
         return s;

@@ -25,6 +25,7 @@
 
 #include "framework/core/configuration.h"
 #include "framework/core/status.h"
+#include "framework/dist/dist.h"
 #include "io/dataset.h"
 #include "io/loader.h"
 
@@ -48,8 +49,9 @@ typedef struct {
     long long test_subset;     /* data.test_subset (0: all) */
     int workers;               /* data.workers */
     int prefetch;              /* data.prefetch */
-    int n_mean, n_std;         /* values given for data.mean / data.std (1..3) */
+    int n_mean, n_std;         /* values given for data.mean / data.std (1..3; 0 for auto) */
     float mean[3], std[3];     /* data.mean, data.std (std > 0) */
+    int mean_auto, std_auto;   /* data.mean / data.std = auto: from the training set */
     int random_crop_padding;   /* data.random_crop_padding (0: off) */
     int hflip;                 /* data.hflip */
 } ch_data_options_t;
@@ -60,7 +62,7 @@ ch_config_table_t ch_data_config_table(void);
 /* Options from those keys (PETSc's set-from-options). Errors: CH_ERR_CONFIG
  * naming the source (file:line or option) for data.format not one of idx,
  * cifar10, imagefolder; naming the key for a data.mean / data.std value that
- * is not a finite number, more than 3 values, or a std value <= 0;
+ * is not a finite number (nor the one word auto), more than 3 values, or a std value <= 0;
  * CH_ERR_INVALID for a key missing from cfg's table. */
 ch_status ch_data_options_from_config(const ch_config_t *cfg, ch_data_options_t *o);
 
@@ -78,6 +80,8 @@ typedef struct {
     int rank, world_size;
     int pinned;         /* page-locked batch slots (batches go to a GPU) */
     int eval;           /* build the test loader */
+    ch_pg_t *pg;        /* the ranks that share data.mean/std = auto (collective in
+                           ch_data_create); NULL: this process alone */
 } ch_data_setup_t;
 
 /* The datasets and loaders. train / test are what the loaders read (the
@@ -85,8 +89,24 @@ typedef struct {
 typedef struct {
     ch_dataset_t *train, *test;
     ch_loader_t *train_loader, *test_loader;
+    float mean[3], std[3]; /* Normalize per channel (in_channels values), auto or given */
     ch_dataset_t *train_base_, *test_base_; /* private: the opened datasets */
 } ch_data_t;
+
+/* Per-channel statistics of ds (data.mean = auto / data.std = auto), as
+ * torchvision's ToTensor would give them: every uint8 value x of every
+ * sample (H, W, C as stored, before resize, crop or augmentation) taken as
+ * x / 255, mean and population std (ddof 0, numpy's x.std(); torch's
+ * Tensor.std() defaults to ddof 1) over samples, rows and columns, one
+ * value per channel into mean[] and std[] (ds->channels each). Exact
+ * (framework/reduce: ch_reduce_channel_stats over a uint8 (N, H, W, C)
+ * view, each rank of pg reading its share of the images; collective; pg
+ * NULL: this process reads all), divided by 255 and rounded to float.
+ * CH_ERR_UNSUPPORTED when the images vary in size (height/width 0) or
+ * have more than 3 channels,
+ * CH_ERR_FORMAT for a sample of another size, CH_ERR_INVALID for an empty
+ * set, the dataset's read errors. */
+ch_status ch_data_channel_stats(const ch_dataset_t *ds, ch_pg_t *pg, float *mean, float *std);
 
 /* Open the datasets and build the loaders (see the top of this file).
  * Errors: those of the dataset readers (CH_ERR_IO naming the missing or

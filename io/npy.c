@@ -4,6 +4,7 @@
 #include "io/npy.h"
 
 #include "io/atomic_file.h"
+#include "io/h5.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -259,11 +260,13 @@ struct ch_file_source {
     int64_t *offsets;
     ch_array_desc_t *seg;
     int64_t *row0;
+    ch_h5_dataset_t **h5; /* per segment: the HDF5 dataset, or NULL for a file read by pread */
 };
 
 static ch_status file_read(void *ctx, int seg, int64_t e0, int64_t n, void *dst)
 {
     ch_file_source_t *s = ctx;
+    if (s->h5[seg]) return ch_h5_read(s->h5[seg], e0, n, dst);
     size_t isz = ch_array_dtype_size(s->seg[seg].dtype);
     size_t want = (size_t)n * isz, got = 0;
     CH_TRY(pread_full(s->fds[seg], dst, want, s->offsets[seg] + e0 * (int64_t)isz, &got,
@@ -279,6 +282,7 @@ void ch_file_source_destroy(ch_file_source_t *s)
     if (!s) return;
     for (int i = 0; i < s->n; i++) {
         if (s->fds && s->fds[i] >= 0) close(s->fds[i]);
+        if (s->h5) ch_h5_close(s->h5[i]);
         if (s->paths) free(s->paths[i]);
     }
     free(s->paths);
@@ -286,6 +290,7 @@ void ch_file_source_destroy(ch_file_source_t *s)
     free(s->offsets);
     free(s->seg);
     free(s->row0);
+    free(s->h5);
     free(s);
 }
 
@@ -299,7 +304,8 @@ static ch_status source_alloc(int n, ch_file_source_t **out)
     s->offsets = calloc((size_t)n, sizeof *s->offsets);
     s->seg = calloc((size_t)n, sizeof *s->seg);
     s->row0 = calloc((size_t)n, sizeof *s->row0);
-    if (!s->paths || !s->fds || !s->offsets || !s->seg || !s->row0) {
+    s->h5 = calloc((size_t)n, sizeof *s->h5);
+    if (!s->paths || !s->fds || !s->offsets || !s->seg || !s->row0 || !s->h5) {
         s->n = 0;
         ch_file_source_destroy(s);
         return CH_ERROR(CH_ERR_NOMEM, "array source of %d files", n);
@@ -312,6 +318,7 @@ static ch_status source_alloc(int n, ch_file_source_t **out)
 static ch_status source_finish(ch_file_source_t *s)
 {
     for (int i = 0; i < s->n; i++) {
+        if (s->h5[i]) continue;
         s->fds[i] = open(s->paths[i], O_RDONLY | O_CLOEXEC);
         if (s->fds[i] < 0) return CH_ERROR(CH_ERR_IO, "%s: cannot open: %s", s->paths[i], strerror(errno));
     }
@@ -343,7 +350,7 @@ ch_status ch_npy_source_open(const char *const *paths, int n, ch_file_source_t *
     for (int i = 0; i < n && s == CH_OK; i++) {
         glob_t g;
         memset(&g, 0, sizeof g);
-        int pattern = strpbrk(paths[i], "*?[") != NULL;
+        int pattern = strpbrk(paths[i], "*?[") != NULL && !ch_h5_is_dataset_spec(paths[i], NULL);
         const char *one[1] = {paths[i]};
         char *const *names = (char *const *)one;
         size_t count = 1;
@@ -384,7 +391,11 @@ ch_status ch_npy_source_open(const char *const *paths, int n, ch_file_source_t *
     int64_t rows = 0;
     for (int i = 0; i < nl && s == CH_OK; i++) {
         ch_npy_header_t h;
-        s = ch_npy_read_header(src->paths[i], &h);
+        memset(&h, 0, sizeof h);
+        if (ch_h5_is_dataset_spec(src->paths[i], NULL))
+            s = ch_h5_open(src->paths[i], &h.desc, &src->h5[i]);
+        else
+            s = ch_npy_read_header(src->paths[i], &h);
         if (s != CH_OK) break;
         src->seg[i] = h.desc;
         src->offsets[i] = h.data_offset;

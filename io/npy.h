@@ -51,7 +51,10 @@ ch_status ch_npy_write(const char *path, const ch_array_desc_t *desc, const void
 typedef struct ch_file_source ch_file_source_t;
 
 /* .npy files stacked along axis 0 (one file: the array itself). A path
- * with glob characters (*?[) expands to its matches in sorted order.
+ * with glob characters (*?[) expands to its matches in sorted order. A
+ * path "FILE.h5:/path/to/dataset" (also .hdf5, .he5) is an HDF5 dataset
+ * (io/h5.h; not globbed), a segment like a .npy file, with ch_h5_open's
+ * errors (CH_ERR_UNSUPPORTED in a build without HDF5).
  * Every file after the first must have the first's dtype, ndim and
  * trailing shape (CH_ERR_FORMAT naming both files and what differs; order
  * and byte order may differ). A 0-d file cannot be one of several shards.

@@ -586,7 +586,7 @@ static int setup(job_t *j)
     ch_data_setup_t du = {.in_channels = j->in_channels, .num_classes = j->num_classes,
                           .batch_size = j->batch_size, .seed = (uint64_t)j->seed,
                           .rank = j->rank, .world_size = j->world, .pinned = j->on_gpu,
-                          .eval = j->do_eval};
+                          .eval = j->do_eval, .pg = j->pg};
     s = ch_data_create(&j->data_opt, &du, &j->data);
     if (ch_job_agree(j->job, s, "data")) return CH_EXIT_BAD_INPUT;
     j->steps_per_epoch = ch_loader_num_batches(j->data->train_loader);
@@ -651,6 +651,18 @@ static void describe(job_t *j)
                 (long long)ch_loader_num_batches(j->data->train_loader),
                 ch_loader_num_batches(j->data->train_loader) == 1 ? "" : "s", j->data_opt.workers,
                 j->data_opt.workers == 1 ? "" : "s");
+    if (j->data_opt.mean_auto || j->data_opt.std_auto) {
+        char text[256];
+        int len = 0;
+        for (int c = 0; c < j->in_channels; c++)
+            len += snprintf(text + len, sizeof text - (size_t)len, "%s%.9g/%.9g", c ? ", " : "",
+                            (double)j->data->mean[c], (double)j->data->std[c]);
+        ch_log_info("data: Normalize mean/std per channel %s (%s%s%s of the %lld training images: "
+                    "ToTensor values x/255, population std)", text,
+                    j->data_opt.mean_auto ? "mean" : "", j->data_opt.mean_auto && j->data_opt.std_auto
+                    ? " and " : "", j->data_opt.std_auto ? "std" : "",
+                    (long long)j->data->train->length);
+    }
     ch_log_info("model: %zu parameters (%zu trainable), SyncBN %s, DDP %d bucket%s",
                 ch_model_param_numel(j->model), ch_model_trainable_numel(j->model),
                 j->converted_sync_bn ? "on" : "off", ch_ddp_num_buckets(j->ddp),

@@ -20,6 +20,7 @@
 #include "io/data.h"
 
 #include <dirent.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -88,6 +89,53 @@ static void test_data_options_errors(void **state)
     assert_ch_error(ch_data_options_check_channels(&o, 1), CH_ERR_CONFIG, "expected 1 (one per");
     assert_ch_error(ch_data_options_check_channels(&o, 4), CH_ERR_CONFIG, "1 to 3 channels");
     ch_config_destroy(cfg);
+}
+
+static void test_data_auto_stats(void **state)
+{
+    (void)state;
+    ch_config_t *cfg = NULL;
+    ch_data_options_t o;
+    char *autos[] = {"prog", "--data.mean=auto", "--data.std=auto", NULL};
+    assert_ch_ok(load(ch_data_config_table(), autos, &cfg));
+    assert_ch_ok(ch_data_options_from_config(cfg, &o));
+    assert_true(o.mean_auto && o.std_auto && o.n_mean == 0 && o.n_std == 0);
+    assert_ch_ok(ch_data_options_check_channels(&o, 3)); /* any channel count */
+    ch_config_destroy(cfg);
+    char *mixed[] = {"prog", "--data.mean=auto,0.5", NULL};
+    assert_ch_ok(load(ch_data_config_table(), mixed, &cfg));
+    assert_ch_error(ch_data_options_from_config(cfg, &o), CH_ERR_CONFIG, "data.mean: 'auto' is not a number");
+    ch_config_destroy(cfg);
+
+    /* 5 images of 2x3 RGB: channel c of pixel k of image i is (i*6 + k)*(c+1) % 256;
+     * reference: mean and population std of x/255 per channel, in double */
+    ch_dataset_t *ds = NULL;
+    uint8_t *px;
+    int64_t *lab;
+    const int n = 5, hw = 6;
+    assert_ch_ok(ch_dataset_memory_create(&ds, "idx", "mem", n, 2, 3, 3, 2, &px, &lab));
+    double sum[3] = {0}, sq[3] = {0};
+    for (int i = 0; i < n; i++) {
+        lab[i] = i % 2;
+        for (int k = 0; k < hw; k++)
+            for (int c = 0; c < 3; c++) {
+                px[(i * hw + k) * 3 + c] = (uint8_t)(((i * hw + k) * (c + 1) * 37) % 256);
+                sum[c] += px[(i * hw + k) * 3 + c] / 255.0;
+            }
+    }
+    float mean[3], std[3];
+    assert_ch_ok(ch_data_channel_stats(ds, NULL, mean, std));
+    for (int c = 0; c < 3; c++) {
+        double m = sum[c] / (n * hw);
+        for (int i = 0; i < n * hw; i++) {
+            double d = px[i * 3 + c] / 255.0 - m;
+            sq[c] += d * d;
+        }
+        assert_float_equal(mean[c], m, 1e-6);
+        assert_float_equal(std[c], sqrt(sq[c] / (n * hw)), 1e-6);
+    }
+    assert_true(mean[0] != mean[1] && std[1] != std[2]); /* channels are not mixed up */
+    ch_dataset_destroy(ds);
 }
 
 /* A CIFAR-10 directory: 5 train batches of `per` records and a test batch. */
@@ -423,6 +471,7 @@ int main(int argc, char **argv)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_data_defaults),
         cmocka_unit_test(test_data_options_errors),
+        cmocka_unit_test(test_data_auto_stats),
         cmocka_unit_test(test_data_create_cifar),
         cmocka_unit_test(test_batch_feed_cpu),
         cmocka_unit_test(test_batch_feed_gpu),
