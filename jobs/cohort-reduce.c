@@ -27,15 +27,17 @@ static const ch_config_key_t keys[] = {
 };
 
 /* --op, --axis, --out, --dtype, --resume ... stand for --reduce.op, --input.dtype,
- * --output.out ...; bare words are the input files. Strings live until exit. */
+ * --output.out ... (the full dotted names work too, with = or a space);
+ * bare words are the input files. Strings live until exit. */
 static const ch_config_key_t *find_short(const char *a, size_t len)
 {
     const ch_config_key_t *tabs[3] = {ch_reduce_keys, ch_input_keys, keys};
     const int ns[3] = {ch_reduce_n_keys, ch_input_n_keys, 4};
     for (int t = 0; t < 3; t++)
         for (int k = 0; k < ns[t]; k++) {
-            const char *dot = strchr(tabs[t][k].name, '.') + 1;
+            const char *name = tabs[t][k].name, *dot = strchr(name, '.') + 1;
             if (strlen(dot) == len && !strncmp(dot, a, len)) return &tabs[t][k];
+            if (strlen(name) == len && !strncmp(name, a, len)) return &tabs[t][k]; /* full name */
         }
     return NULL;
 }
@@ -58,7 +60,10 @@ static char **rewrite(int argc, char **argv, int *out_argc)
             nv[n++] = kept[nk] = malloc(strlen(k->name) + strlen(a) + 4);
             if (!kept[nk++]) { free(nv); return NULL; }
             sprintf(nv[n - 1], "--%s%s", k->name, a + 2 + len);
-            if (!a[2 + len] && k->type != CH_CFG_BOOL && i + 1 < argc) nv[n++] = argv[++i];
+            /* --KEY VALUE; a bool takes the next word only when it is one */
+            if (!a[2 + len] && i + 1 < argc &&
+                (k->type != CH_CFG_BOOL || !strcmp(argv[i + 1], "true") || !strcmp(argv[i + 1], "false")))
+                nv[n++] = argv[++i];
         } else if (a[0] != '-') {
             strcat(strcat(files, files[14] ? "," : ""), a);
         } else {

@@ -373,7 +373,7 @@ state = path("big_out.npy.state")
 args = [BIN, "--op", "var", "--axis", "0", "--chunk_mb", "0.002", "--out", path("big_out.npy"),
         path("big.npy")]
 log = open(path("resume.log"), "w+")  # a file, not a pipe: progress lines must not block
-p = subprocess.Popen(args + ["--checkpoint_seconds", "0.2"], stdout=log, stderr=subprocess.STDOUT)
+p = subprocess.Popen(args + ["--checkpoint_seconds", "0.02"], stdout=log, stderr=subprocess.STDOUT)
 deadline = time.time() + 60
 while time.time() < deadline and not os.path.exists(os.path.join(state, "rank-0.state")):
     time.sleep(0.01)
