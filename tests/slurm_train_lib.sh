@@ -163,7 +163,8 @@ epochs_once() {
 
 # tensorboard_once RUNDIR: TensorBoard (EventAccumulator, as `tensorboard
 # --logdir` merges a directory's event files) shows one point per epoch for
-# every column of RUNDIR/metrics.csv, with the CSV's values. Exit 77 when the
+# every column of RUNDIR/metrics.csv, with the CSV's values (to 1e-6 relative:
+# the CSV's decimal text of a float may round 1 float32 ulp off). Exit 77 when the
 # tensorboard package is missing.
 tensorboard_once() {
     "${PYTHON3:-/usr/bin/python3}" - "$1" <<'PY'
@@ -181,7 +182,8 @@ for col in [c for c in rows[0] if c not in ("epoch", "step", "wall_time")]:
     got = [(e.step, e.value) for e in ea.Scalars(col)]
     want = [(int(r["epoch"]), f32(float(r[col]))) for r in rows]
     if [s for s, _ in got] != [s for s, _ in want] or any(
-            not (a == b or (a != a and b != b)) for (_, a), (_, b) in zip(got, want)):
+            not (abs(a - b) <= 1e-6 * max(abs(a), abs(b)) or (a != a and b != b))
+            for (_, a), (_, b) in zip(got, want)):
         print(f"{col}: TensorBoard {got} vs metrics.csv {want}")
         bad = 1
 sys.exit(bad)
