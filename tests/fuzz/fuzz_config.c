@@ -97,7 +97,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         char *argv[] = {(char *)"fuzz", (char *)"--config", path_a, NULL};
         s = ch_config_load(keys, NKEYS, 3, argv, &cfg);
     } else {
-        /* NUL-separated arguments; "--help" would only print */
+        /* NUL-separated arguments; "--help" and "--help-man" would only print */
         char *buf = malloc(size);
         if (!buf) return 0;
         memcpy(buf, data + 1, size - 1);
@@ -106,7 +106,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         int argc = 0;
         argv[argc++] = (char *)"fuzz";
         for (char *p = buf; p < buf + size - 1 && argc < 32; p += strlen(p) + 1)
-            if (strcmp(p, "--help") && strcmp(p, "-h") && strncmp(p, "--config", 8)) argv[argc++] = p;
+            if (strcmp(p, "--help") && strcmp(p, "-h") && strcmp(p, "--help-man") &&
+                strncmp(p, "--config", 8))
+                argv[argc++] = p;
         argv[argc] = NULL;
         s = ch_config_load(keys, NKEYS, argc, argv, &cfg);
         free(buf);
