@@ -59,12 +59,17 @@ resume; rc=$?
 check "... --resume: exit 0 (exit $rc)" test "$rc" = 0
 check "... every task ran exactly once" exactly_once "$d/ids" $N
 
-# 4. SIGTERM to every process of the run, tasks included (scancel): with no
-#    grace the killed tasks are recorded as interrupted, not failed, and run
-#    again on resume
+# 4. SIGTERM to every process of the ranks, tasks included (`scancel -s TERM`
+#    signals all tasks of the job's steps and their children): with no grace
+#    the killed tasks are recorded as interrupted, not failed, and run again
+#    on resume. mpiexec and its proxy are left out: when hydra itself is
+#    signalled at the same moment as its proxy it loses the ranks' exit codes
+#    and may exit 0 (measured: 2 of 5 runs), which is the launcher's, not the
+#    farm's, behaviour.
 start termall --farm.grace=0
 wait_lines "$d/ids" 4 "$pid" || show "$d/run.log"
-kill -TERM $(farm_tree "$pid") 2>/dev/null; wait "$pid"; rc1=$?
+kill -TERM $(for r in $(farm_ranks "$pid"); do farm_tree "$r"; done) 2>/dev/null
+wait "$pid"; rc1=$?
 check "SIGTERM to all (tasks too): exit 3, killed tasks recorded as interrupted (exit $rc1)" \
   sh -c "[ $rc1 = 3 ] && grep -q interrupted '$d/run/status.tsv' && ! grep -q 'signal' '$d/run/status.tsv'"
 resume; rc=$?
