@@ -279,6 +279,16 @@ void ch_cpu_md_of(dnnl_memory_desc_t *md, const ch_tensor_t *t)
     dnnl_memory_desc_init_by_tag(md, t->ndim, d, dnnl_f32, tag);
 }
 
+void ch_cpu_split(int64_t n, int64_t *i0, int64_t *i1)
+{
+    int64_t nt = omp_get_num_threads(), t = omp_get_thread_num();
+    int64_t units = (n + CH_CPU_PAR_ALIGN - 1) / CH_CPU_PAR_ALIGN;
+    int64_t per = units / nt, extra = units % nt;
+    int64_t u0 = t * per + (t < extra ? t : extra), u1 = u0 + per + (t < extra);
+    *i0 = u0 * CH_CPU_PAR_ALIGN < n ? u0 * CH_CPU_PAR_ALIGN : n;
+    *i1 = u1 * CH_CPU_PAR_ALIGN < n ? u1 * CH_CPU_PAR_ALIGN : n;
+}
+
 cpu_cview ch_cpu_cview(const ch_tensor_t *t)
 {
     cpu_cview v;

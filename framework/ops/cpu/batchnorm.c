@@ -8,6 +8,13 @@
  * deviations; transform_input: y = x*alpha + beta with alpha = invstd*w,
  * beta = b - mean*alpha; backward: SEMANTICS.md). Per-block partial sums are
  * float lanes, totals per channel are double.
+ *
+ * Threads (cpu.h, CH_CPU_PAR_MIN): the reductions (statistics, backward
+ * sums) run in parallel over lane groups -- one channel (plain), or up to V
+ * channel lanes of one channel block -- and each group's sum runs over the
+ * samples in order on one thread, exactly as on one thread; the elementwise
+ * passes run in parallel over (sample, channel block) planes. Results are
+ * bitwise independent of the thread count.
  */
 #include "config.h"
 
@@ -18,8 +25,14 @@
 
 #define V 16
 
-/* acc[c] += sum over HW of xb[j*B + c], c < B. */
-CH_CPU_SIMD static void k_sum(const float *xb, int64_t HW, int64_t B, double *acc)
+/* Lane groups of a channel view: the reductions' unit of parallel work.
+ * Group u covers lanes [c0, c0 + L) of channel block u / groups (B == 1: the
+ * whole single-lane block). */
+static int64_t lane_groups(const cpu_cview *v) { return v->B == 1 ? 1 : (v->B + V - 1) / V; }
+
+/* acc[c] += sum over HW of xb[j*B + c] for lanes c in [c0, c0 + V) ∩ [0, B)
+ * (B == 1: c0 = 0, the one lane). */
+CH_CPU_SIMD static void k_sum(const float *xb, int64_t HW, int64_t B, int64_t c0, double *acc)
 {
     if (B == 1) {
         float a[V] = {0};
@@ -32,23 +45,21 @@ CH_CPU_SIMD static void k_sum(const float *xb, int64_t HW, int64_t B, double *ac
         acc[0] += s;
         return;
     }
-    for (int64_t c0 = 0; c0 < B; c0 += V) {
-        int64_t L = B - c0 < V ? B - c0 : V;
-        float a[V] = {0};
-        for (int64_t j = 0; j < HW; j++) {
-            const float *p = xb + j * B + c0;
-            if (L == V)
-                for (int l = 0; l < V; l++) a[l] += p[l];
-            else
-                for (int64_t l = 0; l < L; l++) a[l] += p[l];
-        }
-        for (int64_t l = 0; l < L; l++) acc[c0 + l] += a[l];
+    int64_t L = B - c0 < V ? B - c0 : V;
+    float a[V] = {0};
+    for (int64_t j = 0; j < HW; j++) {
+        const float *p = xb + j * B + c0;
+        if (L == V)
+            for (int l = 0; l < V; l++) a[l] += p[l];
+        else
+            for (int64_t l = 0; l < L; l++) a[l] += p[l];
     }
+    for (int64_t l = 0; l < L; l++) acc[c0 + l] += a[l];
 }
 
-/* acc[c] += sum over HW of (x - m[c])^2. */
-CH_CPU_SIMD static void k_sqdev(const float *xb, int64_t HW, int64_t B, const float *m,
-                                double *acc)
+/* acc[c] += sum over HW of (x - m[c])^2, lanes as k_sum. */
+CH_CPU_SIMD static void k_sqdev(const float *xb, int64_t HW, int64_t B, int64_t c0,
+                                const float *m, double *acc)
 {
     if (B == 1) {
         float a[V] = {0}, mm = m[0];
@@ -67,25 +78,23 @@ CH_CPU_SIMD static void k_sqdev(const float *xb, int64_t HW, int64_t B, const fl
         acc[0] += s;
         return;
     }
-    for (int64_t c0 = 0; c0 < B; c0 += V) {
-        int64_t L = B - c0 < V ? B - c0 : V;
-        float a[V] = {0}, mm[V] = {0};
-        for (int64_t l = 0; l < L; l++) mm[l] = m[c0 + l];
-        for (int64_t j = 0; j < HW; j++) {
-            const float *p = xb + j * B + c0;
-            if (L == V)
-                for (int l = 0; l < V; l++) {
-                    float d = p[l] - mm[l];
-                    a[l] += d * d;
-                }
-            else
-                for (int64_t l = 0; l < L; l++) {
-                    float d = p[l] - mm[l];
-                    a[l] += d * d;
-                }
-        }
-        for (int64_t l = 0; l < L; l++) acc[c0 + l] += a[l];
+    int64_t L = B - c0 < V ? B - c0 : V;
+    float a[V] = {0}, mm[V] = {0};
+    for (int64_t l = 0; l < L; l++) mm[l] = m[c0 + l];
+    for (int64_t j = 0; j < HW; j++) {
+        const float *p = xb + j * B + c0;
+        if (L == V)
+            for (int l = 0; l < V; l++) {
+                float d = p[l] - mm[l];
+                a[l] += d * d;
+            }
+        else
+            for (int64_t l = 0; l < L; l++) {
+                float d = p[l] - mm[l];
+                a[l] += d * d;
+            }
     }
+    for (int64_t l = 0; l < L; l++) acc[c0 + l] += a[l];
 }
 
 /* y = x*a[c] + b[c]. */
@@ -119,9 +128,9 @@ CH_CPU_SIMD static void k_affine(const float *xb, float *yb, int64_t HW, int64_t
     }
 }
 
-/* s1[c] += sum dy, s2[c] += sum dy*(x-m[c]). */
+/* s1[c] += sum dy, s2[c] += sum dy*(x-m[c]), lanes as k_sum. */
 CH_CPU_SIMD static void k_bwd_reduce(const float *xb, const float *dyb, int64_t HW, int64_t B,
-                                     const float *m, double *s1, double *s2)
+                                     int64_t c0, const float *m, double *s1, double *s2)
 {
     if (B == 1) {
         float a[V] = {0}, b[V] = {0}, mm = m[0];
@@ -144,27 +153,25 @@ CH_CPU_SIMD static void k_bwd_reduce(const float *xb, const float *dyb, int64_t 
         s2[0] += sb;
         return;
     }
-    for (int64_t c0 = 0; c0 < B; c0 += V) {
-        int64_t L = B - c0 < V ? B - c0 : V;
-        float a[V] = {0}, b[V] = {0}, mm[V] = {0};
-        for (int64_t l = 0; l < L; l++) mm[l] = m[c0 + l];
-        for (int64_t j = 0; j < HW; j++) {
-            const float *p = xb + j * B + c0, *d = dyb + j * B + c0;
-            if (L == V)
-                for (int l = 0; l < V; l++) {
-                    a[l] += d[l];
-                    b[l] += d[l] * (p[l] - mm[l]);
-                }
-            else
-                for (int64_t l = 0; l < L; l++) {
-                    a[l] += d[l];
-                    b[l] += d[l] * (p[l] - mm[l]);
-                }
-        }
-        for (int64_t l = 0; l < L; l++) {
-            s1[c0 + l] += a[l];
-            s2[c0 + l] += b[l];
-        }
+    int64_t L = B - c0 < V ? B - c0 : V;
+    float a[V] = {0}, b[V] = {0}, mm[V] = {0};
+    for (int64_t l = 0; l < L; l++) mm[l] = m[c0 + l];
+    for (int64_t j = 0; j < HW; j++) {
+        const float *p = xb + j * B + c0, *d = dyb + j * B + c0;
+        if (L == V)
+            for (int l = 0; l < V; l++) {
+                a[l] += d[l];
+                b[l] += d[l] * (p[l] - mm[l]);
+            }
+        else
+            for (int64_t l = 0; l < L; l++) {
+                a[l] += d[l];
+                b[l] += d[l] * (p[l] - mm[l]);
+            }
+    }
+    for (int64_t l = 0; l < L; l++) {
+        s1[c0 + l] += a[l];
+        s2[c0 + l] += b[l];
     }
 }
 
@@ -209,9 +216,35 @@ static size_t blk_off(const cpu_cview *v, int64_t n, int64_t cb)
     return (size_t)((n * v->nb + cb) * v->HW * v->B);
 }
 
+/* Whether a loop touching `floats` floats is worth the thread team. */
+static int par(double floats) { return floats >= (double)CH_CPU_PAR_MIN; }
+
+/* The two per-channel sums of one pass (which: 0 = sum x, 1 = sum of
+ * (x - m)^2, 2 = sum dy and sum dy*(x - m) into acc and acc2), in parallel
+ * over lane groups, each group's sum over the samples in order. */
+static void reduce_pass(const cpu_cview *v, int which, const float *X, const float *DY,
+                        const float *M, double *acc, double *acc2)
+{
+    int64_t G = lane_groups(v), units = v->nb * G;
+#pragma omp parallel for schedule(static) if (par((double)v->N * v->HW * v->C * (which == 2 ? 2 : 1)))
+    for (int64_t u = 0; u < units; u++) {
+        int64_t cb = u / G, c0 = (u % G) * V, o = cb * v->B;
+        for (int64_t n = 0; n < v->N; n++) {
+            size_t off = blk_off(v, n, cb);
+            if (which == 0)
+                k_sum(X + off, v->HW, v->B, c0, acc + o);
+            else if (which == 1)
+                k_sqdev(X + off, v->HW, v->B, c0, M + o, acc + o);
+            else
+                k_bwd_reduce(X + off, DY + off, v->HW, v->B, c0, M + o, acc + o, acc2 + o);
+        }
+    }
+}
+
 ch_status ch_cpu_bn_stats(void *st, const ch_tensor_t *x, ch_tensor_t *mean, ch_tensor_t *var)
 {
     ch_cpu_t *c = st;
+    ch_cpu_threads(c);
     cpu_cview v = ch_cpu_cview(x);
     int64_t C = v.C;
     double cnt = (double)(v.N * v.HW);
@@ -220,14 +253,10 @@ ch_status ch_cpu_bn_stats(void *st, const ch_tensor_t *x, ch_tensor_t *mean, ch_
     const float *X = x->data;
     float *M = mean->data, *VA = var->data;
     memset(acc, 0, (size_t)C * sizeof *acc);
-    for (int64_t n = 0; n < v.N; n++)
-        for (int64_t cb = 0; cb < v.nb; cb++)
-            k_sum(X + blk_off(&v, n, cb), v.HW, v.B, acc + cb * v.B);
+    reduce_pass(&v, 0, X, NULL, NULL, acc, NULL);
     for (int64_t ch = 0; ch < C; ch++) M[ch] = (float)(acc[ch] / cnt);
     memset(acc, 0, (size_t)C * sizeof *acc);
-    for (int64_t n = 0; n < v.N; n++)
-        for (int64_t cb = 0; cb < v.nb; cb++)
-            k_sqdev(X + blk_off(&v, n, cb), v.HW, v.B, M + cb * v.B, acc + cb * v.B);
+    reduce_pass(&v, 1, X, NULL, M, acc, NULL);
     for (int64_t ch = 0; ch < C; ch++) VA[ch] = (float)(acc[ch] / cnt);
     return CH_OK;
 }
@@ -237,6 +266,7 @@ ch_status ch_cpu_bn_apply(void *st, const ch_tensor_t *x, const ch_tensor_t *mea
                           const ch_tensor_t *bias, float eps, ch_tensor_t *y)
 {
     ch_cpu_t *c = st;
+    ch_cpu_threads(c);
     cpu_cview v = ch_cpu_cview(x);
     int64_t C = v.C;
     float *t;
@@ -252,11 +282,13 @@ ch_status ch_cpu_bn_apply(void *st, const ch_tensor_t *x, const ch_tensor_t *mea
     }
     const float *X = x->data;
     float *Y = y->data;
-    for (int64_t n = 0; n < v.N; n++)
-        for (int64_t cb = 0; cb < v.nb; cb++) {
-            size_t o = blk_off(&v, n, cb);
-            k_affine(X + o, Y + o, v.HW, v.B, a + cb * v.B, b + cb * v.B);
-        }
+    int64_t nblk = v.N * v.nb;
+#pragma omp parallel for schedule(static) if (par(2.0 * (double)nblk * v.HW * v.B))
+    for (int64_t blk = 0; blk < nblk; blk++) {
+        int64_t cb = blk % v.nb;
+        size_t o = (size_t)(blk * v.HW * v.B);
+        k_affine(X + o, Y + o, v.HW, v.B, a + cb * v.B, b + cb * v.B);
+    }
     return CH_OK;
 }
 
@@ -306,18 +338,14 @@ ch_status ch_cpu_bn_backward_reduce(void *st, const ch_tensor_t *x, const ch_ten
                                     ch_tensor_t *sum_dy_xmu)
 {
     ch_cpu_t *c = st;
+    ch_cpu_threads(c);
     cpu_cview v = ch_cpu_cview(x);
     int64_t C = v.C;
     double *acc;
     CH_TRY(ch_cpu_dtmp(c, (size_t)(2 * C), &acc));
     memset(acc, 0, (size_t)(2 * C) * sizeof *acc);
     const float *X = x->data, *DY = dy->data, *M = mean->data;
-    for (int64_t n = 0; n < v.N; n++)
-        for (int64_t cb = 0; cb < v.nb; cb++) {
-            size_t o = blk_off(&v, n, cb);
-            k_bwd_reduce(X + o, DY + o, v.HW, v.B, M + cb * v.B, acc + cb * v.B,
-                         acc + C + cb * v.B);
-        }
+    reduce_pass(&v, 2, X, DY, M, acc, acc + C);
     float *S1 = sum_dy->data, *S2 = sum_dy_xmu->data;
     for (int64_t ch = 0; ch < C; ch++) {
         S1[ch] = (float)acc[ch];
@@ -361,12 +389,14 @@ static void elemt_coeffs(int64_t C, const float *M, const float *VA, float eps, 
 static void elemt_run(const cpu_cview *v, const float *X, const float *DY, float *DX,
                       const float *M, const float *a, const float *k, const float *b)
 {
-    for (int64_t n = 0; n < v->N; n++)
-        for (int64_t cb = 0; cb < v->nb; cb++) {
-            size_t o = blk_off(v, n, cb);
-            k_bwd_elemt(X + o, DY + o, DX + o, v->HW, v->B, M + cb * v->B, a + cb * v->B,
-                        k + cb * v->B, b + cb * v->B);
-        }
+    int64_t nblk = v->N * v->nb;
+#pragma omp parallel for schedule(static) if (par(3.0 * (double)nblk * v->HW * v->B))
+    for (int64_t blk = 0; blk < nblk; blk++) {
+        int64_t cb = blk % v->nb;
+        size_t o = (size_t)(blk * v->HW * v->B);
+        k_bwd_elemt(X + o, DY + o, DX + o, v->HW, v->B, M + cb * v->B, a + cb * v->B,
+                    k + cb * v->B, b + cb * v->B);
+    }
 }
 
 ch_status ch_cpu_bn_backward_elemt(void *st, const ch_tensor_t *x, const ch_tensor_t *dy,
@@ -376,6 +406,7 @@ ch_status ch_cpu_bn_backward_elemt(void *st, const ch_tensor_t *x, const ch_tens
                                    ch_tensor_t *dx)
 {
     ch_cpu_t *c = st;
+    ch_cpu_threads(c);
     cpu_cview v = ch_cpu_cview(x);
     int64_t C = v.C;
     double *s;
@@ -399,6 +430,7 @@ ch_status ch_cpu_bn_backward(void *st, const ch_tensor_t *x, const ch_tensor_t *
                              ch_tensor_t *dbias)
 {
     ch_cpu_t *c = st;
+    ch_cpu_threads(c);
     cpu_cview v = ch_cpu_cview(x);
     int64_t C = v.C;
     double *s;
@@ -407,12 +439,7 @@ ch_status ch_cpu_bn_backward(void *st, const ch_tensor_t *x, const ch_tensor_t *
     CH_TRY(ch_cpu_ftmp(c, (size_t)(3 * C), &t));
     memset(s, 0, (size_t)(2 * C) * sizeof *s);
     const float *X = x->data, *DY = dy->data, *M = mean->data, *VA = var->data;
-    for (int64_t n = 0; n < v.N; n++)
-        for (int64_t cb = 0; cb < v.nb; cb++) {
-            size_t o = blk_off(&v, n, cb);
-            k_bwd_reduce(X + o, DY + o, v.HW, v.B, M + cb * v.B, s + cb * v.B,
-                         s + C + cb * v.B);
-        }
+    reduce_pass(&v, 2, X, DY, M, s, s + C);
     for (int64_t ch = 0; ch < C; ch++) {
         double invstd = 1.0 / sqrt((double)VA[ch] + (double)eps);
         if (dweight) ((float *)dweight->data)[ch] = (float)(s[C + ch] * invstd);

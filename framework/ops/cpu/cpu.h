@@ -160,6 +160,24 @@ ch_status ch_cpu_bn_backward(void *st, const ch_tensor_t *x, const ch_tensor_t *
                              const ch_tensor_t *weight, ch_tensor_t *dx, ch_tensor_t *dweight,
                              ch_tensor_t *dbias);
 
+/* ---- threads for the plain C loops (kernels.c, batchnorm.c)
+ * The loops run in OpenMP parallel regions, the same thread team as oneDNN's
+ * primitives (ch_cpu_threads sets its size). Work is split into contiguous
+ * pieces (blocks of channels, samples, or element ranges) and no sum is ever
+ * split across threads, so results are bitwise the same for any thread count
+ * (tests/test_ops_threads.c). Below CH_CPU_PAR_MIN floats touched by one op
+ * the loop stays on the calling thread: waking the team costs more than the
+ * work there (measured: docs/perf-isa.md, "Threaded batch-norm, ReLU, pooling
+ * and add loops"). */
+#define CH_CPU_PAR_MIN 32768
+/* Elementwise pieces start at multiples of this many floats (a multiple of
+ * every kernel's vector chunk and of the 64-byte cache line). */
+#define CH_CPU_PAR_ALIGN 64
+/* Called inside a parallel region: the calling thread's piece [*i0, *i1) of
+ * [0, n), pieces in thread order, each starting at a multiple of
+ * CH_CPU_PAR_ALIGN; outside a region the whole range. */
+void ch_cpu_split(int64_t n, int64_t *i0, int64_t *i1);
+
 /* Channel view of an activation for per-channel loops: element (n,c,hw) is at
  * ((n*nb + c/B)*HW + hw)*B + c%B, which covers every layout (PLAIN: B=1;
  * NHWC: B=C; nChw8c/16c: B=8/16). 2-D (N,C) plain: HW=1, B=1. */

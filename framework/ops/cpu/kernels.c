@@ -4,7 +4,11 @@
  * Activations may be in any layout (cpu.h's channel view covers all of them);
  * the loops run over contiguous blocks of B channels so that the blocked
  * layouts (B = 8 or 16) vectorise over the channel lanes. Hot loops are
- * compiled per ISA (CH_CPU_SIMD).
+ * compiled per ISA (CH_CPU_SIMD). Elementwise ops, ReLU and the pooling ops
+ * run on the rank's OpenMP threads (cpu.h, CH_CPU_PAR_MIN): elementwise
+ * loops over contiguous element ranges, pooling over whole (sample, channel
+ * block) planes, so every output element is computed by the same operations
+ * in the same order for any thread count.
  */
 #include "config.h"
 
@@ -58,8 +62,16 @@ CH_CPU_SIMD static void k_add(float *o, const float *a, const float *b, int64_t 
 
 ch_status ch_cpu_add(void *st, const ch_tensor_t *a, const ch_tensor_t *b, ch_tensor_t *out)
 {
-    (void)st;
-    k_add(out->data, a->data, b->data, ch_tensor_numel(a));
+    ch_cpu_threads(st);
+    float *O = out->data;
+    const float *A = a->data, *Bv = b->data;
+    int64_t n = ch_tensor_numel(a);
+#pragma omp parallel if (3 * n >= CH_CPU_PAR_MIN)
+    {
+        int64_t i0, i1;
+        ch_cpu_split(n, &i0, &i1);
+        k_add(O + i0, A + i0, Bv + i0, i1 - i0);
+    }
     return CH_OK;
 }
 
@@ -73,8 +85,15 @@ CH_CPU_SIMD static void k_scale(float *o, int64_t n, float s)
 
 ch_status ch_cpu_scale(void *st, ch_tensor_t *t, float alpha)
 {
-    (void)st;
-    k_scale(t->data, ch_tensor_numel(t), alpha);
+    ch_cpu_threads(st);
+    float *T = t->data;
+    int64_t n = ch_tensor_numel(t);
+#pragma omp parallel if (2 * n >= CH_CPU_PAR_MIN)
+    {
+        int64_t i0, i1;
+        ch_cpu_split(n, &i0, &i1);
+        k_scale(T + i0, i1 - i0, alpha);
+    }
     return CH_OK;
 }
 
@@ -109,16 +128,32 @@ CH_CPU_SIMD static void k_relu_bwd(float *dx, const float *y, const float *dy, i
 
 ch_status ch_cpu_relu_forward(void *st, const ch_tensor_t *x, ch_tensor_t *y)
 {
-    (void)st;
-    k_relu(y->data, x->data, ch_tensor_numel(x));
+    ch_cpu_threads(st);
+    float *Y = y->data;
+    const float *X = x->data;
+    int64_t n = ch_tensor_numel(x);
+#pragma omp parallel if (2 * n >= CH_CPU_PAR_MIN)
+    {
+        int64_t i0, i1;
+        ch_cpu_split(n, &i0, &i1);
+        k_relu(Y + i0, X + i0, i1 - i0);
+    }
     return CH_OK;
 }
 
 ch_status ch_cpu_relu_backward(void *st, const ch_tensor_t *y, const ch_tensor_t *dy,
                                ch_tensor_t *dx)
 {
-    (void)st;
-    k_relu_bwd(dx->data, y->data, dy->data, ch_tensor_numel(y));
+    ch_cpu_threads(st);
+    float *DX = dx->data;
+    const float *Y = y->data, *DY = dy->data;
+    int64_t n = ch_tensor_numel(y);
+#pragma omp parallel if (3 * n >= CH_CPU_PAR_MIN)
+    {
+        int64_t i0, i1;
+        ch_cpu_split(n, &i0, &i1);
+        k_relu_bwd(DX + i0, Y + i0, DY + i0, i1 - i0);
+    }
     return CH_OK;
 }
 
@@ -224,16 +259,20 @@ CH_CPU_SIMD static void k_maxpool_bwd(const float *xb, const float *dyb, float *
     }
 }
 
+/* Pooling runs over whole (sample, channel block) planes in parallel: a
+ * plane's outputs (and, backward, its scatter-adds into dx) stay on one
+ * thread in the 1-thread order. */
 ch_status ch_cpu_maxpool_forward(void *st, const ch_tensor_t *x, const ch_pool2d_params_t *p,
                                  ch_tensor_t *y)
 {
-    (void)st;
+    ch_cpu_threads(st);
     cpu_cview v = ch_cpu_cview(x);
     pool_geo g = geo_of(x, y, p);
     const float *X = x->data;
     float *Y = y->data;
-    int64_t xs = g.H * g.W * v.B, ys = g.Ho * g.Wo * v.B;
-    for (int64_t blk = 0; blk < v.N * v.nb; blk++)
+    int64_t xs = g.H * g.W * v.B, ys = g.Ho * g.Wo * v.B, nblk = v.N * v.nb;
+#pragma omp parallel for schedule(static) if (nblk * (xs + ys) >= CH_CPU_PAR_MIN)
+    for (int64_t blk = 0; blk < nblk; blk++)
         k_maxpool_fwd(X + blk * xs, Y + blk * ys, &g, v.B);
     return CH_OK;
 }
@@ -241,15 +280,17 @@ ch_status ch_cpu_maxpool_forward(void *st, const ch_tensor_t *x, const ch_pool2d
 ch_status ch_cpu_maxpool_backward(void *st, const ch_tensor_t *x, const ch_tensor_t *dy,
                                   const ch_pool2d_params_t *p, ch_tensor_t *dx)
 {
-    (void)st;
+    ch_cpu_threads(st);
     cpu_cview v = ch_cpu_cview(x);
     pool_geo g = geo_of(x, dy, p);
-    if (dx->nbytes) memset(dx->data, 0, dx->nbytes);
     const float *X = x->data, *DY = dy->data;
     float *DX = dx->data;
-    int64_t xs = g.H * g.W * v.B, ys = g.Ho * g.Wo * v.B;
-    for (int64_t blk = 0; blk < v.N * v.nb; blk++)
+    int64_t xs = g.H * g.W * v.B, ys = g.Ho * g.Wo * v.B, nblk = v.N * v.nb;
+#pragma omp parallel for schedule(static) if (nblk * (2 * xs + ys) >= CH_CPU_PAR_MIN)
+    for (int64_t blk = 0; blk < nblk; blk++) {
+        memset(DX + blk * xs, 0, (size_t)xs * sizeof *DX);
         k_maxpool_bwd(X + blk * xs, DY + blk * ys, DX + blk * xs, &g, v.B);
+    }
     return CH_OK;
 }
 
@@ -287,7 +328,7 @@ CH_CPU_SIMD static void k_gap_bwd(const float *dy, float *dxb, int64_t HW, int64
 
 ch_status ch_cpu_avgpool_global_forward(void *st, const ch_tensor_t *x, ch_tensor_t *y)
 {
-    (void)st;
+    ch_cpu_threads(st);
     cpu_cview v = ch_cpu_cview(x);
     const float *X = x->data;
     float *Y = y->data; /* (N,C,1,1) in any layout == (N,C) plain */
@@ -295,18 +336,22 @@ ch_status ch_cpu_avgpool_global_forward(void *st, const ch_tensor_t *x, ch_tenso
         if (y->nbytes) memset(Y, 0, y->nbytes);
         return CH_OK;
     }
-    for (int64_t blk = 0; blk < v.N * v.nb; blk++)
+    int64_t nblk = v.N * v.nb;
+#pragma omp parallel for schedule(static) if (nblk * v.HW * v.B >= CH_CPU_PAR_MIN)
+    for (int64_t blk = 0; blk < nblk; blk++)
         k_gap_fwd(X + blk * v.HW * v.B, Y + blk * v.B, v.HW, v.B);
     return CH_OK;
 }
 
 ch_status ch_cpu_avgpool_global_backward(void *st, const ch_tensor_t *dy, ch_tensor_t *dx)
 {
-    (void)st;
+    ch_cpu_threads(st);
     cpu_cview v = ch_cpu_cview(dx);
     const float *DY = dy->data;
     float *DX = dx->data;
-    for (int64_t blk = 0; blk < v.N * v.nb; blk++)
+    int64_t nblk = v.N * v.nb;
+#pragma omp parallel for schedule(static) if (nblk * v.HW * v.B >= CH_CPU_PAR_MIN)
+    for (int64_t blk = 0; blk < nblk; blk++)
         k_gap_bwd(DY + blk * v.B, DX + blk * v.HW * v.B, v.HW, v.B);
     return CH_OK;
 }
