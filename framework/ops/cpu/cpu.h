@@ -167,9 +167,10 @@ ch_status ch_cpu_bn_backward(void *st, const ch_tensor_t *x, const ch_tensor_t *
  * split across threads, so results are bitwise the same for any thread count
  * (tests/test_ops_threads.c). Below CH_CPU_PAR_MIN floats touched by one op
  * the loop stays on the calling thread: waking the team costs more than the
- * work there (measured: docs/perf-isa.md, "Threaded batch-norm, ReLU, pooling
- * and add loops"). */
-#define CH_CPU_PAR_MIN 32768
+ * work there: on 2 threads the break-even lies between 65536 and 131072
+ * floats (tests/bench_omp_fork; docs/perf-isa.md, "Threaded batch-norm,
+ * ReLU, pooling and add loops"). */
+#define CH_CPU_PAR_MIN 131072
 /* Elementwise pieces start at multiples of this many floats (a multiple of
  * every kernel's vector chunk and of the 64-byte cache line). */
 #define CH_CPU_PAR_ALIGN 64
