@@ -60,18 +60,22 @@ CH_CPU_SIMD static void k_add(float *o, const float *a, const float *b, int64_t 
     for (; i < n; i++) o[i] = a[i] + b[i];
 }
 
-ch_status ch_cpu_add(void *st, const ch_tensor_t *a, const ch_tensor_t *b, ch_tensor_t *out)
+/* o = k(a, b) over n floats, split over the threads (ch_cpu_split). */
+typedef void (*binary_kernel)(float *o, const float *a, const float *b, int64_t n);
+static void run_binary(binary_kernel k, float *o, const float *a, const float *b, int64_t n)
 {
-    ch_cpu_threads(st);
-    float *O = out->data;
-    const float *A = a->data, *Bv = b->data;
-    int64_t n = ch_tensor_numel(a);
 #pragma omp parallel if (3 * n >= CH_CPU_PAR_MIN)
     {
         int64_t i0, i1;
         ch_cpu_split(n, &i0, &i1);
-        k_add(O + i0, A + i0, Bv + i0, i1 - i0);
+        k(o + i0, a + i0, b + i0, i1 - i0);
     }
+}
+
+ch_status ch_cpu_add(void *st, const ch_tensor_t *a, const ch_tensor_t *b, ch_tensor_t *out)
+{
+    ch_cpu_threads(st);
+    run_binary(k_add, out->data, a->data, b->data, ch_tensor_numel(a));
     return CH_OK;
 }
 
@@ -145,15 +149,7 @@ ch_status ch_cpu_relu_backward(void *st, const ch_tensor_t *y, const ch_tensor_t
                                ch_tensor_t *dx)
 {
     ch_cpu_threads(st);
-    float *DX = dx->data;
-    const float *Y = y->data, *DY = dy->data;
-    int64_t n = ch_tensor_numel(y);
-#pragma omp parallel if (3 * n >= CH_CPU_PAR_MIN)
-    {
-        int64_t i0, i1;
-        ch_cpu_split(n, &i0, &i1);
-        k_relu_bwd(DX + i0, Y + i0, DY + i0, i1 - i0);
-    }
+    run_binary(k_relu_bwd, dx->data, y->data, dy->data, ch_tensor_numel(y));
     return CH_OK;
 }
 
