@@ -287,9 +287,11 @@ ch_status ch_ddp_broadcast_state(ch_ddp_t *d)
     CH_REQUIRE(d, "ch_ddp_broadcast_state: NULL DDP");
     if (d->world == 1) return CH_OK;
     size_t n = ch_model_param_numel(d->model);
-    if (n)
+    if (n) {
         CH_TRY(ch_pg_broadcast(d->pg, ch_model_device_param_block(d->model), (int64_t)n,
                                CH_DIST_FLOAT32, 0));
+        ch_tensor_data_changed(); /* rank 0's parameters arrived (framework/tensor/tensor.h) */
+    }
     return broadcast_buffers(d);
 }
 
