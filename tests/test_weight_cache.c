@@ -201,6 +201,63 @@ static void test_ops_gemm(void **state)
     ops_case(1);
 }
 
+/* More weight tensors through one primitive than it keeps copies of
+ * (CPU_WSLOTS = 32): the least recently used copy is replaced, and every
+ * output stays right. */
+static void test_slots_evict(void **state)
+{
+    (void)state;
+    enum { NW = 33 };
+    ch_compute_t *cx = cx_mode("1"), *off = cx_mode("0");
+    int64_t sx[4] = {1, 16, 4, 4}, sw[4] = {16, 16, 3, 3};
+    ch_layout_t L = ch_compute_preferred_layout(cx, CH_DEV_CPU, 16);
+    ch_tensor_t x, y, ref, w[NW];
+    assert_ch_ok(ch_tensor_alloc(&x, CH_F32, 4, sx, L, CH_DEV_CPU, 0));
+    assert_ch_ok(ch_tensor_alloc(&y, CH_F32, 4, sx, L, CH_DEV_CPU, 0));
+    assert_ch_ok(ch_tensor_alloc(&ref, CH_F32, 4, sx, L, CH_DEV_CPU, 0));
+    fill_pattern(&x, 0.01f, 0);
+    for (int i = 0; i < NW; i++) {
+        assert_ch_ok(ch_tensor_alloc_f32(&w[i], 4, sw));
+        fill_pattern(&w[i], 0.01f * (float)(i + 1), i);
+        w[i].versioned = 1;
+    }
+    ch_conv2d_params_t p = {1, 1, 1, 1};
+    /* run weight i; return the conversions it made, checking the output */
+#define RUN(i, made)                                                                 do {                                                                                 int64_t c0_ = conversions(cx, NULL);                                             assert_ch_ok(ch_op_conv2d_forward(cx, &x, &w[i], NULL, &p, &y));                 (made) = conversions(cx, NULL) - c0_;                                            assert_ch_ok(ch_op_conv2d_forward(off, &x, &w[i], NULL, &p, &ref));              assert_same(&y, &ref, "weight tensor through a shared primitive");           } while (0)
+    int64_t made;
+    RUN(0, made);
+    if (made == 0) { /* this ISA's kernel takes plain weights: nothing kept */
+        for (int i = 0; i < NW; i++) ch_tensor_free(&w[i]);
+        ch_tensor_free(&x);
+        ch_tensor_free(&y);
+        ch_tensor_free(&ref);
+        ch_compute_destroy(cx);
+        ch_compute_destroy(off);
+        ch_test_skip("no weight conversion on this ISA");
+    }
+    for (int i = 1; i < NW - 1; i++) {
+        RUN(i, made);
+        assert_int_equal(made, 1);
+    }
+    for (int i = 0; i < NW - 1; i++) { /* all 32 kept: nothing converted */
+        RUN(i, made);
+        assert_int_equal(made, 0);
+    }
+    RUN(NW - 1, made); /* the 33rd replaces the least recently used, w[0] */
+    assert_int_equal(made, 1);
+    RUN(1, made);
+    assert_int_equal(made, 0);
+    RUN(0, made);
+    assert_int_equal(made, 1);
+#undef RUN
+    for (int i = 0; i < NW; i++) ch_tensor_free(&w[i]);
+    ch_tensor_free(&x);
+    ch_tensor_free(&y);
+    ch_tensor_free(&ref);
+    ch_compute_destroy(cx);
+    ch_compute_destroy(off);
+}
+
 static void test_bad_mode(void **state)
 {
     (void)state;
@@ -374,6 +431,7 @@ int main(int argc, char **argv)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_ops_direct),
         cmocka_unit_test(test_ops_gemm),
+        cmocka_unit_test(test_slots_evict),
         cmocka_unit_test(test_bad_mode),
         cmocka_unit_test(test_model_paths),
     };

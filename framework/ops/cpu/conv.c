@@ -356,8 +356,11 @@ static ch_status kept_weights(ch_cpu_t *c, cpu_prim *e, const ch_tensor_t *w,
         }
         for (int i = 0; i < CPU_WSLOTS && !sl; i++)
             if (!e->wslot[i].ptr) sl = &e->wslot[i];
-        for (int i = 0; i < CPU_WSLOTS && !sl; i++)
-            if (i == 0 || e->wslot[i].used < sl->used) sl = &e->wslot[i];
+        if (!sl) { /* all taken: the least recently used */
+            sl = &e->wslot[0];
+            for (int i = 1; i < CPU_WSLOTS; i++)
+                if (e->wslot[i].used < sl->used) sl = &e->wslot[i];
+        }
         sl->ptr = NULL; /* until the conversion succeeded */
         if (!sl->buf) sl->buf = aligned_alloc(64, (cv->bytes + 63) / 64 * 64);
         if (!sl->buf)
