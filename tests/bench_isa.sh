@@ -21,7 +21,8 @@
 #   -i  ISA caps (default "AVX2 AVX512_CORE"): ONEDNN_MAX_CPU_ISA values, or
 #       "native" (no cap). PyTorch gets the same ONEDNN_MAX_CPU_ISA and the
 #       matching ATEN_CPU_CAPABILITY (avx512 / avx2 / default below AVX2,
-#       unset for native).
+#       unset for native) and MKL_ENABLE_INSTRUCTIONS (torch 2.x from PyPI
+#       calls MKL for its matrix products; Debian's 1.13 has no MKL).
 #   -p  a second PyTorch's python, e.g. /work/venv-torch2/bin/python made by
 #       tests/bench_torch_venv.sh; adds its column and the cohort/torch ratio.
 #   -b  a second cohort build's tests/bench_nn (e.g. the previous commit's),
@@ -245,12 +246,13 @@ report() {
 start=$(date +%s) done_est=0
 for isa in $isas; do
   case $isa in
-    native) aten= ;; AVX512*) aten=avx512 ;; AVX2*) aten=avx2 ;; *) aten=default ;;
+    native) aten='' mkl='' ;; AVX512*) aten=avx512 mkl=AVX512 ;; AVX2*) aten=avx2 mkl=AVX2 ;;
+    AVX) aten=default mkl=AVX ;; *) aten=default mkl=SSE4_2 ;;
   esac
   if [ "$isa" = native ]; then
-    envcmd="env -u ONEDNN_MAX_CPU_ISA -u DNNL_MAX_CPU_ISA -u ATEN_CPU_CAPABILITY"
+    envcmd="env -u ONEDNN_MAX_CPU_ISA -u DNNL_MAX_CPU_ISA -u ATEN_CPU_CAPABILITY -u MKL_ENABLE_INSTRUCTIONS"
   else
-    envcmd="env ONEDNN_MAX_CPU_ISA=$isa ATEN_CPU_CAPABILITY=$aten"
+    envcmd="env ONEDNN_MAX_CPU_ISA=$isa ATEN_CPU_CAPABILITY=$aten MKL_ENABLE_INSTRUCTIONS=$mkl"
   fi
   load_before=$(cut -d' ' -f1-3 /proc/loadavg)
   line="$isa:" plain_env=$envcmd envcmd="$plain_env DNNL_VERBOSE=1 ONEDNN_VERBOSE=1"
@@ -258,6 +260,8 @@ for isa in $isas; do
     f=$logdir/$isa.verbose.$p
     run_prog $p --arch resnet18 --channels 1 --size 28 --batch 2 --threads 1 --steps 1 --warmup 0 --eval > "$f" 2>&1
     k=$(conv_impls < "$f")
+    # the ISA oneDNN reports it runs at ("onednn_verbose,...,info,cpu,isa:Intel AVX2")
+    k="$k[$(sed -n 's/.*,info,cpu,isa:\([^,]*\).*/\1/p' "$f" | head -n 1)]"
     # PyTorch's own kernels (ATEN_CPU_CAPABILITY), from bench_nn_torch.py's line
     cap=$(sed -n 's/.*; cpu capability \([A-Za-z0-9_]*\).*/ (ATen \1)/p' "$f" | head -n 1)
     line="$line $p ${k:-none}"

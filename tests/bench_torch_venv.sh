@@ -46,8 +46,8 @@ else
   PIP_FIND_LINKS="" "$py" -m pip install --no-cache-dir "torch==$version" torchvision
 fi
 "$py" -c 'import torch
-print("torch", torch.__version__, "oneDNN", ".".join(map(str, torch.backends.mkldnn.version()))
-      if hasattr(torch.backends.mkldnn, "version") else "", "cpu capability",
-      torch.backends.cpu.get_cpu_capability())'
+show = torch.__config__.show().splitlines()
+pick = lambda key: next((l.split(key, 1)[1].strip() for l in show if key in l), "?")
+print("torch", torch.__version__, "oneDNN", pick("MKL-DNN"), "CPU capability", pick("CPU capability usage:"))'
 "$py" "$src/tests/golden/bench_nn_torch.py" --arch resnet18 --batch 4 --steps 1 --warmup 0
 echo "$0: ready: tests/bench_isa.sh -p $py"
