@@ -261,7 +261,7 @@ for isa in $isas; do
     run_prog $p --arch resnet18 --channels 1 --size 28 --batch 2 --threads 1 --steps 1 --warmup 0 --eval > "$f" 2>&1
     k=$(conv_impls < "$f")
     # the ISA oneDNN reports it runs at ("onednn_verbose,...,info,cpu,isa:Intel AVX2")
-    k="$k[$(sed -n 's/.*,info,cpu,isa:\([^,]*\).*/\1/p' "$f" | head -n 1)]"
+    k="${k}[$(sed -n 's/.*,info,cpu,isa:\([^,]*\).*/\1/p' "$f" | head -n 1)]"
     # PyTorch's own kernels (ATEN_CPU_CAPABILITY), from bench_nn_torch.py's line
     cap=$(sed -n 's/.*; cpu capability \([A-Za-z0-9_]*\).*/ (ATen \1)/p' "$f" | head -n 1)
     line="$line $p ${k:-none}"
