@@ -12,7 +12,7 @@
 #   -r  rounds (default 3)
 #   -i  caps to compare with the native run (default "AVX2")
 #   -s  training steps per epoch, --train.max_steps (default 100; the full
-#       quick start runs 469 per epoch: 60,000 images / (64 x 2 ranks))
+#       quick start runs 468 per epoch: 60,000 images / (64 x 2 ranks))
 #   -e  epochs, --schedule.epochs (default 1; the quick start runs 5)
 #   -n  MPI ranks (default 2, as the README)
 #   -o  keep each run's output in LOG_DIR (default: removed at the end)
@@ -53,7 +53,7 @@ now() { date +%s.%N; }
 
 cmd="mpiexec -n $np $build/jobs/cohort-train --config $src/jobs/train.cfg --schedule.epochs $epochs"
 cmd="$cmd --train.max_steps $steps --data.test_subset $subset"
-echo "quick start: $cmd $* --output.dir TMP (each run)"
+echo "quick start: $cmd${*:+ $*} --output.dir TMP (each run)"
 echo "rounds $rounds, alternating native and $isas; load average $(cut -d' ' -f1-3 /proc/loadavg)"
 echo
 all="native $isas"
@@ -78,8 +78,10 @@ while [ $r -le "$rounds" ]; do
     w=$(awk -v a="$t0" -v b="$t1" 'BEGIN{printf "%.1f", b - a}')
     # the last epoch line's training throughput ("... 74 images/s  8.6 s")
     ips=$(sed -n 's/^epoch [0-9]*: .* \([0-9.]*\) images\/s .*/\1/p' "$f" | tail -n 1)
+    # the ISA oneDNN runs at, from cohort-train's "compute: oneDNN ... isa avx2" line
+    eff=$(sed -n 's/^compute: .*[ (]isa \([a-z0-9_]*\).*/\1/p' "$f" | head -n 1)
     echo "$w" >> "$tmp/w.$a"; echo "${ips:-n/a}" >> "$tmp/i.$a"
-    echo "round $r $a: wall $w s, training ${ips:-n/a} images/s (load $(cut -d' ' -f1 /proc/loadavg))"
+    echo "round $r $a: wall $w s, training ${ips:-n/a} images/s, oneDNN isa ${eff:-?} (load $(cut -d' ' -f1 /proc/loadavg))"
   done
   r=$((r + 1))
 done
