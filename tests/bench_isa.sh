@@ -110,7 +110,8 @@ EOC
 # measured in docs/perf-isa.md section 3 (cohort about 75 GFLOP/s; PyTorch
 # 1.13 about 30 at 28x28 and 60 at 224x224), x1.7 at 2 threads and more, plus
 # 1 s start per cohort run and 4 s per PyTorch run (import torch). A quiet
-# machine; at load 4+ expect 1.5-3x. The second PyTorch is counted as the first.
+# machine; at load 4-16 expect 2-5x (5x measured at load 13-16). The second
+# PyTorch is counted at the first one's rate.
 est() {
   awk -v a="$arch" -v s="$size" -v b="$batch" -v m="$mode" -v n=$((steps + warm)) -v t="$1" \
       -v np="$n_torch" -v nc="$n_cohort" 'BEGIN {
@@ -136,7 +137,7 @@ n_isa=$(echo $isas | wc -w) n_t=$(echo $threads | wc -w) n_c=$(echo $cases | wc 
 hms() { awk -v s="$1" 'BEGIN{printf "%dh%02dm%02ds", s / 3600, (s % 3600) / 60, s % 60}'; }
 echo "bench_isa: $n_isa ISA cap(s) ($isas) x $n_t thread count(s) ($threads) x $n_c case(s) x $rounds round(s);" \
      "programs: cohort, torch ($PY)${py2:+, torch ($py2)}${base:+, cohort before ($base)}" >&2
-echo "bench_isa: expected time about $(hms $total_est) on a quiet machine (rough FLOP model; 1.5-3x at load 4+)" >&2
+echo "bench_isa: expected time about $(hms $total_est) on a quiet machine (rough FLOP model; 2-5x that at load 4-16)" >&2
 if [ "$dry" = 1 ]; then
   for c in $cases; do
     parse_case "$c"
