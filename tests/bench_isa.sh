@@ -262,10 +262,11 @@ for isa in $isas; do
     run_prog $p --arch resnet18 --channels 1 --size 28 --batch 2 --threads 1 --steps 1 --warmup 0 --eval > "$f" 2>&1
     k=$(conv_impls < "$f")
     # the ISA oneDNN reports it runs at ("onednn_verbose,...,info,cpu,isa:Intel AVX2")
-    k="${k}[$(sed -n 's/.*,info,cpu,isa:\([^,]*\).*/\1/p' "$f" | head -n 1)]"
+    v=$(sed -n 's/.*,info,cpu,isa:\([^,]*\).*/\1/p' "$f" | head -n 1)
+    k="${k:-none }[${v:-no oneDNN verbose output}]"
     # PyTorch's own kernels (ATEN_CPU_CAPABILITY), from bench_nn_torch.py's line
     cap=$(sed -n 's/.*; cpu capability \([A-Za-z0-9_]*\).*/ (ATen \1)/p' "$f" | head -n 1)
-    line="$line $p ${k:-none}"
+    line="$line $p $k"
     line="${line%" "}$cap;"
   done
   envcmd=$plain_env line=${line%";"}
@@ -286,6 +287,7 @@ for isa in $isas; do
           run_prog $p $args > "$f" 2>&1
           # shellcheck disable=SC2046
           set -- $(figures "$f")
+          [ "$1" = fail ] && { echo "bench_isa: $p failed ($f); its last lines:" >&2; tail -n 3 "$f" >&2; }
           echo "$1" >> "$tmp/w.$p"; echo "$2" >> "$tmp/c.$p"
         done
         r=$((r + 1))
