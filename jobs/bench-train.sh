@@ -22,7 +22,7 @@ median() { sort -g | awk '{ a[NR] = $1 } END { print (NR % 2) ? a[(NR + 1) / 2] 
 # cohort's rate over steps warmup+1..steps from its cumulative progress lines
 cohort_rate() {
   awk -v w=$warmup -v n=$steps '
-    / step [0-9]+\/[0-9]+ / { split($4, s, "/"); ips[s[1]] = $5 }
+    / step [0-9]+\/[0-9]+ / { split($4, s, "/"); for (i = 5; i < NF; i++) if ($(i + 1) == "img/s") ips[s[1]] = $i }
     END { tw = w * 128 / ips[w]; tn = n * 128 / ips[n]; printf "%.1f\n", (n - w) * 128 / (tn - tw) }' "$1"
 }
 share() {  # all-reduce wait mean / wall mean, from the profile table
