@@ -44,6 +44,19 @@ static ch_status mpi_isum(void *ctx, float *d, size_t n, void **req)
     return CH_OK;
 }
 
+static ch_status mpi_igather(void *ctx, const float *in, float *out, size_t n, void **req)
+{
+    MPI_Request *r = malloc(sizeof *r);
+    if (!r) return CH_ERROR(CH_ERR_NOMEM, "mpi_igather: out of memory");
+    int rc = MPI_Iallgather(in, (int)n, MPI_FLOAT, out, (int)n, MPI_FLOAT, *(MPI_Comm *)ctx, r);
+    if (rc != MPI_SUCCESS) {
+        free(r);
+        return CH_ERROR(CH_ERR_MPI, "MPI_Iallgather failed");
+    }
+    *req = r;
+    return CH_OK;
+}
+
 static ch_status mpi_wait(void *ctx, void **req)
 {
     MPI_Request *r = *req;
@@ -96,9 +109,10 @@ static long long bit_diffs(const float *a, const float *b, size_t n)
     return d;
 }
 
-/* use_nb: the process group also has the non-blocking all-reduce; a second
- * model with the blocking one only runs the same local step, and its
- * logits, gradients and buffers must be bitwise the same. */
+/* use_nb: the process group also has the non-blocking forms (all-reduce,
+ * and all-gather with use_gather); a second model with the blocking forms
+ * only runs the same local step, and its logits, gradients and buffers must
+ * be bitwise the same. */
 static void run_case(const char *arch, int hw, int B, int empty_rank, int use_gather, int use_nb,
                      result_t *res)
 {
@@ -121,11 +135,13 @@ static void run_case(const char *arch, int hw, int B, int empty_rank, int use_ga
     RUN(ch_model_create(arch, &o, &ref));
     RUN(ch_model_create(arch, &o, &m));
     ch_nn_sync_t sync = {mpi_sum, use_gather ? mpi_gather : NULL, &comm, rank, W,
-                         use_nb ? mpi_isum : NULL, use_nb ? mpi_wait : NULL};
+                         use_nb ? mpi_isum : NULL, use_nb && use_gather ? mpi_igather : NULL,
+                         use_nb ? mpi_wait : NULL};
     RUN(ch_model_convert_sync_bn(m, &sync, NULL));
     if (use_nb) {
         ch_nn_sync_t blocking = sync;
         blocking.iallreduce_sum = NULL;
+        blocking.iallgather = NULL;
         blocking.wait = NULL;
         RUN(ch_model_create(arch, &o, &mb));
         RUN(ch_model_convert_sync_bn(mb, &blocking, NULL));
@@ -242,8 +258,10 @@ static void test_syncbn_uneven_smallcnn(void **state)
     check_result("smallcnn, uneven split, all-reduce", &r);
     run_case("smallcnn", 12, 12, -1, 1, 0, &r);
     check_result("smallcnn, uneven split, all-gather", &r);
+    run_case("smallcnn", 12, 12, -1, 0, 1, &r);
+    check_result("smallcnn, uneven split, non-blocking all-reduce", &r);
     run_case("smallcnn", 12, 12, -1, 1, 1, &r);
-    check_result("smallcnn, uneven split, all-gather, non-blocking backward", &r);
+    check_result("smallcnn, uneven split, non-blocking all-gather and all-reduce", &r);
 }
 
 static void test_syncbn_uneven_resnet18(void **state)
@@ -252,7 +270,9 @@ static void test_syncbn_uneven_resnet18(void **state)
     run_case("resnet18", 28, 10, -1, 1, 0, &r);
     check_result("resnet18, uneven split", &r);
     run_case("resnet18", 28, 10, -1, 1, 1, &r);
-    check_result("resnet18, uneven split, non-blocking backward", &r);
+    check_result("resnet18, uneven split, non-blocking all-gather and all-reduce", &r);
+    run_case("resnet18", 28, 10, -1, 0, 1, &r);
+    check_result("resnet18, uneven split, non-blocking all-reduce", &r);
 }
 
 static void test_syncbn_empty_rank(void **state)
@@ -262,7 +282,7 @@ static void test_syncbn_empty_rank(void **state)
     run_case("smallcnn", 12, 9, 0, 0, 0, &r);
     check_result("smallcnn, rank 0 without samples", &r);
     run_case("resnet18", 12, 9, 0, 1, 1, &r);
-    check_result("resnet18, rank 0 without samples, non-blocking backward", &r);
+    check_result("resnet18, rank 0 without samples, non-blocking", &r);
 }
 
 int main(int argc, char **argv)

@@ -290,9 +290,11 @@ ch_status ch_model_convert_sync_bn(ch_model_t *M, const ch_nn_sync_t *sync, int 
     CH_REQUIRE(sync->allreduce_sum, "SyncBN: the process group has no allreduce_sum");
     CH_REQUIRE(sync->world_size >= 1 && sync->rank >= 0 && sync->rank < sync->world_size,
                "SyncBN: rank %d outside world of size %d", sync->rank, sync->world_size);
-    CH_REQUIRE(!sync->iallreduce_sum == !sync->wait,
-               "SyncBN: the process group has iallreduce_sum without wait or wait without "
-               "iallreduce_sum");
+    CH_REQUIRE(!(sync->iallreduce_sum || sync->iallgather) == !sync->wait,
+               "SyncBN: the process group needs wait exactly when it has iallreduce_sum or "
+               "iallgather");
+    CH_REQUIRE(!sync->iallgather || sync->allgather,
+               "SyncBN: the process group has iallgather but no allgather");
     M->sync = *sync;
     M->has_sync = 1;
     int n = 0;
@@ -329,7 +331,14 @@ static ch_status syncbn_forward_train(ch_model_t *M, ch_compute_t *cx, ch_module
         memcpy(send, mean, (size_t)C * sizeof(float));
         memcpy(send + C, var, (size_t)C * sizeof(float));
         send[2 * C] = (float)count;
-        ch_status s = g->allgather(g->ctx, send, recv, (size_t)row);
+        ch_status s;
+        if (g->iallgather) {
+            void *req = NULL;
+            s = g->iallgather(g->ctx, send, recv, (size_t)row, &req);
+            if (!s) s = g->wait(g->ctx, &req);
+        } else {
+            s = g->allgather(g->ctx, send, recv, (size_t)row);
+        }
         if (s) return ch_error_context("SyncBN '%s': all-gather of statistics", m->path);
         M->sync_seconds += now_s() - t0;
         for (int64_t r = 0; r < R; r++) {
@@ -342,7 +351,14 @@ static ch_status syncbn_forward_train(ch_model_t *M, ch_compute_t *cx, ch_module
         memcpy(packed + g->rank * C, mean, (size_t)C * sizeof(float));
         memcpy(packed + R * C + g->rank * C, var, (size_t)C * sizeof(float));
         packed[2 * R * C + g->rank] = (float)count;
-        ch_status s = g->allreduce_sum(g->ctx, packed, (size_t)(R * row));
+        ch_status s;
+        if (g->iallreduce_sum) {
+            void *req = NULL;
+            s = g->iallreduce_sum(g->ctx, packed, (size_t)(R * row), &req);
+            if (!s) s = g->wait(g->ctx, &req);
+        } else {
+            s = g->allreduce_sum(g->ctx, packed, (size_t)(R * row));
+        }
         if (s) return ch_error_context("SyncBN '%s': all-reduce of statistics", m->path);
         M->sync_seconds += now_s() - t0;
     }
@@ -577,7 +593,7 @@ static ch_status flush_deferred(ch_model_t *M, ch_compute_t *cx)
  * models whose process group can start an all-reduce without waiting. */
 static int sync_overlaps(const ch_model_t *M)
 {
-    return M->has_sync && M->sync.iallreduce_sum && M->sync.wait && M->dev == CH_DEV_CPU;
+    return M->has_sync && M->sync.iallreduce_sum && M->dev == CH_DEV_CPU;
 }
 
 /* The all-reduce of the SyncBN backward's (sum_dy, sum_dy_xmu) of module m,
