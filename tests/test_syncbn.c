@@ -112,9 +112,10 @@ static long long bit_diffs(const float *a, const float *b, size_t n)
 /* use_nb: the process group also has the non-blocking forms (all-reduce,
  * and all-gather with use_gather); a second model with the blocking forms
  * only runs the same local step, and its logits, gradients and buffers must
- * be bitwise the same. */
+ * be bitwise the same. frozen: a parameter left without gradient in every
+ * model (NULL: none). */
 static void run_case(const char *arch, int hw, int B, int empty_rank, int use_gather, int use_nb,
-                     result_t *res)
+                     const char *frozen, result_t *res)
 {
     int rank, W;
     MPI_Comm_rank(comm, &rank);
@@ -145,6 +146,12 @@ static void run_case(const char *arch, int hw, int B, int empty_rank, int use_ga
         blocking.wait = NULL;
         RUN(ch_model_create(arch, &o, &mb));
         RUN(ch_model_convert_sync_bn(mb, &blocking, NULL));
+    }
+    for (int i = 0; frozen && res->status_ok && i < ch_model_num_params(ref); i++) {
+        ch_model_t *all[3] = {ref, m, mb};
+        for (int k = 0; k < 3; k++)
+            if (all[k] && !strcmp(ch_model_param(all[k], i)->name, frozen))
+                ch_model_param(all[k], i)->requires_grad = 0;
     }
     if (!res->status_ok) goto out_early;
 
@@ -254,34 +261,38 @@ static void check_result(const char *what, result_t *r)
 static void test_syncbn_uneven_smallcnn(void **state)
 {
     result_t r;
-    run_case("smallcnn", 12, 12, -1, 0, 0, &r);
+    run_case("smallcnn", 12, 12, -1, 0, 0, NULL, &r);
     check_result("smallcnn, uneven split, all-reduce", &r);
-    run_case("smallcnn", 12, 12, -1, 1, 0, &r);
+    run_case("smallcnn", 12, 12, -1, 1, 0, NULL, &r);
     check_result("smallcnn, uneven split, all-gather", &r);
-    run_case("smallcnn", 12, 12, -1, 0, 1, &r);
+    run_case("smallcnn", 12, 12, -1, 0, 1, NULL, &r);
     check_result("smallcnn, uneven split, non-blocking all-reduce", &r);
-    run_case("smallcnn", 12, 12, -1, 1, 1, &r);
+    run_case("smallcnn", 12, 12, -1, 1, 1, NULL, &r);
     check_result("smallcnn, uneven split, non-blocking all-gather and all-reduce", &r);
 }
 
 static void test_syncbn_uneven_resnet18(void **state)
 {
     result_t r;
-    run_case("resnet18", 28, 10, -1, 1, 0, &r);
+    run_case("resnet18", 28, 10, -1, 1, 0, NULL, &r);
     check_result("resnet18, uneven split", &r);
-    run_case("resnet18", 28, 10, -1, 1, 1, &r);
+    run_case("resnet18", 28, 10, -1, 1, 1, NULL, &r);
     check_result("resnet18, uneven split, non-blocking all-gather and all-reduce", &r);
-    run_case("resnet18", 28, 10, -1, 0, 1, &r);
+    run_case("resnet18", 28, 10, -1, 0, 1, NULL, &r);
     check_result("resnet18, uneven split, non-blocking all-reduce", &r);
+    /* a frozen stem: the stem BN has no input gradient, so no all-reduce
+     * follows the deferred layer1.0.conv1 and the end of backward runs it */
+    run_case("resnet18", 28, 10, -1, 1, 1, "conv1.weight", &r);
+    check_result("resnet18, frozen stem convolution, non-blocking", &r);
 }
 
 static void test_syncbn_empty_rank(void **state)
 {
     if (ch_test_world_size() < 2) ch_test_skip("needs 2 or more ranks");
     result_t r;
-    run_case("smallcnn", 12, 9, 0, 0, 0, &r);
+    run_case("smallcnn", 12, 9, 0, 0, 0, NULL, &r);
     check_result("smallcnn, rank 0 without samples", &r);
-    run_case("resnet18", 12, 9, 0, 1, 1, &r);
+    run_case("resnet18", 12, 9, 0, 1, 1, NULL, &r);
     check_result("resnet18, rank 0 without samples, non-blocking", &r);
 }
 
