@@ -540,6 +540,25 @@ static ch_status ar_identity(void *ctx, float *d, size_t n)
     return CH_OK;
 }
 
+/* non-blocking forms for the argument checks (never called there) */
+static ch_status nb_start(void *ctx, float *d, size_t n, void **req)
+{
+    *req = ctx;
+    return CH_OK;
+}
+
+static ch_status nb_gather(void *ctx, const float *in, float *out, size_t n, void **req)
+{
+    *req = ctx;
+    return CH_OK;
+}
+
+static ch_status nb_wait(void *ctx, void **req)
+{
+    *req = NULL;
+    return CH_OK;
+}
+
 static void test_syncbn_world_of_one(void **state)
 {
     ch_compute_t *cx = make_cx();
@@ -573,6 +592,12 @@ static void test_syncbn_world_of_one(void **state)
     assert_ch_error(ch_model_convert_sync_bn(b, &bad, NULL), CH_ERR_INVALID, "allreduce_sum");
     bad = (ch_nn_sync_t){ar_identity, NULL, NULL, 2, 2, NULL, NULL, NULL};
     assert_ch_error(ch_model_convert_sync_bn(b, &bad, NULL), CH_ERR_INVALID, "rank 2");
+    bad = (ch_nn_sync_t){ar_identity, NULL, NULL, 0, 1, nb_start, NULL, NULL};
+    assert_ch_error(ch_model_convert_sync_bn(b, &bad, NULL), CH_ERR_INVALID, "needs wait");
+    bad = (ch_nn_sync_t){ar_identity, NULL, NULL, 0, 1, NULL, NULL, nb_wait};
+    assert_ch_error(ch_model_convert_sync_bn(b, &bad, NULL), CH_ERR_INVALID, "needs wait");
+    bad = (ch_nn_sync_t){ar_identity, NULL, NULL, 0, 1, NULL, nb_gather, nb_wait};
+    assert_ch_error(ch_model_convert_sync_bn(b, &bad, NULL), CH_ERR_INVALID, "no allgather");
     ch_tensor_free(&x);
     ch_tensor_free(&y);
     ch_model_destroy(a);
