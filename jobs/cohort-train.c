@@ -359,11 +359,12 @@ static int train_step(job_t *j, const ch_tensor_t *x, const ch_tensor_t *y)
     ch_check_fatal(ch_model_loss(j->model, j->cx, y, NULL), "loss");
     ch_prof_end(j->prof, PH_FORWARD);
     double sync1 = ch_model_sync_bn_seconds(j->model);
-    ch_prof_add(j->prof, PH_SYNCBN_F, sync1 - sync0);
+    if (j->converted_sync_bn) ch_prof_add(j->prof, PH_SYNCBN_F, sync1 - sync0);
     ch_prof_begin(j->prof, PH_BACKWARD);
     ch_check_fatal(ch_model_backward(j->model, j->cx, NULL), "backward");
     ch_prof_end(j->prof, PH_BACKWARD);
-    ch_prof_add(j->prof, PH_SYNCBN_B, ch_model_sync_bn_seconds(j->model) - sync1);
+    if (j->converted_sync_bn)
+        ch_prof_add(j->prof, PH_SYNCBN_B, ch_model_sync_bn_seconds(j->model) - sync1);
     double wait = 0;
     if ((s = ch_ddp_finish(j->ddp, &wait))) return step_failed(j, s, "gradient all-reduce");
     ch_prof_add(j->prof, PH_ALLREDUCE, wait);
