@@ -229,6 +229,7 @@ ch_status ch_train_state_read_resume(ch_model_t *model, ch_sgd_t *sgd, const cha
         s = ch_safetensors_read_into(st, e->name, st_dtype(e->dtype), e->ndim, e->shape, e->data,
                                      e->numel * ch_dtype_size(e->dtype));
     }
+    ch_tensor_data_changed(); /* the parameters were written (framework/tensor/tensor.h) */
     int np = sgd ? ch_model_num_params(model) : 0;
     for (int i = 0; i < np && s == CH_OK; i++) {
         const ch_param_t *e = ch_model_param(model, i);

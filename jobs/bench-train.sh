@@ -22,11 +22,12 @@ median() { sort -g | awk '{ a[NR] = $1 } END { print (NR % 2) ? a[(NR + 1) / 2] 
 # cohort's rate over steps warmup+1..steps from its cumulative progress lines
 cohort_rate() {
   awk -v w=$warmup -v n=$steps '
-    / step [0-9]+\/[0-9]+ / { split($4, s, "/"); ips[s[1]] = $5 }
+    / step [0-9]+\/[0-9]+ / { split($4, s, "/"); for (i = 5; i < NF; i++) if ($(i + 1) == "img/s") ips[s[1]] = $i }
     END { tw = w * 128 / ips[w]; tn = n * 128 / ips[n]; printf "%.1f\n", (n - w) * 128 / (tn - tw) }' "$1"
 }
-share() {  # all-reduce wait mean / wall mean, from the profile table
-  awk '/all-reduce wait/ { a = $4 } /total \(wall\)/ { w = $4 } END { printf "%.1f%%\n", 100 * a / w }' "$1"
+share() {  # all-reduce wait mean / wall mean (and SyncBN's collectives), from the profile table
+  awk '/all-reduce wait/ { a = $5 } /SyncBN comm/ { b += $6 } /total \(wall\)/ { w = $4 }
+    END { printf "%.1f%%", 100 * a / w; if (b > 0) printf "+SyncBN-comm-%.1f%%", 100 * b / w; print "" }' "$1"
 }
 echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//'), load $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "steps $steps (timed after $warmup), batch 64 x 2 ranks, rounds $rounds"

@@ -27,16 +27,19 @@ static const ch_config_key_t keys[] = {
 };
 
 /* --op, --axis, --out, --dtype, --resume ... stand for --reduce.op, --input.dtype,
- * --output.out ... (the full dotted names work too, with = or a space);
+ * --output.out ... (the full dotted names work too, with = or a space, and the
+ * runtime's dist.* keys by their full names);
  * bare words are the input files. Strings live until exit. */
 static const ch_config_key_t *find_short(const char *a, size_t len)
 {
-    const ch_config_key_t *tabs[3] = {ch_reduce_keys, ch_input_keys, keys};
-    const int ns[3] = {ch_reduce_n_keys, ch_input_n_keys, 4};
-    for (int t = 0; t < 3; t++)
+    /* the runtime's keys (dist.timeout ...) by their full names only */
+    const ch_config_table_t rt = ch_job_runtime_table();
+    const ch_config_key_t *tabs[4] = {ch_reduce_keys, ch_input_keys, keys, rt.keys};
+    const int ns[4] = {ch_reduce_n_keys, ch_input_n_keys, 4, rt.n_keys};
+    for (int t = 0; t < 4; t++)
         for (int k = 0; k < ns[t]; k++) {
             const char *name = tabs[t][k].name, *dot = strchr(name, '.') + 1;
-            if (strlen(dot) == len && !strncmp(dot, a, len)) return &tabs[t][k];
+            if (t < 3 && strlen(dot) == len && !strncmp(dot, a, len)) return &tabs[t][k];
             if (strlen(name) == len && !strncmp(name, a, len)) return &tabs[t][k]; /* full name */
         }
     return NULL;

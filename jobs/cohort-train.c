@@ -100,11 +100,14 @@ static const ch_config_key_t train_keys[] = {
 /* On GPU ranks forward/backward/optimizer time the host queueing kernels;
  * the device's own time shows up as "gpu wait" (the end-of-step wait for the
  * loss value). */
+/* "SyncBN comm fwd" ("bwd") is the part of forward (backward) spent inside
+ * SyncBN's collectives (ch_model_sync_bn_seconds), not a phase of its own. */
 enum { PH_DATA, PH_FORWARD, PH_BACKWARD, PH_ALLREDUCE, PH_OPTIM, PH_EVAL, PH_CKPT, PH_GPU_WAIT,
-       PH_N };
+       PH_SYNCBN_F, PH_SYNCBN_B, PH_N };
 static const char *const phase_names[PH_N] = {"data wait", "forward",    "backward",
                                                "all-reduce wait", "optimizer", "eval",
-                                               "checkpoint", "gpu wait"};
+                                               "checkpoint", "gpu wait", "SyncBN comm fwd",
+                                               "SyncBN comm bwd"};
 
 /* ------------------------------------------------------------------ job */
 
@@ -349,14 +352,19 @@ static int train_step(job_t *j, const ch_tensor_t *x, const ch_tensor_t *y)
 {
     const ch_tensor_t *logits = NULL;
     ch_status s;
+    double sync0 = ch_model_sync_bn_seconds(j->model);
     ch_prof_begin(j->prof, PH_FORWARD);
     if ((s = ch_ddp_before_forward(j->ddp))) return step_failed(j, s, "DDP buffer broadcast");
     ch_check_fatal(ch_model_forward(j->model, j->cx, x, &logits), "forward");
     ch_check_fatal(ch_model_loss(j->model, j->cx, y, NULL), "loss");
     ch_prof_end(j->prof, PH_FORWARD);
+    double sync1 = ch_model_sync_bn_seconds(j->model);
+    if (j->converted_sync_bn) ch_prof_add(j->prof, PH_SYNCBN_F, sync1 - sync0);
     ch_prof_begin(j->prof, PH_BACKWARD);
     ch_check_fatal(ch_model_backward(j->model, j->cx, NULL), "backward");
     ch_prof_end(j->prof, PH_BACKWARD);
+    if (j->converted_sync_bn)
+        ch_prof_add(j->prof, PH_SYNCBN_B, ch_model_sync_bn_seconds(j->model) - sync1);
     double wait = 0;
     if ((s = ch_ddp_finish(j->ddp, &wait))) return step_failed(j, s, "gradient all-reduce");
     ch_prof_add(j->prof, PH_ALLREDUCE, wait);

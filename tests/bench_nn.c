@@ -81,7 +81,9 @@ int main(int argc, char **argv)
     double *t = calloc((size_t)steps, sizeof *t), *c = calloc((size_t)steps, sizeof *c);
     const ch_tensor_t *logits;
     float loss = 0;
+    int64_t conv0 = 0, reuse0 = 0;
     for (int s = -warmup; s < steps; s++) {
+        if (s == 0) ch_compute_weight_conversions(cx, &conv0, &reuse0);
         double t0 = clock_s(CLOCK_MONOTONIC), c0 = clock_s(CLOCK_PROCESS_CPUTIME_ID);
         ch_status st = ch_model_forward(m, cx, &x, &logits);
         if (!st && !eval) {
@@ -98,15 +100,19 @@ int main(int argc, char **argv)
             c[s] = clock_s(CLOCK_PROCESS_CPUTIME_ID) - c0;
         }
     }
+    int64_t conv1 = 0, reuse1 = 0;
+    ch_compute_weight_conversions(cx, &conv1, &reuse1);
     qsort(t, (size_t)steps, sizeof *t, cmp);
     qsort(c, (size_t)steps, sizeof *c, cmp);
     double med = t[steps / 2], cmed = c[steps / 2];
     char desc[256];
     ch_compute_describe(cx, desc, sizeof desc);
     printf("cohort %s %s batch %d input %dx%dx%d threads %d: median %.2f ms/step (min %.2f, max %.2f), "
-           "%.1f images/s; cpu median %.2f ms/step; arena %.1f MiB; loss %.4f\n  %s\n",
+           "%.1f images/s; cpu median %.2f ms/step; arena %.1f MiB; loss %.4f; weight conversions "
+           "%.1f/step (%.1f reused)\n  %s\n",
            arch, eval ? "inference" : "train-step", batch, channels, size, size, threads, 1e3 * med,
-           1e3 * t[0], 1e3 * t[steps - 1], batch / med, 1e3 * cmed, ch_model_arena_bytes(m) / 1048576.0, loss, desc);
+           1e3 * t[0], 1e3 * t[steps - 1], batch / med, 1e3 * cmed, ch_model_arena_bytes(m) / 1048576.0, loss,
+           (double)(conv1 - conv0) / steps, (double)(reuse1 - reuse0) / steps, desc);
     free(t);
     free(c);
     ch_tensor_free(&x);

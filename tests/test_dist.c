@@ -226,6 +226,8 @@ static void test_broadcast_from_each_root(void **state)
     if (bad) fail_msg("%ld wrong elements; first: %s", bad, first);
 }
 
+/* ch_pg_allgather and ch_pg_iallgather (completed by ch_work_wait, or by
+ * polling ch_work_test), in place and out of place. */
 static void test_allgather(void **state)
 {
     ch_pg_t *pg = world_pg();
@@ -242,12 +244,24 @@ static void test_allgather(void **state)
         size_t es = ch_dist_dtype_size(dt);
         for (int k = 0; k < 4; k++) {
             int64_t n = ns[k];
-            for (int inplace = 0; inplace < 2; inplace++) {
+            for (int mode = 0; mode < 6; mode++) {
+                /* mode / 2: blocking, iallgather + wait, iallgather + test */
+                int inplace = mode % 2, nb = mode / 2;
                 for (int64_t i = 0; i < (int64_t)w * n; i++) put(recv, dt, i, 55.0);
                 void *own = (char *)recv + (size_t)rank * (size_t)n * es;
                 void *src = inplace ? own : send;
                 for (int64_t i = 0; i < n; i++) put(src, dt, i, input_of(dt, rank, i));
-                ch_status s = ch_pg_allgather(pg, src, recv, n, dt);
+                ch_status s;
+                if (nb == 0) {
+                    s = ch_pg_allgather(pg, src, recv, n, dt);
+                } else {
+                    ch_work_t *work = NULL;
+                    s = ch_pg_iallgather(pg, src, recv, n, dt, &work);
+                    if (s == CH_OK && nb == 1) s = ch_work_wait(&work);
+                    for (int done = 0; s == CH_OK && nb == 2 && !done;)
+                        s = ch_work_test(&work, &done);
+                    if (s == CH_OK && work) s = CH_ERROR(CH_ERR_INTERNAL, "handle left");
+                }
                 if (s != CH_OK && fail == CH_OK) {
                     fail = s;
                     snprintf(first, sizeof first, "%s", ch_error_message());
@@ -256,8 +270,9 @@ static void test_allgather(void **state)
                     for (int64_t i = 0; i < n; i++)
                         if (get(recv, dt, (int64_t)r * n + i) != input_of(dt, r, i) &&
                             bad++ == 0)
-                            snprintf(first, sizeof first, "%s n=%lld %s: block %d [%lld]",
+                            snprintf(first, sizeof first, "%s n=%lld %s %s: block %d [%lld]",
                                      ch_dist_dtype_name(dt), (long long)n,
+                                     nb ? "iallgather" : "allgather",
                                      inplace ? "in place" : "out of place", r, (long long)i);
             }
         }
@@ -400,6 +415,12 @@ static void test_bad_arguments(void **state)
     assert_ch_error(ch_pg_allgather(pg, a, NULL, 1, CH_DIST_FLOAT32), CH_ERR_INVALID, "NULL");
     assert_ch_error(ch_pg_allgather(pg, a, b, -3, CH_DIST_INT32), CH_ERR_INVALID, "-3");
     assert_ch_error(ch_pg_allgather(NULL, a, b, 1, CH_DIST_INT32), CH_ERR_INVALID, "NULL");
+    assert_ch_error(ch_pg_iallgather(pg, a, b, 1, CH_DIST_INT32, NULL), CH_ERR_INVALID,
+                    "work pointer is NULL");
+    assert_ch_error(ch_pg_iallgather(pg, a, NULL, 1, CH_DIST_FLOAT32, &work), CH_ERR_INVALID,
+                    "NULL");
+    assert_null(work);
+    work = (ch_work_t *)(void *)a;
     assert_ch_error(ch_pg_iallreduce(pg, a, b, 4, CH_DIST_FLOAT32, CH_REDUCE_SUM, NULL),
                     CH_ERR_INVALID, "work pointer is NULL");
     assert_ch_error(ch_pg_iallreduce(pg, a, b, -4, CH_DIST_FLOAT32, CH_REDUCE_SUM, &work),

@@ -540,12 +540,31 @@ static ch_status ar_identity(void *ctx, float *d, size_t n)
     return CH_OK;
 }
 
+/* non-blocking forms for the argument checks (never called there) */
+static ch_status nb_start(void *ctx, float *d, size_t n, void **req)
+{
+    *req = ctx;
+    return CH_OK;
+}
+
+static ch_status nb_gather(void *ctx, const float *in, float *out, size_t n, void **req)
+{
+    *req = ctx;
+    return CH_OK;
+}
+
+static ch_status nb_wait(void *ctx, void **req)
+{
+    *req = NULL;
+    return CH_OK;
+}
+
 static void test_syncbn_world_of_one(void **state)
 {
     ch_compute_t *cx = make_cx();
     ch_model_t *a = make("smallcnn", 8), *b = make("smallcnn", 8);
     int calls = 0, nconv = 0;
-    ch_nn_sync_t sync = {ar_identity, NULL, &calls, 0, 1};
+    ch_nn_sync_t sync = {ar_identity, NULL, &calls, 0, 1, NULL, NULL, NULL};
     assert_ch_ok(ch_model_convert_sync_bn(b, &sync, &nconv));
     assert_int_equal(nconv, 2);
     assert_int_equal(ch_module_kind(ch_model_find(b, "bn1.weight")->module), CH_NN_SYNC_BATCHNORM);
@@ -569,10 +588,16 @@ static void test_syncbn_world_of_one(void **state)
         else
             assert_int_equal(*(int64_t *)q->data, *(int64_t *)p->data);
     }
-    ch_nn_sync_t bad = {NULL, NULL, NULL, 0, 1};
+    ch_nn_sync_t bad = {NULL, NULL, NULL, 0, 1, NULL, NULL, NULL};
     assert_ch_error(ch_model_convert_sync_bn(b, &bad, NULL), CH_ERR_INVALID, "allreduce_sum");
-    bad = (ch_nn_sync_t){ar_identity, NULL, NULL, 2, 2};
+    bad = (ch_nn_sync_t){ar_identity, NULL, NULL, 2, 2, NULL, NULL, NULL};
     assert_ch_error(ch_model_convert_sync_bn(b, &bad, NULL), CH_ERR_INVALID, "rank 2");
+    bad = (ch_nn_sync_t){ar_identity, NULL, NULL, 0, 1, nb_start, NULL, NULL};
+    assert_ch_error(ch_model_convert_sync_bn(b, &bad, NULL), CH_ERR_INVALID, "needs wait");
+    bad = (ch_nn_sync_t){ar_identity, NULL, NULL, 0, 1, NULL, NULL, nb_wait};
+    assert_ch_error(ch_model_convert_sync_bn(b, &bad, NULL), CH_ERR_INVALID, "needs wait");
+    bad = (ch_nn_sync_t){ar_identity, NULL, NULL, 0, 1, NULL, nb_gather, nb_wait};
+    assert_ch_error(ch_model_convert_sync_bn(b, &bad, NULL), CH_ERR_INVALID, "no allgather");
     ch_tensor_free(&x);
     ch_tensor_free(&y);
     ch_model_destroy(a);

@@ -51,14 +51,19 @@ static void test_bad_create(void **state)
 
 static void test_report_over_ranks(void **state)
 {
-    const char *names[] = {"forward", "all-reduce wait"};
+    const char *names[] = {"forward", "all-reduce wait", "gpu wait"};
     ch_prof_t *p = NULL;
     int rank = ch_test_rank(), size = ch_test_world_size();
     int inited = 0;
     MPI_Initialized(&inited);
     if (!inited) ch_test_skip("no MPI");
-    assert_ch_ok(ch_prof_create(names, 2, &p));
+    assert_ch_ok(ch_prof_create(names, 3, &p));
     ch_prof_add(p, 0, 1.0 + rank); /* rank r spent 1+r s */
+    if (rank == size - 1) { /* entered on the last rank only: still a row */
+        ch_prof_begin(p, 1);
+        ch_prof_end(p, 1);
+    }
+    /* "gpu wait": entered on no rank, so no row */
     char *buf = NULL;
     size_t len = 0;
     FILE *f = open_memstream(&buf, &len);
@@ -73,9 +78,30 @@ static void test_report_over_ranks(void **state)
                  (double)size);
         if (!strstr(buf, want)) fail_msg("report lacks '%s':\n%s", want, buf);
         assert_non_null(strstr(buf, "all-reduce wait"));
+        if (strstr(buf, "gpu wait")) fail_msg("a phase no rank entered has a row:\n%s", buf);
     } else {
         assert_int_equal(len, 0);
     }
+    free(buf);
+}
+
+/* a job that failed in its setup entered no phase: no table at all */
+static void test_report_nothing_entered(void **state)
+{
+    const char *names[] = {"read wait", "compute"};
+    ch_prof_t *p = NULL;
+    int inited = 0;
+    MPI_Initialized(&inited);
+    if (!inited) ch_test_skip("no MPI");
+    assert_ch_ok(ch_prof_create(names, 2, &p));
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    ch_status s = ch_prof_report(p, MPI_COMM_WORLD, f);
+    fclose(f);
+    ch_prof_destroy(p);
+    assert_ch_ok(s);
+    if (len != 0) fail_msg("a profile with no phase entered printed:\n%s", buf);
     free(buf);
 }
 
@@ -174,6 +200,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_phases_accumulate),
         cmocka_unit_test(test_bad_create),
         cmocka_unit_test(test_report_over_ranks),
+        cmocka_unit_test(test_report_nothing_entered),
         cmocka_unit_test(test_signal_flag),
         cmocka_unit_test(test_signal_frame_not_on_interrupted_stack),
     };

@@ -187,6 +187,13 @@ np.save(path("k.npy"), a)
 got, _ = reduce(path("k.npy"), "sum", (0, 2), extra=["--keepdims"])
 tap(got.shape == (1, 5, 1) and close(got, a.sum(axis=(0, 2), keepdims=True), 1e-12),
     "keepdims with a tuple axis", got.shape)
+# full dotted keys with a space before the value, before the input file:
+# runtime (dist.timeout), bool (true/false) and string keys are not inputs
+p = run(["--dist.timeout", "60", "--reduce.keepdims", "true", "--output.out", path("k2.npy"),
+         "--op", "sum", path("k.npy"), "--axis", "0,2"], check=False)
+got = np.load(path("k2.npy")) if p.returncode == 0 else None
+tap(got is not None and got.shape == (1, 5, 1) and close(got, a.sum(axis=(0, 2), keepdims=True), 1e-12),
+    "--dist.timeout 60 --reduce.keepdims true --output.out FILE before the input", p.stdout)
 
 # ------------------------------------------------------- exact mode, bitwise
 bad = []
@@ -390,7 +397,11 @@ if os.path.exists(path("big_out.npy")):
     os.unlink(path("big_out.npy"))
 log = open(path("term.log"), "w+")
 p = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
-time.sleep(0.4)
+# the first log line (the identity) comes after the preemption handlers are
+# installed: a fixed sleep lost that race on a loaded machine (exit -15)
+deadline = time.time() + 60
+while time.time() < deadline and p.poll() is None and not open(path("term.log")).read():
+    time.sleep(0.01)
 p.send_signal(signal.SIGTERM)
 p.wait()
 out = open(path("term.log")).read()[-1500:]

@@ -1,7 +1,10 @@
 /* SyncBN across MPI ranks (run alone and under mpiexec -n 2 / -n 4): a
  * global batch split unevenly over the ranks (one rank may hold none) gives,
  * after summing the per-rank gradients, the gradients, logits and running
- * statistics of plain BatchNorm on the whole batch in one process. */
+ * statistics of plain BatchNorm on the whole batch in one process. With a
+ * non-blocking all-reduce (the backward overlaps it with a deferred
+ * convolution weight gradient) the gradients are bitwise those of the
+ * blocking path. */
 #include "config.h"
 
 #include "tests/nn_testutil.h"
@@ -27,9 +30,46 @@ static ch_status mpi_gather(void *ctx, const float *in, float *out, size_t n)
 
 static MPI_Comm comm = MPI_COMM_WORLD;
 
+/* the non-blocking pair: one MPI_Request per call, freed by the wait */
+static ch_status mpi_isum(void *ctx, float *d, size_t n, void **req)
+{
+    MPI_Request *r = malloc(sizeof *r);
+    if (!r) return CH_ERROR(CH_ERR_NOMEM, "mpi_isum: out of memory");
+    int rc = MPI_Iallreduce(MPI_IN_PLACE, d, (int)n, MPI_FLOAT, MPI_SUM, *(MPI_Comm *)ctx, r);
+    if (rc != MPI_SUCCESS) {
+        free(r);
+        return CH_ERROR(CH_ERR_MPI, "MPI_Iallreduce failed");
+    }
+    *req = r;
+    return CH_OK;
+}
+
+static ch_status mpi_igather(void *ctx, const float *in, float *out, size_t n, void **req)
+{
+    MPI_Request *r = malloc(sizeof *r);
+    if (!r) return CH_ERROR(CH_ERR_NOMEM, "mpi_igather: out of memory");
+    int rc = MPI_Iallgather(in, (int)n, MPI_FLOAT, out, (int)n, MPI_FLOAT, *(MPI_Comm *)ctx, r);
+    if (rc != MPI_SUCCESS) {
+        free(r);
+        return CH_ERROR(CH_ERR_MPI, "MPI_Iallgather failed");
+    }
+    *req = r;
+    return CH_OK;
+}
+
+static ch_status mpi_wait(void *ctx, void **req)
+{
+    MPI_Request *r = *req;
+    int rc = MPI_Wait(r, MPI_STATUS_IGNORE);
+    free(r);
+    *req = NULL;
+    return rc == MPI_SUCCESS ? CH_OK : CH_ERROR(CH_ERR_MPI, "MPI_Wait failed");
+}
+
 typedef struct {
     double logits, grads, buffers;
     long long nbt_diff;
+    long long bitwise_diff; /* non-blocking run: values differing from the blocking one */
     int status_ok;
     char msg[512];
 } result_t;
@@ -61,7 +101,21 @@ static void split(int B, int W, int empty_rank, int *sizes)
         }                                                                      \
     } while (0)
 
-static void run_case(const char *arch, int hw, int B, int empty_rank, int use_gather, result_t *res)
+/* Number of floats that differ bitwise between a and b. */
+static long long bit_diffs(const float *a, const float *b, size_t n)
+{
+    long long d = 0;
+    for (size_t i = 0; i < n; i++) d += memcmp(a + i, b + i, sizeof(float)) != 0;
+    return d;
+}
+
+/* use_nb: the process group also has the non-blocking forms (all-reduce,
+ * and all-gather with use_gather); a second model with the blocking forms
+ * only runs the same local step, and its logits, gradients and buffers must
+ * be bitwise the same. frozen: a parameter left without gradient in every
+ * model (NULL: none). */
+static void run_case(const char *arch, int hw, int B, int empty_rank, int use_gather, int use_nb,
+                     const char *frozen, result_t *res)
 {
     int rank, W;
     MPI_Comm_rank(comm, &rank);
@@ -78,11 +132,27 @@ static void run_case(const char *arch, int hw, int B, int empty_rank, int use_ga
     o.in_channels = 1;
     o.num_classes = 10;
     o.seed = 11;
-    ch_model_t *ref = NULL, *m = NULL;
+    ch_model_t *ref = NULL, *m = NULL, *mb = NULL;
     RUN(ch_model_create(arch, &o, &ref));
     RUN(ch_model_create(arch, &o, &m));
-    ch_nn_sync_t sync = {mpi_sum, use_gather ? mpi_gather : NULL, &comm, rank, W};
+    ch_nn_sync_t sync = {mpi_sum, use_gather ? mpi_gather : NULL, &comm, rank, W,
+                         use_nb ? mpi_isum : NULL, use_nb && use_gather ? mpi_igather : NULL,
+                         use_nb ? mpi_wait : NULL};
     RUN(ch_model_convert_sync_bn(m, &sync, NULL));
+    if (use_nb) {
+        ch_nn_sync_t blocking = sync;
+        blocking.iallreduce_sum = NULL;
+        blocking.iallgather = NULL;
+        blocking.wait = NULL;
+        RUN(ch_model_create(arch, &o, &mb));
+        RUN(ch_model_convert_sync_bn(mb, &blocking, NULL));
+    }
+    for (int i = 0; frozen && res->status_ok && i < ch_model_num_params(ref); i++) {
+        ch_model_t *all[3] = {ref, m, mb};
+        for (int k = 0; k < 3; k++)
+            if (all[k] && !strcmp(ch_model_param(all[k], i)->name, frozen))
+                ch_model_param(all[k], i)->requires_grad = 0;
+    }
     if (!res->status_ok) goto out_early;
 
     /* the global batch, identical on every rank */
@@ -122,6 +192,21 @@ static void run_case(const char *arch, int hw, int B, int empty_rank, int use_ga
     /* distributed: local slice, SyncBN, then the sum of gradients over ranks */
     RUN(ch_model_forward(m, cx, &xl, &lm));
     RUN(ch_model_backward(m, cx, &dl));
+    if (use_nb && res->status_ok) {
+        const ch_tensor_t *lb;
+        RUN(ch_model_forward(mb, cx, &xl, &lb));
+        RUN(ch_model_backward(mb, cx, &dl));
+        if (res->status_ok) {
+            res->bitwise_diff = bit_diffs(ch_tensor_f32(lm), ch_tensor_f32(lb), (size_t)n * K) +
+                                bit_diffs(ch_model_grad_block(m), ch_model_grad_block(mb),
+                                          ch_model_param_numel(m));
+            for (int i = 0; i < ch_model_num_entries(m); i++) {
+                ch_param_t *p = ch_model_entry(m, i), *q = ch_model_entry(mb, i);
+                if (p->is_buffer && p->dtype == CH_F32)
+                    res->bitwise_diff += bit_diffs(p->data, q->data, p->numel);
+            }
+        }
+    }
     size_t pn = ch_model_param_numel(m);
     MPI_Allreduce(MPI_IN_PLACE, ch_model_grad_block(m), (int)pn, MPI_FLOAT, MPI_SUM, comm);
     if (res->status_ok) {
@@ -151,46 +236,64 @@ static void run_case(const char *arch, int hw, int B, int empty_rank, int use_ga
 out_early:
     ch_model_destroy(ref);
     ch_model_destroy(m);
+    ch_model_destroy(mb);
     ch_compute_destroy(cx);
 }
 
 static void check_result(const char *what, result_t *r)
 {
     /* every rank reports the worst value of any rank */
-    double v[3] = {r->logits, r->grads, r->buffers};
+    double v[4] = {r->logits, r->grads, r->buffers, (double)r->bitwise_diff};
     int ok = r->status_ok;
-    MPI_Allreduce(MPI_IN_PLACE, v, 3, MPI_DOUBLE, MPI_MAX, comm);
+    MPI_Allreduce(MPI_IN_PLACE, v, 4, MPI_DOUBLE, MPI_MAX, comm);
     MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, comm);
     if (!r->status_ok) fail_msg("%s: %s", what, r->msg);
     if (!ok) fail_msg("%s: another rank failed", what);
     if (!(v[0] <= 1e-4)) fail_msg("%s: logits relative error %.3g", what, v[0]);
     if (!(v[1] <= 1e-4)) fail_msg("%s: summed gradients relative error %.3g", what, v[1]);
     if (!(v[2] <= 1e-4)) fail_msg("%s: running stats relative error %.3g", what, v[2]);
+    if (v[3] != 0)
+        fail_msg("%s: %.0f values differ bitwise between the non-blocking and the blocking "
+                 "all-reduce", what, v[3]);
     assert_int_equal(r->nbt_diff, 0);
 }
 
 static void test_syncbn_uneven_smallcnn(void **state)
 {
     result_t r;
-    run_case("smallcnn", 12, 12, -1, 0, &r);
+    run_case("smallcnn", 12, 12, -1, 0, 0, NULL, &r);
     check_result("smallcnn, uneven split, all-reduce", &r);
-    run_case("smallcnn", 12, 12, -1, 1, &r);
+    run_case("smallcnn", 12, 12, -1, 1, 0, NULL, &r);
     check_result("smallcnn, uneven split, all-gather", &r);
+    run_case("smallcnn", 12, 12, -1, 0, 1, NULL, &r);
+    check_result("smallcnn, uneven split, non-blocking all-reduce", &r);
+    run_case("smallcnn", 12, 12, -1, 1, 1, NULL, &r);
+    check_result("smallcnn, uneven split, non-blocking all-gather and all-reduce", &r);
 }
 
 static void test_syncbn_uneven_resnet18(void **state)
 {
     result_t r;
-    run_case("resnet18", 28, 10, -1, 1, &r);
+    run_case("resnet18", 28, 10, -1, 1, 0, NULL, &r);
     check_result("resnet18, uneven split", &r);
+    run_case("resnet18", 28, 10, -1, 1, 1, NULL, &r);
+    check_result("resnet18, uneven split, non-blocking all-gather and all-reduce", &r);
+    run_case("resnet18", 28, 10, -1, 0, 1, NULL, &r);
+    check_result("resnet18, uneven split, non-blocking all-reduce", &r);
+    /* a frozen stem: the stem BN has no input gradient, so no all-reduce
+     * follows the deferred layer1.0.conv1 and the end of backward runs it */
+    run_case("resnet18", 28, 10, -1, 1, 1, "conv1.weight", &r);
+    check_result("resnet18, frozen stem convolution, non-blocking", &r);
 }
 
 static void test_syncbn_empty_rank(void **state)
 {
     if (ch_test_world_size() < 2) ch_test_skip("needs 2 or more ranks");
     result_t r;
-    run_case("smallcnn", 12, 9, 0, 0, &r);
+    run_case("smallcnn", 12, 9, 0, 0, 0, NULL, &r);
     check_result("smallcnn, rank 0 without samples", &r);
+    run_case("resnet18", 12, 9, 0, 1, 1, NULL, &r);
+    check_result("resnet18, rank 0 without samples, non-blocking", &r);
 }
 
 int main(int argc, char **argv)

@@ -389,6 +389,38 @@ ch_status ch_pg_iallreduce(ch_pg_t *pg, const void *send, void *recv, int64_t co
     return CH_OK;
 }
 
+ch_status ch_pg_iallgather(ch_pg_t *pg, const void *send, void *recv, int64_t count,
+                           ch_dist_dtype dtype, ch_work_t **work)
+{
+    if (!work) return CH_ERROR(CH_ERR_INVALID, "ch_pg_iallgather: work pointer is NULL");
+    *work = NULL;
+    CH_TRY(check_buffers("ch_pg_iallgather", pg, send, recv, count, dtype));
+    if (pg->backend == CH_PG_NCCL)
+        return CH_ERROR(CH_ERR_INVALID, "ch_pg_iallgather: not available on an NCCL group "
+                        "(use ch_pg_allgather)");
+    if (count > 0 && count > INT64_MAX / pg->size)
+        return CH_ERROR(CH_ERR_INVALID, "ch_pg_iallgather: %lld elements x %d ranks overflows",
+                        (long long)count, pg->size);
+    ch_work_t *w;
+    CH_TRY(ch_pg_work_get_(pg, &w));
+    const char *own = (const char *)recv + (size_t)pg->rank * (size_t)count *
+                                               ch_dist_dtype_size(dtype);
+    const void *sb = (count > 0 && send == (const void *)own) ? MPI_IN_PLACE : send;
+    int rc;
+    if (count <= INT_MAX)
+        rc = MPI_Iallgather(sb, (int)count, mpi_type(dtype), recv, (int)count, mpi_type(dtype),
+                            pg->comm, &w->req);
+    else
+        rc = MPI_Iallgather_c(sb, (MPI_Count)count, mpi_type(dtype), recv, (MPI_Count)count,
+                              mpi_type(dtype), pg->comm, &w->req);
+    if (rc != MPI_SUCCESS) {
+        ch_pg_work_put_(w);
+        return mpi_fail(rc, "MPI_Iallgather", pg, count, dtype);
+    }
+    *work = w;
+    return CH_OK;
+}
+
 static ch_status check_work(const char *fn, ch_work_t **work)
 {
     if (!work) return CH_ERROR(CH_ERR_INVALID, "%s: work pointer is NULL", fn);

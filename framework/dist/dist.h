@@ -174,6 +174,13 @@ ch_status ch_pg_iallreduce(ch_pg_t *pg, const void *send, void *recv,
                            int64_t count, ch_dist_dtype dtype, ch_reduce_op op,
                            ch_work_t **work);
 
+/* Non-blocking all-gather (MPI_Iallgather): same arguments, checks and
+ * in-place rule as ch_pg_allgather, completed like ch_pg_iallreduce's work
+ * (ch_work_wait / ch_work_test; recv is valid after completion). MPI backend
+ * only: CH_ERR_INVALID on an NCCL group. */
+ch_status ch_pg_iallgather(ch_pg_t *pg, const void *send, void *recv,
+                           int64_t count, ch_dist_dtype dtype, ch_work_t **work);
+
 /* Complete *work and return its handle to the group; sets *work = NULL.
  * *work == NULL (already completed) returns CH_OK at once, like
  * MPI_REQUEST_NULL. MPI backend: blocks until recv holds the result.

@@ -75,6 +75,7 @@ ch_status ch_model_new(const char *arch, ch_model_t **out)
 void ch_model_destroy(ch_model_t *M)
 {
     if (!M) return;
+    ch_tensor_data_changed(); /* its storage may be reused for other weights */
     ch_arena_destroy(M->arena);
     module_free(M->root);
     if (M->dev != CH_DEV_CPU) {
@@ -361,11 +362,15 @@ ch_status ch_nn_bind_module(ch_model_t *M, ch_module_t *m)
     for (int i = 0; i < m->nent; i++) {
         ch_param_t *p = &m->ent[i];
         const char *l = p->local;
+        /* weights and biases are versioned (tensor.h): every write to the
+         * parameter block is followed by ch_tensor_data_changed() */
         if (!strcmp(l, "weight")) {
             CH_TRY(wrap_vec(M, &m->w, p->dev_data, p));
+            m->w.versioned = 1;
             CH_TRY(wrap_vec(M, &m->dw, p->dev_grad, p));
         } else if (!strcmp(l, "bias")) {
             CH_TRY(wrap_vec(M, &m->b, p->dev_data, p));
+            m->b.versioned = 1;
             CH_TRY(wrap_vec(M, &m->db, p->dev_grad, p));
         } else if (!strcmp(l, "running_mean")) {
             CH_TRY(wrap_vec(M, &m->rmean, p->dev_data, p));
@@ -499,6 +504,7 @@ ch_status ch_model_init(ch_model_t *M, uint64_t seed)
     CH_REQUIRE(M && M->finalized, "ch_model_init: model not finalized");
     ch_nn_rng_t rng;
     ch_nn_rng_seed(&rng, seed);
+    ch_tensor_data_changed(); /* new parameter values (tensor.h) */
     CH_TRY(init_module(M->root, &rng));
     ch_model_zero_grad(M);
     return CH_OK;
@@ -507,21 +513,30 @@ ch_status ch_model_init(ch_model_t *M, uint64_t seed)
 /* ------------------------------------------------------------ entries */
 
 int ch_model_num_entries(const ch_model_t *M) { return M->nentries; }
+/* Accessors that hand out writable pointers to a parameter count as a
+ * write of the parameters (tensor.h): the caller may write through them
+ * before the next forward. */
+static ch_param_t *handed_out(ch_param_t *p)
+{
+    if (p && !p->is_buffer) ch_tensor_data_changed();
+    return p;
+}
+
 ch_param_t *ch_model_entry(const ch_model_t *M, int i)
 {
-    return (i >= 0 && i < M->nentries) ? M->entries[i] : NULL;
+    return handed_out((i >= 0 && i < M->nentries) ? M->entries[i] : NULL);
 }
 int ch_model_num_params(const ch_model_t *M) { return M->nparams; }
 ch_param_t *ch_model_param(const ch_model_t *M, int i)
 {
-    return (i >= 0 && i < M->nparams) ? M->params[i] : NULL;
+    return handed_out((i >= 0 && i < M->nparams) ? M->params[i] : NULL);
 }
 
 ch_param_t *ch_model_find(const ch_model_t *M, const char *name)
 {
     if (!name) return NULL;
     for (int i = 0; i < M->nentries; i++)
-        if (!strcmp(M->entries[i]->name, name)) return M->entries[i];
+        if (!strcmp(M->entries[i]->name, name)) return handed_out(M->entries[i]);
     return NULL;
 }
 
@@ -535,7 +550,11 @@ size_t ch_model_trainable_numel(const ch_model_t *M)
     return n;
 }
 
-float *ch_model_param_block(ch_model_t *M) { return M->param_block; }
+float *ch_model_param_block(ch_model_t *M)
+{
+    ch_tensor_data_changed(); /* handed out for writing (tensor.h) */
+    return M->param_block;
+}
 float *ch_model_grad_block(ch_model_t *M) { return M->grad_block; }
 
 float *ch_model_buffer_block(ch_model_t *M, size_t *numel)
@@ -597,6 +616,7 @@ ch_status ch_model_state_dict(ch_model_t *M, ch_nn_view_t *views, int capacity, 
     if (capacity < M->nentries)
         return CH_ERROR(CH_ERR_RANGE, "nn: state dict of '%s' has %d entries, room for %d", M->arch,
                         M->nentries, capacity);
+    ch_tensor_data_changed(); /* the views point into the parameters (tensor.h) */
     for (int i = 0; i < M->nentries; i++) {
         ch_param_t *p = M->entries[i];
         ch_nn_view_t *v = &views[i];
@@ -687,6 +707,7 @@ ch_status ch_model_load_state_dict(ch_model_t *M, const ch_nn_view_t *views, int
             continue;
         }
         memcpy(p->data, v->data, p->numel * ch_dtype_size(p->dtype));
+        ch_tensor_data_changed(); /* tensor.h */
         loaded++;
     }
     if (n_loaded) *n_loaded = loaded;
@@ -705,6 +726,7 @@ ch_status ch_model_copy(ch_model_t *dst, const ch_model_t *src)
                    d->name);
         memcpy(d->data, s->data, d->numel * ch_dtype_size(d->dtype));
     }
+    ch_tensor_data_changed(); /* tensor.h */
     return CH_OK;
 }
 
@@ -718,6 +740,7 @@ ch_devkind_t ch_model_device(const ch_model_t *M, int *dev_index)
 
 float *ch_model_device_param_block(ch_model_t *M)
 {
+    ch_tensor_data_changed(); /* handed out for writing, e.g. DDP's broadcast (tensor.h) */
     return M->dev == CH_DEV_CPU ? M->param_block : M->d_param_block;
 }
 
@@ -760,6 +783,7 @@ ch_status ch_model_sync_to_device(ch_model_t *M)
 {
     CH_REQUIRE(M && M->finalized, "ch_model_sync_to_device: model not finalized");
     if (M->dev == CH_DEV_CPU) return CH_OK;
+    ch_tensor_data_changed(); /* tensor.h */
     return copy_blocks(M, 1);
 }
 
@@ -845,6 +869,7 @@ ch_status ch_model_to_device(ch_model_t *M, ch_devkind_t dev, int dev_index)
     } else {
         point_entries(M, M->d_param_block, M->d_grad_block, M->d_buffer_block);
     }
+    ch_tensor_data_changed(); /* the weights now live elsewhere (tensor.h) */
     s = ch_nn_bind_module(M, M->root);
     if (s != CH_OK) return ch_error_context("binding '%s' to its new device", M->arch);
     if (old != CH_DEV_CPU) {

@@ -147,7 +147,17 @@ ch_status ch_model_finalize(ch_model_t *model, uint64_t seed);
  * `seed`, entries in state-dict order. Gradients are zeroed. */
 ch_status ch_model_init(ch_model_t *model, uint64_t seed);
 
-/* ------------------------------------------------------------ entries */
+/* ------------------------------------------------------------ entries
+ *
+ * Writing parameters (framework/tensor/tensor.h, "parameter data version"):
+ * the CPU convolution keeps each weight converted into its kernel's format
+ * until ch_tensor_data_version() changes. Every function here that writes
+ * parameters or returns a pointer to them (ch_model_entry / _param / _find
+ * for a parameter, ch_model_param_block, ch_model_device_param_block,
+ * ch_model_state_dict) calls ch_tensor_data_changed(), so "get the pointer,
+ * write, forward" is safe; code that keeps such a pointer and writes
+ * through it after a later forward must call ch_tensor_data_changed()
+ * itself before the next forward. */
 
 /* State-dict entries (parameters and buffers), 0 <= i < count. */
 int ch_model_num_entries(const ch_model_t *model);

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 typedef struct {
     int ndim;
@@ -199,6 +200,18 @@ ch_status ch_nn_sync_storage(ch_model_t *M, ch_module_t *m)
     return CH_OK;
 }
 
+static double now_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+double ch_model_sync_bn_seconds(const ch_model_t *M)
+{
+    return M ? M->sync_seconds : 0.0;
+}
+
 ch_status ch_model_set_sync_count_gather(ch_model_t *M, ch_nn_count_gather_fn fn, void *ctx)
 {
     CH_REQUIRE(M, "ch_model_set_sync_count_gather: model is NULL");
@@ -248,6 +261,7 @@ static ch_status syncbn_forward_train_dev(ch_model_t *M, ch_compute_t *cx, ch_mo
         CH_TRY(ch_op_zero(cx, &mean_r));
         CH_TRY(ch_op_zero(cx, &var_r));
     }
+    double t0 = now_s();
     if (g->allgather) {
         ch_status s = g->allgather(g->ctx, gm + g->rank * C, gm, (size_t)C);
         if (s == CH_OK) s = g->allgather(g->ctx, gv + g->rank * C, gv, (size_t)C);
@@ -266,6 +280,7 @@ static ch_status syncbn_forward_train_dev(ch_model_t *M, ch_compute_t *cx, ch_mo
         ch_status s = M->count_gather(M->count_gather_ctx, count, m->g_counts);
         if (s) return ch_error_context("SyncBN '%s': all-gather of counts", m->path);
     }
+    M->sync_seconds += now_s() - t0;
     return sync_bn_combine(cx, m, x, R, count);
 }
 
@@ -275,6 +290,11 @@ ch_status ch_model_convert_sync_bn(ch_model_t *M, const ch_nn_sync_t *sync, int 
     CH_REQUIRE(sync->allreduce_sum, "SyncBN: the process group has no allreduce_sum");
     CH_REQUIRE(sync->world_size >= 1 && sync->rank >= 0 && sync->rank < sync->world_size,
                "SyncBN: rank %d outside world of size %d", sync->rank, sync->world_size);
+    CH_REQUIRE(!(sync->iallreduce_sum || sync->iallgather) == !sync->wait,
+               "SyncBN: the process group needs wait exactly when it has iallreduce_sum or "
+               "iallgather");
+    CH_REQUIRE(!sync->iallgather || sync->allgather,
+               "SyncBN: the process group has iallgather but no allgather");
     M->sync = *sync;
     M->has_sync = 1;
     int n = 0;
@@ -306,12 +326,21 @@ static ch_status syncbn_forward_train(ch_model_t *M, ch_compute_t *cx, ch_module
         memset(var, 0, (size_t)C * sizeof(float));
     }
     float *packed = m->gather, *recv = m->gather + R * row, *send = recv + R * row;
+    double t0 = now_s();
     if (g->allgather) {
         memcpy(send, mean, (size_t)C * sizeof(float));
         memcpy(send + C, var, (size_t)C * sizeof(float));
         send[2 * C] = (float)count;
-        ch_status s = g->allgather(g->ctx, send, recv, (size_t)row);
+        ch_status s;
+        if (g->iallgather) {
+            void *req = NULL;
+            s = g->iallgather(g->ctx, send, recv, (size_t)row, &req);
+            if (!s) s = g->wait(g->ctx, &req);
+        } else {
+            s = g->allgather(g->ctx, send, recv, (size_t)row);
+        }
         if (s) return ch_error_context("SyncBN '%s': all-gather of statistics", m->path);
+        M->sync_seconds += now_s() - t0;
         for (int64_t r = 0; r < R; r++) {
             memcpy(packed + r * C, recv + r * row, (size_t)C * sizeof(float));
             memcpy(packed + R * C + r * C, recv + r * row + C, (size_t)C * sizeof(float));
@@ -322,8 +351,16 @@ static ch_status syncbn_forward_train(ch_model_t *M, ch_compute_t *cx, ch_module
         memcpy(packed + g->rank * C, mean, (size_t)C * sizeof(float));
         memcpy(packed + R * C + g->rank * C, var, (size_t)C * sizeof(float));
         packed[2 * R * C + g->rank] = (float)count;
-        ch_status s = g->allreduce_sum(g->ctx, packed, (size_t)(R * row));
+        ch_status s;
+        if (g->iallreduce_sum) {
+            void *req = NULL;
+            s = g->iallreduce_sum(g->ctx, packed, (size_t)(R * row), &req);
+            if (!s) s = g->wait(g->ctx, &req);
+        } else {
+            s = g->allreduce_sum(g->ctx, packed, (size_t)(R * row));
+        }
         if (s) return ch_error_context("SyncBN '%s': all-reduce of statistics", m->path);
+        M->sync_seconds += now_s() - t0;
     }
     for (int64_t r = 0; r < R; r++) m->g_counts[r] = (int64_t)packed[2 * R * C + r];
     return sync_bn_combine(cx, m, x, R, count);
@@ -532,6 +569,63 @@ static ch_param_t *entry_of(ch_module_t *m, const char *local)
     return NULL;
 }
 
+/* Weight (and bias) gradient of convolution m for the gradient dy of its
+ * output, then its gradient-ready hooks. */
+static ch_status conv_weight_grad(ch_model_t *M, ch_compute_t *cx, ch_module_t *m,
+                                  const ch_tensor_t *dy)
+{
+    CH_TRY(ch_op_conv2d_backward_weights(cx, m->in, dy, &m->conv, &m->dw,
+                                         m->has_bias ? &m->db : NULL));
+    return fire(M, m);
+}
+
+/* Run the deferred convolution weight gradient, if any. */
+static ch_status flush_deferred(ch_model_t *M, ch_compute_t *cx)
+{
+    ch_module_t *c = M->deferred_conv;
+    if (!c) return CH_OK;
+    M->deferred_conv = NULL;
+    return conv_weight_grad(M, cx, c, M->deferred_dy);
+}
+
+/* SyncBN backward overlaps its gradient-sum all-reduce with the weight
+ * gradient of the convolution after it (nn_exec.h, iallreduce_sum): host
+ * models whose process group can start an all-reduce without waiting. */
+static int sync_overlaps(const ch_model_t *M)
+{
+    return M->has_sync && M->sync.iallreduce_sum && M->dev == CH_DEV_CPU;
+}
+
+/* The all-reduce of the SyncBN backward's (sum_dy, sum_dy_xmu) of module m,
+ * with the deferred convolution weight gradient computed while it is in
+ * flight when the process group allows. */
+static ch_status sync_bn_reduce_sums(ch_model_t *M, ch_compute_t *cx, ch_module_t *m)
+{
+    const ch_nn_sync_t *g = &M->sync;
+    float *sums = ch_tensor_f32(&m->sums);
+    size_t n = (size_t)(2 * m->channels);
+    double t0 = now_s();
+    if (!sync_overlaps(M)) {
+        ch_status s = g->allreduce_sum(g->ctx, sums, n);
+        if (s) return ch_error_context("SyncBN '%s': all-reduce of gradient sums", m->path);
+        M->sync_seconds += now_s() - t0;
+        return CH_OK;
+    }
+    void *req = NULL;
+    if (g->iallreduce_sum(g->ctx, sums, n, &req))
+        return ch_error_context("SyncBN '%s': start of the all-reduce of gradient sums", m->path);
+    double t1 = now_s();
+    M->sync_seconds += t1 - t0;
+    ch_status s = flush_deferred(M, cx);
+    double t2 = now_s();
+    /* complete the request even when the deferred work failed */
+    ch_status w = g->wait(g->ctx, &req);
+    M->sync_seconds += now_s() - t2;
+    if (s) return s;
+    if (w) return ch_error_context("SyncBN '%s': all-reduce of gradient sums", m->path);
+    return CH_OK;
+}
+
 static ch_status bwd(ch_model_t *M, ch_compute_t *cx, ch_module_t *m, ch_tensor_t *dy,
                      ch_tensor_t **dx)
 {
@@ -569,11 +663,19 @@ static ch_status bwd(ch_model_t *M, ch_compute_t *cx, ch_module_t *m, ch_tensor_
         return CH_OK;
     }
     case CH_NN_CONV2D:
-        if (tw || tb) {
-            CH_TRY(ch_op_conv2d_backward_weights(cx, m->in, dy, &m->conv, &m->dw,
-                                                 m->has_bias ? &m->db : NULL));
-            CH_TRY(fire(M, m));
+        if ((tw || tb) && m->needs_dx && dy == M->last_sync_dx && sync_overlaps(M)) {
+            /* dy is the dx of the SyncBN just done, which nothing writes
+             * until the next backward; m->in is a forward activation, read
+             * only in backward: the weight gradient can wait for the next
+             * SyncBN's all-reduce (sync_bn_reduce_sums) or the end */
+            CH_TRY(flush_deferred(M, cx));
+            CH_TRY(ch_op_conv2d_backward_data(cx, dy, &m->w, &m->conv, &m->dx));
+            M->deferred_conv = m;
+            M->deferred_dy = dy;
+            *dx = &m->dx;
+            return CH_OK;
         }
+        if (tw || tb) CH_TRY(conv_weight_grad(M, cx, m, dy));
         if (m->needs_dx) {
             CH_TRY(ch_op_conv2d_backward_data(cx, dy, &m->w, &m->conv, &m->dx));
             *dx = &m->dx;
@@ -602,9 +704,8 @@ static ch_status bwd(ch_model_t *M, ch_compute_t *cx, ch_module_t *m, ch_tensor_
             CH_TRY(fire(M, m));
         }
         if (m->needs_dx) {
-            ch_status s = M->sync.allreduce_sum(M->sync.ctx, ch_tensor_f32(&m->sums),
-                                                (size_t)(2 * m->channels));
-            if (s) return ch_error_context("SyncBN '%s': all-reduce of gradient sums", m->path);
+            CH_TRY(sync_bn_reduce_sums(M, cx, m));
+            M->last_sync_dx = &m->dx;
             if (count > 0)
                 CH_TRY(ch_op_batchnorm_backward_elemt(cx, m->in, dy, &m->mean, &m->var, NN_BN_EPS,
                                                       &m->w, &m->sum_dy, &m->sum_dy_xmu,
@@ -670,7 +771,12 @@ ch_status ch_model_backward(ch_model_t *M, ch_compute_t *cx, const ch_tensor_t *
     }
     grad_flags(M->root, 0);
     ch_tensor_t *dx = NULL;
+    M->deferred_conv = NULL;
+    M->last_sync_dx = NULL;
     ch_status s = bwd(M, cx, M->root, &M->dlogits, &dx);
+    if (s == CH_OK) s = flush_deferred(M, cx);
+    M->deferred_conv = NULL;
+    M->last_sync_dx = NULL;
     if (s) return ch_error_context("backward of '%s'", M->arch);
     /* a second backward needs a new loss: dlogits was consumed */
     M->have_loss = 0;

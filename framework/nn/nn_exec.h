@@ -119,7 +119,7 @@ size_t ch_model_arena_bytes(const ch_model_t *model);
  *   { return ch_pg_allreduce(pg, d, d, (int64_t)n, CH_DIST_FLOAT32, CH_REDUCE_SUM); }
  *   static ch_status pg_gather(void *pg, const float *in, float *out, size_t n)
  *   { return ch_pg_allgather(pg, in, out, (int64_t)n, CH_DIST_FLOAT32); }
- *   ch_nn_sync_t s = {pg_sum, pg_gather, pg, ch_pg_rank(pg), ch_pg_size(pg)};
+ *   ch_nn_sync_t s = {pg_sum, pg_gather, pg, ch_pg_rank(pg), ch_pg_size(pg), NULL, NULL, NULL};
  */
 typedef struct {
     ch_status (*allreduce_sum)(void *ctx, float *data, size_t n);
@@ -128,6 +128,26 @@ typedef struct {
     void *ctx;
     int rank;
     int world_size;
+    /* Optional non-blocking forms (NULL: the blocking ones above), used by
+     * a CPU model. iallreduce_sum starts a sum all-reduce of n host floats
+     * in place, iallgather an all-gather as allgather does (it needs
+     * allgather too), each giving a handle in *req; wait completes one (and
+     * sets *req = NULL). Buffers stay untouched in between. wait is needed
+     * with either. With iallreduce_sum, SyncBN's backward starts the
+     * all-reduce of (sum_dy, sum_dy_xmu) and, while it is in flight,
+     * computes the weight gradient of the convolution that consumed the
+     * layer's output (deferred for that: the convolution's input gradient
+     * goes first), so the wait hides behind compute; the forward's
+     * statistics go through iallgather (or, without allgather, through
+     * iallreduce_sum) and wait. The results are bitwise those of the
+     * blocking forms; what changes is how the rank waits: wait may poll and
+     * yield the core (ch_ddp_convert_sync_bn's does), where a blocking MPI
+     * call spins and, on an oversubscribed node, takes the core from the
+     * rank it is waiting for. With the MPI process group: ch_pg_iallreduce,
+     * ch_pg_iallgather, ch_work_test. */
+    ch_status (*iallreduce_sum)(void *ctx, float *data, size_t n, void **req);
+    ch_status (*iallgather)(void *ctx, const float *in, float *out, size_t n, void **req);
+    ch_status (*wait)(void *ctx, void **req);
 } ch_nn_sync_t;
 
 /* torch.nn.SyncBatchNorm.convert_sync_batchnorm: every BatchNorm2d becomes
@@ -166,6 +186,15 @@ ch_status ch_model_convert_sync_bn(ch_model_t *model, const ch_nn_sync_t *sync,
  * CH_ERR_INVALID without it); unused on the CPU. fn NULL removes it. */
 typedef ch_status (*ch_nn_count_gather_fn)(void *ctx, int64_t local, int64_t *all);
 ch_status ch_model_set_sync_count_gather(ch_model_t *model, ch_nn_count_gather_fn fn, void *ctx);
+
+/* Host seconds (CLOCK_MONOTONIC) this model has spent inside SyncBN
+ * collectives since it was created: the statistics all-gather / all-reduce
+ * of each training forward and the gradient-sum all-reduce (or, with
+ * iallreduce_sum, the wait for it) of each backward. This is the time that
+ * plain BN does not have: latency, the other ranks' lateness (skew), and
+ * whatever progress of other in-flight collectives MPI does meanwhile. On a
+ * GPU model it is only the host time of queueing. 0 without SyncBN. */
+double ch_model_sync_bn_seconds(const ch_model_t *model);
 
 #ifdef __cplusplus
 }

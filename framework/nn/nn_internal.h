@@ -107,6 +107,13 @@ struct ch_model {
     int has_sync;
     ch_nn_count_gather_fn count_gather; /* SyncBN on a GPU: host gather of counts */
     void *count_gather_ctx;
+    double sync_seconds;          /* ch_model_sync_bn_seconds */
+    /* SyncBN backward with iallreduce_sum: a convolution whose weight
+     * gradient waits for the next SyncBN's all-reduce to be in flight (NULL:
+     * none), and the gradient of its output */
+    ch_module_t *deferred_conv;
+    const ch_tensor_t *deferred_dy;
+    const ch_tensor_t *last_sync_dx; /* dx of the SyncBN backward that ran last */
 };
 
 /* (Re)allocate the SyncBN gather storage of batch-norm module m for the

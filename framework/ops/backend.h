@@ -27,6 +27,9 @@ typedef struct ch_ops_backend {
     void (*describe)(const void *state, char *buf, size_t len);
     size_t (*cache_entries)(const void *state);
     size_t (*scratchpad_bytes)(const void *state);
+    /* ch_compute_weight_conversions' counters; NULL when the backend never
+     * converts weights (both count 0) */
+    void (*weight_conversions)(const void *state, int64_t *converted, int64_t *reused);
     ch_status (*sync)(void *state);
 
     ch_status (*reorder)(void *st, const ch_tensor_t *src, ch_tensor_t *dst);

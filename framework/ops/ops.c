@@ -115,6 +115,20 @@ size_t ch_compute_cache_entries(const ch_compute_t *cx)
     return n;
 }
 
+void ch_compute_weight_conversions(const ch_compute_t *cx, int64_t *converted, int64_t *reused)
+{
+    int64_t c = 0, r = 0;
+    for (int i = 0; cx && i < 2; i++)
+        if (cx->be[i] && cx->state[i] && cx->be[i]->weight_conversions) {
+            int64_t ci = 0, ri = 0;
+            cx->be[i]->weight_conversions(cx->state[i], &ci, &ri);
+            c += ci;
+            r += ri;
+        }
+    if (converted) *converted = c;
+    if (reused) *reused = r;
+}
+
 size_t ch_compute_scratchpad_bytes(const ch_compute_t *cx)
 {
     size_t n = 0;
@@ -241,6 +255,15 @@ static ch_status need_shape4(const char *op, const char *arg, const ch_tensor_t 
     return ch_tensor_check_shape(t, what, CH_F32, 4, s);
 }
 
+/* An op is about to write these outputs (any may be NULL): when one is a
+ * versioned tensor (a parameter, tensor.h), cached copies derived from
+ * parameters become stale. */
+static void wrote(const ch_tensor_t *a, const ch_tensor_t *b, const ch_tensor_t *c)
+{
+    if ((a && a->versioned) || (b && b->versioned) || (c && c->versioned))
+        ch_tensor_data_changed();
+}
+
 #define BE(t) const ch_ops_backend_t *be = NULL; void *st = NULL; CH_TRY(pick(cx, OP, (t), &be, &st))
 
 /* ---------------------------------------------------------- data motion */
@@ -254,6 +277,7 @@ ch_status ch_op_reorder(ch_compute_t *cx, const ch_tensor_t *src, ch_tensor_t *d
     CH_TRY(need_same_shape(OP, "src", src, "dst", dst));
     const ch_tensor_t *dev = src->dev != CH_DEV_CPU ? src : dst;
     BE(dev);
+    wrote(dst, NULL, NULL);
     return be->reorder(st, src, dst);
 #undef OP
 }
@@ -271,6 +295,7 @@ ch_status ch_op_zero(ch_compute_t *cx, ch_tensor_t *t)
     CH_REQUIRE(t, OP ": tensor is NULL");
     CH_TRY(need(OP, "t", t, t->dtype, 0));
     BE(t);
+    wrote(t, NULL, NULL);
     return be->fill(st, t, 0.0f);
 #undef OP
 }
@@ -280,6 +305,7 @@ ch_status ch_op_fill(ch_compute_t *cx, ch_tensor_t *t, float value)
 #define OP "ch_op_fill"
     CH_TRY(need(OP, "t", t, CH_F32, 0));
     BE(t);
+    wrote(t, NULL, NULL);
     return be->fill(st, t, value);
 #undef OP
 }
@@ -294,6 +320,7 @@ ch_status ch_op_copy(ch_compute_t *cx, const ch_tensor_t *src, ch_tensor_t *dst)
     CH_TRY(need_same_layout(OP, "src", src, "dst", dst));
     SAME_DEVICE(OP, src, dst);
     BE(src);
+    wrote(dst, NULL, NULL);
     return be->copy(st, src, dst);
 #undef OP
 }
@@ -352,6 +379,7 @@ ch_status ch_op_conv2d_forward(ch_compute_t *cx, const ch_tensor_t *x, const ch_
     SAME_DEVICE(OP, x, w, b, y);
     BE(x);
     if (x->shape[0] == 0) return CH_OK;
+    wrote(y, NULL, NULL);
     return be->conv2d_forward(st, x, w, b, p, y);
 #undef OP
 }
@@ -365,6 +393,7 @@ ch_status ch_op_conv2d_backward_data(ch_compute_t *cx, const ch_tensor_t *dy,
     SAME_DEVICE(OP, dy, w, dx);
     BE(dy);
     if (dy->shape[0] == 0) return CH_OK;
+    wrote(dx, NULL, NULL);
     return be->conv2d_backward_data(st, dy, w, p, dx);
 #undef OP
 }
@@ -382,6 +411,7 @@ ch_status ch_op_conv2d_backward_weights(ch_compute_t *cx, const ch_tensor_t *x,
         if (db) CH_TRY(be->fill(st, db, 0.0f));
         return CH_OK;
     }
+    wrote(dw, db, NULL);
     return be->conv2d_backward_weights(st, x, dy, p, dw, db);
 #undef OP
 }
@@ -426,6 +456,7 @@ ch_status ch_op_batchnorm_stats(ch_compute_t *cx, const ch_tensor_t *x, ch_tenso
                ch_tensor_describe(x, (char[128]){0}, 128));
     SAME_DEVICE(OP, x, mean, var);
     BE(x);
+    wrote(mean, var, NULL);
     return be->bn_stats(st, x, mean, var);
 #undef OP
 }
@@ -453,6 +484,7 @@ ch_status ch_op_batchnorm_apply(ch_compute_t *cx, const ch_tensor_t *x, const ch
 #define OP "ch_op_batchnorm_apply"
     CH_TRY(bn_apply_check(OP, x, mean, var, weight, bias, eps, y));
     BE(x);
+    wrote(y, NULL, NULL);
     return be->bn_apply(st, x, mean, var, weight, bias, eps, y);
 #undef OP
 }
@@ -465,6 +497,7 @@ ch_status ch_op_batchnorm_forward_eval(ch_compute_t *cx, const ch_tensor_t *x,
 #define OP "ch_op_batchnorm_forward_eval"
     CH_TRY(bn_apply_check(OP, x, running_mean, running_var, weight, bias, eps, y));
     BE(x);
+    wrote(y, NULL, NULL);
     return be->bn_apply(st, x, running_mean, running_var, weight, bias, eps, y);
 #undef OP
 }
@@ -483,6 +516,7 @@ ch_status ch_op_batchnorm_forward_train(ch_compute_t *cx, const ch_tensor_t *x,
     CH_REQUIRE(y->data != x->data, OP ": y must not alias x");
     BE(x);
     CH_TRY(be->bn_stats(st, x, mean, var));
+    wrote(y, NULL, NULL);
     return be->bn_apply(st, x, mean, var, weight, bias, eps, y);
 #undef OP
 }
@@ -504,6 +538,7 @@ ch_status ch_op_batchnorm_update_running(ch_compute_t *cx, ch_tensor_t *running_
                (double)momentum);
     SAME_DEVICE(OP, running_mean, running_var, mean, var);
     BE(running_mean);
+    wrote(running_mean, running_var, NULL);
     return be->bn_update_running(st, running_mean, running_var, mean, var, count, momentum);
 #undef OP
 }
@@ -552,6 +587,7 @@ ch_status ch_op_batchnorm_backward_reduce(ch_compute_t *cx, const ch_tensor_t *x
     CH_TRY(need_vec(OP, "sum_dy_xmu", sum_dy_xmu, C, 0));
     SAME_DEVICE(OP, x, dy, mean, sum_dy, sum_dy_xmu);
     BE(x);
+    wrote(sum_dy, sum_dy_xmu, NULL);
     return be->bn_backward_reduce(st, x, dy, mean, sum_dy, sum_dy_xmu);
 #undef OP
 }
@@ -571,6 +607,7 @@ ch_status ch_op_batchnorm_param_grads(ch_compute_t *cx, const ch_tensor_t *sum_d
     CH_REQUIRE(eps >= 0.0f, OP ": eps %g < 0", (double)eps);
     SAME_DEVICE(OP, sum_dy, sum_dy_xmu, var, dweight, dbias);
     BE(sum_dy);
+    wrote(dweight, dbias, NULL);
     return be->bn_param_grads(st, sum_dy, sum_dy_xmu, var, eps, dweight, dbias);
 #undef OP
 }
@@ -607,6 +644,7 @@ ch_status ch_op_batchnorm_backward_elemt(ch_compute_t *cx, const ch_tensor_t *x,
     CH_REQUIRE(total >= 1, OP ": total count %lld < 1", (long long)total);
     SAME_DEVICE(OP, x, sum_dy, sum_dy_xmu);
     BE(x);
+    wrote(dx, NULL, NULL);
     return be->bn_backward_elemt(st, x, dy, mean, var, eps, weight, sum_dy, sum_dy_xmu, total,
                                  dx);
 #undef OP
@@ -626,6 +664,7 @@ ch_status ch_op_batchnorm_backward(ch_compute_t *cx, const ch_tensor_t *x,
     CH_REQUIRE(cnt >= 1, OP ": no values per channel (N*H*W = 0)");
     SAME_DEVICE(OP, x, dweight, dbias);
     BE(x);
+    wrote(dx, dweight, dbias);
     return be->bn_backward(st, x, dy, mean, var, eps, weight, dx, dweight, dbias);
 #undef OP
 }
@@ -640,6 +679,7 @@ ch_status ch_op_relu_forward(ch_compute_t *cx, const ch_tensor_t *x, ch_tensor_t
     CH_TRY(bn_pair(OP, "x", x, "y", y));
     SAME_DEVICE(OP, x, y);
     BE(x);
+    wrote(y, NULL, NULL);
     return be->relu_forward(st, x, y);
 #undef OP
 }
@@ -654,6 +694,7 @@ ch_status ch_op_relu_backward(ch_compute_t *cx, const ch_tensor_t *y, const ch_t
     CH_TRY(bn_pair(OP, "y", y, "dx", dx));
     SAME_DEVICE(OP, y, dy, dx);
     BE(y);
+    wrote(dx, NULL, NULL);
     return be->relu_backward(st, y, dy, dx);
 #undef OP
 }
@@ -694,6 +735,7 @@ ch_status ch_op_maxpool2d_forward(ch_compute_t *cx, const ch_tensor_t *x,
     CH_TRY(pool_check(OP, x, p, y));
     SAME_DEVICE(OP, x, y);
     BE(x);
+    wrote(y, NULL, NULL);
     return be->maxpool_forward(st, x, p, y);
 #undef OP
 }
@@ -707,6 +749,7 @@ ch_status ch_op_maxpool2d_backward(ch_compute_t *cx, const ch_tensor_t *x,
     CH_TRY(bn_pair(OP, "x", x, "dx", dx));
     SAME_DEVICE(OP, x, dy, dx);
     BE(x);
+    wrote(dx, NULL, NULL);
     return be->maxpool_backward(st, x, dy, p, dx);
 #undef OP
 }
@@ -733,6 +776,7 @@ ch_status ch_op_avgpool_global_forward(ch_compute_t *cx, const ch_tensor_t *x, c
     CH_TRY(pooled_check(OP, "y", y, x));
     SAME_DEVICE(OP, x, y);
     BE(x);
+    wrote(y, NULL, NULL);
     return be->avgpool_global_forward(st, x, y);
 #undef OP
 }
@@ -746,6 +790,7 @@ ch_status ch_op_avgpool_global_backward(ch_compute_t *cx, const ch_tensor_t *dy,
     CH_TRY(pooled_check(OP, "dy", dy, dx));
     SAME_DEVICE(OP, dx, dy);
     BE(dx);
+    wrote(dx, NULL, NULL);
     return be->avgpool_global_backward(st, dy, dx);
 #undef OP
 }
@@ -777,6 +822,7 @@ ch_status ch_op_linear_forward(ch_compute_t *cx, const ch_tensor_t *x, const ch_
     CH_TRY(need_vec(OP, "bias", b, M, 1));
     SAME_DEVICE(OP, x, w, b, y);
     BE(x);
+    wrote(y, NULL, NULL);
     return be->linear_forward(st, x, w, b, y);
 #undef OP
 }
@@ -794,6 +840,7 @@ ch_status ch_op_linear_backward_data(ch_compute_t *cx, const ch_tensor_t *dy,
     CH_TRY(mat(OP, "dx", dx, N, K));
     SAME_DEVICE(OP, dy, w, dx);
     BE(dy);
+    wrote(dx, NULL, NULL);
     return be->linear_backward_data(st, dy, w, dx);
 #undef OP
 }
@@ -812,6 +859,7 @@ ch_status ch_op_linear_backward_weights(ch_compute_t *cx, const ch_tensor_t *x,
     CH_TRY(need_vec(OP, "dbias", db, M, 1));
     SAME_DEVICE(OP, x, dy, dw, db);
     BE(x);
+    wrote(dw, db, NULL);
     return be->linear_backward_weights(st, x, dy, dw, db);
 #undef OP
 }
@@ -828,6 +876,7 @@ ch_status ch_op_add(ch_compute_t *cx, const ch_tensor_t *a, const ch_tensor_t *b
     CH_TRY(bn_pair(OP, "a", a, "out", out));
     SAME_DEVICE(OP, a, b, out);
     BE(a);
+    wrote(out, NULL, NULL);
     return be->add(st, a, b, out);
 #undef OP
 }
@@ -840,6 +889,7 @@ ch_status ch_op_add_inplace(ch_compute_t *cx, ch_tensor_t *acc, const ch_tensor_
     CH_TRY(bn_pair(OP, "acc", acc, "x", x));
     SAME_DEVICE(OP, acc, x);
     BE(acc);
+    wrote(acc, NULL, NULL);
     return be->add(st, acc, x, acc);
 #undef OP
 }
@@ -849,6 +899,7 @@ ch_status ch_op_scale(ch_compute_t *cx, ch_tensor_t *t, float alpha)
 #define OP "ch_op_scale"
     CH_TRY(need(OP, "t", t, CH_F32, 0));
     BE(t);
+    wrote(t, NULL, NULL);
     return be->scale(st, t, alpha);
 #undef OP
 }
@@ -885,6 +936,7 @@ ch_status ch_op_cross_entropy(ch_compute_t *cx, const ch_tensor_t *logits,
     if (dlogits) CH_TRY(mat(OP, "dlogits", dlogits, logits->shape[0], logits->shape[1]));
     SAME_DEVICE(OP, logits, loss, dlogits);
     BE(logits);
+    wrote(loss, dlogits, NULL);
     return be->cross_entropy(st, logits, labels, loss, dlogits);
 #undef OP
 }
@@ -896,6 +948,7 @@ ch_status ch_op_argmax(ch_compute_t *cx, const ch_tensor_t *logits, ch_tensor_t 
     CH_TRY(logits_labels(OP, logits, out));
     CH_REQUIRE(logits->shape[1] >= 1, OP ": logits need K >= 1 classes");
     BE(logits);
+    wrote(out, NULL, NULL);
     return be->argmax(st, logits, out);
 #undef OP
 }
@@ -939,6 +992,7 @@ ch_status ch_op_upload_async(ch_compute_t *cx, const ch_tensor_t *src, ch_tensor
     BE(dst);
     if (!be->upload_async)
         return CH_ERROR(CH_ERR_UNSUPPORTED, OP ": the %s backend has no async upload", be->name);
+    wrote(dst, NULL, NULL);
     return be->upload_async(st, src, dst);
 #undef OP
 }
@@ -971,6 +1025,7 @@ ch_status ch_op_sgd_step(ch_compute_t *cx, ch_devkind_t dev, int dev_index,
                    (double)h->momentum);
     }
     if (n == 0) return CH_OK;
+    ch_tensor_data_changed(); /* parameters are written (tensor.h) */
     if (!cx) /* the CPU loop needs no context (optimizers without one) */
         return ch_ops_cpu_backend()->sgd_step(NULL, ts, n, h);
     ch_tensor_t probe;

@@ -143,6 +143,17 @@ char *ch_compute_describe(const ch_compute_t *cx, char *buf, size_t len);
 size_t ch_compute_cache_entries(const ch_compute_t *cx);
 size_t ch_compute_scratchpad_bytes(const ch_compute_t *cx);
 
+/* Convolution weight conversions since the context was created (for tests
+ * and benchmarks): a convolution whose kernel wants its weights in another
+ * format than plain OIHW (oneDNN's blocked formats, or the dense matrix of
+ * the small-map GEMM path) either converts them (*converted) or reuses a
+ * copy it converted earlier from the same versioned tensor at the same
+ * ch_tensor_data_version() (*reused; framework/tensor/tensor.h). Calls
+ * whose kernel takes plain OIHW count in neither. Backends that do not
+ * convert (CUDA) count nothing. Either pointer may be NULL; a NULL context
+ * gives zeros. */
+void ch_compute_weight_conversions(const ch_compute_t *cx, int64_t *converted, int64_t *reused);
+
 /* Wait for all queued work on the context (no-op for the CPU backend,
  * whose ops complete before returning). */
 ch_status ch_compute_sync(ch_compute_t *cx);

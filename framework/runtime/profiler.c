@@ -79,6 +79,11 @@ long ch_prof_calls(const ch_prof_t *p, int phase)
 
 double ch_prof_wall(const ch_prof_t *p) { return ch_time_now() - p->t0; }
 
+static int unused_phase(long calls_max, double seconds_max)
+{
+    return calls_max == 0 && seconds_max == 0.0;
+}
+
 ch_status ch_prof_report(const ch_prof_t *p, MPI_Comm comm, FILE *out)
 {
     CH_REQUIRE(p, "ch_prof_report: NULL profiler");
@@ -92,14 +97,23 @@ ch_status ch_prof_report(const ch_prof_t *p, MPI_Comm comm, FILE *out)
     CH_CHECK_MPI(MPI_Reduce(v, mn, n + 1, MPI_DOUBLE, MPI_MIN, 0, comm));
     CH_CHECK_MPI(MPI_Reduce(v, mx, n + 1, MPI_DOUBLE, MPI_MAX, 0, comm));
     CH_CHECK_MPI(MPI_Reduce(v, sum, n + 1, MPI_DOUBLE, MPI_SUM, 0, comm));
+    long calls_max[CH_PROF_MAX_PHASES];
+    CH_CHECK_MPI(MPI_Reduce(p->calls, calls_max, n, MPI_LONG, MPI_MAX, 0, comm));
     if (rank != 0 || !out) return CH_OK;
+    /* a phase no rank entered (no call, no time: e.g. "gpu wait" on a CPU
+     * run) is left out; when none was entered (a job that failed in its
+     * setup) there is no table at all */
+    int used = 0;
+    for (int i = 0; i < n; i++) used += unused_phase(calls_max[i], mx[i]) ? 0 : 1;
+    if (used == 0) return CH_OK;
     double wall = sum[n] / size;
     fprintf(out, "profile over %d rank%s (seconds; min / mean / max over ranks)\n", size,
             size == 1 ? "" : "s");
     fprintf(out, "  %-18s %9s %10s %10s %10s %7s\n", "phase", "calls", "min", "mean", "max",
             "%wall");
     for (int i = 0; i < n; i++)
-        fprintf(out, "  %-18s %9ld %10.3f %10.3f %10.3f %6.1f%%\n", p->names[i], p->calls[i],
+        if (!unused_phase(calls_max[i], mx[i]))
+            fprintf(out, "  %-18s %9ld %10.3f %10.3f %10.3f %6.1f%%\n", p->names[i], p->calls[i],
                 mn[i], sum[i] / size, mx[i], wall > 0 ? 100.0 * sum[i] / size / wall : 0.0);
     fprintf(out, "  %-18s %9s %10.3f %10.3f %10.3f %6.1f%%\n", "total (wall)", "", mn[n], wall,
             mx[n], 100.0);

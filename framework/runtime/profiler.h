@@ -48,7 +48,9 @@ double ch_prof_wall(const ch_prof_t *p);
 
 /* Collective over comm: gather per-phase min/mean/max seconds over ranks and
  * print the table on rank 0 to `out` (ignored on other ranks). Columns:
- * phase, calls (rank 0), min s, mean s, max s, % of wall (mean). */
+ * phase, calls (rank 0), min s, mean s, max s, % of wall (mean). A phase that
+ * no rank entered (0 calls and 0 s on every rank) is left out; when no phase
+ * was entered nothing is printed. MPI errors as CH_ERR_MPI. */
 ch_status ch_prof_report(const ch_prof_t *p, MPI_Comm comm, FILE *out);
 
 /* Monotonic time in seconds (CLOCK_MONOTONIC). */

@@ -337,3 +337,11 @@ ch_status ch_tensor_check_shape(const ch_tensor_t *t, const char *what, ch_dtype
     }
     return CH_OK;
 }
+
+/* ------------------------------------------------ parameter data version */
+
+static uint64_t g_data_version = 1;
+
+void ch_tensor_data_changed(void) { __atomic_add_fetch(&g_data_version, 1, __ATOMIC_SEQ_CST); }
+
+uint64_t ch_tensor_data_version(void) { return __atomic_load_n(&g_data_version, __ATOMIC_SEQ_CST); }

@@ -77,6 +77,9 @@ typedef struct ch_tensor {
     void *data;                           /* NULL until allocated / committed */
     size_t nbytes;                        /* bytes of storage = numel * dtype size */
     int owns;                             /* 1 when ch_tensor_free must release data */
+    int versioned;                        /* 1: a parameter whose writers all call
+                                             ch_tensor_data_changed() (see below);
+                                             0 (what init/alloc/wrap/view set): unknown */
 } ch_tensor_t;
 
 /* Size in bytes of one element of dtype (4, 8 or 1); 0 for an unknown dtype. */
@@ -153,6 +156,42 @@ ch_status ch_tensor_check(const ch_tensor_t *t, const char *what, ch_dtype_t dty
                           int ndim);
 ch_status ch_tensor_check_shape(const ch_tensor_t *t, const char *what,
                                 ch_dtype_t dtype, int ndim, const int64_t *shape);
+
+/* ---- parameter data version (caches of converted weights)
+ *
+ * Ops may keep data derived from a weight tensor between calls (the CPU
+ * convolution keeps the weights reordered into its kernel's blocked format,
+ * framework/ops/cpu/conv.c) only when the tensor has versioned = 1, and tag
+ * the derived copy with (data pointer, ch_tensor_data_version()). The
+ * version is ONE process-wide counter, not one per tensor: parameters are
+ * written through raw pointers that know no tensor header (the optimizer's
+ * float pointers, DDP's broadcast of the whole parameter block, state-dict
+ * memcpy), so a per-tensor counter would have to be found by every such
+ * writer. Any write to any versioned tensor's data makes every cached copy
+ * stale; a training step converts each weight once, an evaluation loop with
+ * unchanged weights never again.
+ *
+ * THE RULE: whoever writes the data of a versioned tensor by any path other
+ * than a ch_op_* call (which bumps it itself) must call
+ * ch_tensor_data_changed() after the write and before the next op that
+ * reads the tensor. Inside cohort: ch_op_sgd_step, ch_op_copy/fill/zero/
+ * reorder/add/add_inplace/scale/upload_async into a versioned tensor, and in
+ * framework/nn every function that writes the parameters (finalize, init,
+ * load_state_dict, copy, to_device, sync_to_device) or hands out pointers to
+ * them (ch_model_param_block, ch_model_device_param_block, ch_model_param,
+ * ch_model_entry, ch_model_find, ch_model_state_dict: the caller may write
+ * through them) call it; DDP's broadcast of the parameters and
+ * io/train_state.c's loads call it too. Code that keeps a parameter pointer
+ * and writes through it later must call it itself. Only framework/nn sets
+ * versioned = 1 (module weights and biases); every other tensor is never
+ * cached. Setting COHORT_WEIGHT_CACHE=0 in the environment turns the cache
+ * off; COHORT_WEIGHT_CACHE=check reconverts on every reuse and fails the op
+ * (CH_ERR_INTERNAL) when the cached copy differs, i.e. when a writer forgot
+ * this call. Thread-safe (atomic). */
+void ch_tensor_data_changed(void);
+
+/* The current value of the counter above (starts at 1, only grows). */
+uint64_t ch_tensor_data_version(void);
 
 /* ---- device storage hooks (for GPU backends; the host allocator is
  * built in). alloc must return zero-filled memory of `bytes` or an error. */

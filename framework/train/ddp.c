@@ -8,6 +8,7 @@
 #include "framework/runtime/profiler.h"
 #include "framework/tensor/tensor.h"
 
+#include <sched.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -73,6 +74,44 @@ static ch_status sync_allgather(void *pg, const float *in, float *out, size_t n)
     return ch_pg_allgather(pg, in, out, (int64_t)n, CH_DIST_FLOAT32);
 }
 
+static ch_status sync_iallreduce(void *pg, float *data, size_t n, void **req)
+{
+    ch_work_t *w = NULL;
+    ch_status s = ch_pg_iallreduce(pg, data, data, (int64_t)n, CH_DIST_FLOAT32, CH_REDUCE_SUM, &w);
+    *req = w;
+    return s;
+}
+
+static ch_status sync_iallgather(void *pg, const float *in, float *out, size_t n, void **req)
+{
+    ch_work_t *w = NULL;
+    ch_status s = ch_pg_iallgather(pg, in, out, (int64_t)n, CH_DIST_FLOAT32, &w);
+    *req = w;
+    return s;
+}
+
+/* Poll, yielding the core between tests: MPI's blocking wait spins, and on
+ * a node with more runnable threads than cores (two ranks per core, loader
+ * threads, other jobs) the spinning rank takes CPU time from the rank it
+ * waits for, at every SyncBN layer. sched_yield returns at once when
+ * nothing else is runnable, so a dedicated core loses nothing. */
+static ch_status sync_wait(void *pg, void **req)
+{
+    (void)pg;
+    ch_work_t *w = *req;
+    ch_status s = CH_OK;
+    for (int done = 0; !done && s == CH_OK;) {
+        s = ch_work_test(&w, &done);
+        if (s == CH_OK && !done) sched_yield();
+    }
+    if (w) { /* only after an error that left the handle: complete it anyway */
+        ch_status s2 = ch_work_wait(&w);
+        if (s == CH_OK) s = s2;
+    }
+    *req = NULL;
+    return s;
+}
+
 /* SyncBN on a GPU: the per-rank element counts travel on the host. */
 static ch_status sync_count_gather(void *pg, int64_t local, int64_t *all)
 {
@@ -84,7 +123,11 @@ ch_status ch_ddp_convert_sync_bn(ch_model_t *model, ch_pg_t *pg, ch_pg_t *host_p
 {
     CH_REQUIRE(model && pg && host_pg, "ch_ddp_convert_sync_bn: NULL argument");
     int dev_index;
-    ch_nn_sync_t sync = {sync_allreduce, sync_allgather, pg, ch_pg_rank(pg), ch_pg_size(pg)};
+    ch_nn_sync_t sync = {sync_allreduce, sync_allgather, pg, ch_pg_rank(pg), ch_pg_size(pg),
+                         sync_iallreduce, NULL, sync_wait};
+    /* the non-blocking forms are used on the CPU only (nn_exec.h);
+     * ch_pg_iallgather is MPI-only */
+    if (ch_pg_backend_of(pg) == CH_PG_MPI) sync.iallgather = sync_iallgather;
     CH_TRY(ch_model_convert_sync_bn(model, &sync, n_converted));
     if (ch_model_device(model, &dev_index) == CH_DEV_CUDA)
         CH_TRY(ch_model_set_sync_count_gather(model, sync_count_gather, host_pg));
@@ -287,9 +330,11 @@ ch_status ch_ddp_broadcast_state(ch_ddp_t *d)
     CH_REQUIRE(d, "ch_ddp_broadcast_state: NULL DDP");
     if (d->world == 1) return CH_OK;
     size_t n = ch_model_param_numel(d->model);
-    if (n)
+    if (n) {
         CH_TRY(ch_pg_broadcast(d->pg, ch_model_device_param_block(d->model), (int64_t)n,
                                CH_DIST_FLOAT32, 0));
+        ch_tensor_data_changed(); /* rank 0's parameters arrived (framework/tensor/tensor.h) */
+    }
     return broadcast_buffers(d);
 }
 

@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """PyTorch twin of tests/bench_nn: training steps (zero_grad, forward,
 cross-entropy, backward, SGD step) or inference of a torchvision model on
-random data; prints the median step time. Same options as bench_nn:
+random data; prints the median step time (wall and process CPU) and the CPU
+capability of PyTorch's own kernels. Runs under Debian's torch 1.13 and
+torch 2.x (tests/bench_torch_venv.sh). Same options as bench_nn:
   bench_nn_torch.py [--arch resnet18] [--batch 64] [--size 28] [--channels 1]
                     [--threads 1] [--steps 20] [--warmup 3] [--eval]
 """
@@ -15,6 +17,20 @@ import torch.nn as nn
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import resnet_golden  # noqa: E402
+
+
+def cpu_capability():
+    """The ISA of PyTorch's own (ATen) kernels, as ATEN_CPU_CAPABILITY caps it:
+    torch.backends.cpu.get_cpu_capability() from torch 2.0, else the line of
+    torch.__config__.show() that reports it (torch 1.13)."""
+    try:
+        import torch.backends.cpu as backends_cpu
+        return backends_cpu.get_cpu_capability()
+    except (ImportError, AttributeError):
+        for line in torch.__config__.show().splitlines():
+            if "CPU capability usage:" in line:
+                return line.split(":", 1)[1].strip().replace(" ", "_")
+    return "unknown"
 
 
 def main():
@@ -53,10 +69,11 @@ def main():
     cpu.sort()
     med = times[len(times) // 2]
     print("torch %s %s %s batch %d input %dx%dx%d threads %d: median %.2f ms/step (min %.2f, max %.2f), "
-          "%.1f images/s; cpu median %.2f ms/step; loss %.4f" % (torch.__version__, a.arch, "inference" if a.eval else "train-step",
-                                        a.batch, a.channels, a.size, a.size, a.threads, 1e3 * med,
-                                        1e3 * times[0], 1e3 * times[-1], a.batch / med,
-                                        1e3 * cpu[len(cpu) // 2], loss.item()))
+          "%.1f images/s; cpu median %.2f ms/step; loss %.4f; cpu capability %s"
+          % (torch.__version__, a.arch, "inference" if a.eval else "train-step",
+             a.batch, a.channels, a.size, a.size, a.threads, 1e3 * med,
+             1e3 * times[0], 1e3 * times[-1], a.batch / med,
+             1e3 * cpu[len(cpu) // 2], loss.item(), cpu_capability()))
 
 
 if __name__ == "__main__":

@@ -170,7 +170,7 @@ static void compare_step(int bf16, double tol_fwd, double tol_grad, int per_tens
     if (syncbn) {
         /* SyncBN over a world of one on both: the GPU model's statistics
          * take the device path (in-place gather rows, host counts) */
-        ch_nn_sync_t one = {one_sum, one_gather, NULL, 0, 1};
+        ch_nn_sync_t one = {one_sum, one_gather, NULL, 0, 1, NULL, NULL, NULL};
         int nc = 0, ng = 0;
         assert_ch_ok(ch_model_convert_sync_bn(mc, &one, &nc));
         assert_ch_ok(ch_model_convert_sync_bn(mg, &one, &ng));

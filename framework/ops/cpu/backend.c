@@ -43,6 +43,17 @@ static ch_status cpu_create(void **state, const ch_compute_options_t *o)
 #undef TRYD
     c->layout = o->cpu_layout >= 0 ? (ch_layout_t)o->cpu_layout : auto_layout();
     c->nthreads = o->num_threads;
+    {
+        const char *wc = getenv("COHORT_WEIGHT_CACHE");
+        c->wcache_mode = 1;
+        if (wc && (!strcmp(wc, "0") || !strcmp(wc, "off"))) c->wcache_mode = 0;
+        else if (wc && !strcmp(wc, "check")) c->wcache_mode = 2;
+        else if (wc && *wc && strcmp(wc, "1") && strcmp(wc, "on")) {
+            s = CH_ERROR(CH_ERR_INVALID,
+                         "COHORT_WEIGHT_CACHE=%s: expected 1/on (default), 0/off or check", wc);
+            goto fail;
+        }
+    }
     if (o->num_threads > 0) omp_set_num_threads(o->num_threads);
     return CH_OK;
 fail:
@@ -68,6 +79,7 @@ void ch_cpu_prim_free(cpu_prim *p)
     }
     free(p->wbuf);
     free(p->cbuf);
+    for (int i = 0; i < CPU_WSLOTS; i++) free(p->wslot[i].buf);
     free(p);
 }
 
@@ -161,6 +173,13 @@ static void cpu_describe(const void *state, char *buf, size_t len)
 }
 
 static size_t cpu_cache_entries(const void *state) { return ((const ch_cpu_t *)state)->ncache; }
+
+static void cpu_weight_conversions(const void *state, int64_t *converted, int64_t *reused)
+{
+    const ch_cpu_t *c = state;
+    *converted = c->wconverted;
+    *reused = c->wreused;
+}
 
 static size_t cpu_scratchpad_bytes(const void *state)
 {
@@ -317,6 +336,7 @@ static const ch_ops_backend_t cpu_backend = {
     .preferred_layout = cpu_preferred_layout,
     .describe = cpu_describe,
     .cache_entries = cpu_cache_entries,
+    .weight_conversions = cpu_weight_conversions,
     .scratchpad_bytes = cpu_scratchpad_bytes,
     .sync = cpu_sync,
     .reorder = ch_cpu_reorder,

@@ -5,8 +5,11 @@
  * Primitives are created once per (op, shapes, layouts, parameters) and
  * cached (cpu.h). Activations are used in the layout their tensors carry;
  * the weights are plain OIHW for the caller and reordered into the format
- * the primitive chose (weights format "any") on every call — gradients are
- * reordered back to OIHW. Scratchpads are user-managed: one shared buffer.
+ * the primitive chose (weights format "any") — once per data version for
+ * versioned tensors (parameters, framework/tensor/tensor.h: the converted
+ * copy is kept and reused while ch_tensor_data_version() is unchanged), on
+ * every call otherwise; gradients are reordered back to OIHW. Scratchpads
+ * are user-managed: one shared buffer.
  */
 #include "config.h"
 
@@ -281,15 +284,17 @@ static void crop_copy(const cpu_prim *e, float *full, int to_full)
 }
 
 /* Run the weights reorder between user pointer w (full plain OIHW) and the
- * primitive buffer; cropped primitives go through the compact buffer. */
-static ch_status run_wreorder(ch_cpu_t *c, cpu_prim *e, void *user_ptr, int to_user)
+ * primitive-format buffer blk; cropped primitives go through the compact
+ * buffer. */
+static ch_status run_wreorder(ch_cpu_t *c, cpu_prim *e, void *user_ptr, void *blk, int to_user)
 {
     if (e->cropped && !to_user) crop_copy(e, user_ptr, 0);
     if (e->wfmt) {
-        weights_reorder(e->cropped ? e->cbuf : (float *)user_ptr, e->wbuf, e->wdims, e->wfmt,
+        weights_reorder(e->cropped ? e->cbuf : (float *)user_ptr, blk, e->wdims, e->wfmt,
                         e->wblock, to_user);
     } else {
         if (!e->cropped) CH_TRY(set_handle(e->wuser_mem, user_ptr));
+        CH_TRY(set_handle(e->wprim_mem, blk));
         dnnl_exec_arg_t a[2] = {
             {DNNL_ARG_FROM, to_user ? e->wprim_mem : e->wuser_mem},
             {DNNL_ARG_TO, to_user ? e->wuser_mem : e->wprim_mem},
@@ -302,6 +307,99 @@ static ch_status run_wreorder(ch_cpu_t *c, cpu_prim *e, void *user_ptr, int to_u
         crop_copy(e, user_ptr, 1);
     }
     return CH_OK;
+}
+
+/* ------------------------------------------- converted weights kept */
+
+/* One conversion of plain OIHW weights into a kernel's format (written to
+ * dst, `bytes` long): the direct convolution's reorder or the small-map
+ * GEMM's dense matrix. */
+typedef struct {
+    ch_status (*run)(void *ctx, void *dst);
+    void *ctx;
+    size_t bytes;
+    void *scratch; /* a buffer of `bytes` the check mode may overwrite */
+} wconvert;
+
+/* The kernel-format weights for w in *out: e's kept copy when w is versioned
+ * (tensor.h) and e holds one made from the same data pointer at the current
+ * data version, else a fresh conversion — kept in a slot (the same
+ * pointer's, a free one, or the least recently used) when w is versioned,
+ * into cv->scratch otherwise or with the cache off. In check mode
+ * (COHORT_WEIGHT_CACHE=check) a reuse converts again into cv->scratch and
+ * compares: a difference means the weights were written without
+ * ch_tensor_data_changed() (CH_ERR_INTERNAL). */
+static ch_status kept_weights(ch_cpu_t *c, cpu_prim *e, const ch_tensor_t *w,
+                              const wconvert *cv, void **out)
+{
+    uint64_t ver = ch_tensor_data_version();
+    cpu_wslot *sl = NULL;
+    if (w->versioned && c->wcache_mode) {
+        for (int i = 0; i < CPU_WSLOTS && !sl; i++)
+            if (e->wslot[i].ptr == w->data) sl = &e->wslot[i];
+        if (sl && sl->version == ver) {
+            sl->used = ++c->wtick;
+            if (c->wcache_mode == 2) {
+                CH_TRY(cv->run(cv->ctx, cv->scratch));
+                if (memcmp(cv->scratch, sl->buf, cv->bytes) != 0) {
+                    char d[128];
+                    return CH_ERROR(CH_ERR_INTERNAL,
+                                    "conv: weights %s at %p were changed without "
+                                    "ch_tensor_data_changed() (COHORT_WEIGHT_CACHE=check found "
+                                    "the kept converted copy stale)",
+                                    ch_tensor_describe(w, d, sizeof d), w->data);
+                }
+            }
+            c->wreused++;
+            *out = sl->buf;
+            return CH_OK;
+        }
+        for (int i = 0; i < CPU_WSLOTS && !sl; i++)
+            if (!e->wslot[i].ptr) sl = &e->wslot[i];
+        if (!sl) { /* all taken: the least recently used */
+            sl = &e->wslot[0];
+            for (int i = 1; i < CPU_WSLOTS; i++)
+                if (e->wslot[i].used < sl->used) sl = &e->wslot[i];
+        }
+        sl->ptr = NULL; /* until the conversion succeeded */
+        if (!sl->buf) sl->buf = aligned_alloc(64, (cv->bytes + 63) / 64 * 64);
+        if (!sl->buf)
+            return CH_ERROR(CH_ERR_NOMEM, "conv: kept converted weights of %zu bytes", cv->bytes);
+    }
+    void *dst = sl ? sl->buf : cv->scratch;
+    CH_TRY(cv->run(cv->ctx, dst));
+    c->wconverted++;
+    if (sl) {
+        sl->ptr = w->data;
+        sl->version = ver;
+        sl->used = ++c->wtick;
+    }
+    *out = dst;
+    return CH_OK;
+}
+
+typedef struct {
+    ch_cpu_t *c;
+    cpu_prim *e;
+    void *w;
+} direct_conv_ctx;
+
+static ch_status direct_convert(void *ctx, void *dst)
+{
+    direct_conv_ctx *d = ctx;
+    return run_wreorder(d->c, d->e, d->w, dst, 0);
+}
+
+/* Point the primitive's weights argument at w, converted when the kernel
+ * wants another format (kept between calls, kept_weights). */
+static ch_status bind_weights(ch_cpu_t *c, cpu_prim *e, const ch_tensor_t *w)
+{
+    if (!e->wreorder) return set_handle(e->wprim_mem, handle(w));
+    direct_conv_ctx d = {c, e, handle(w)};
+    wconvert cv = {direct_convert, &d, e->wbytes, e->wbuf};
+    void *buf = NULL;
+    CH_TRY(kept_weights(c, e, w, &cv, &buf));
+    return set_handle(e->wprim_mem, buf);
 }
 
 /* ------------------------------------------------------------- reorder */
@@ -627,9 +725,11 @@ static int conv_is_gemm(const ch_tensor_t *x, const ch_tensor_t *y, const int64_
     return y->shape[2] * y->shape[3] * x->shape[2] * x->shape[3] <= 2 * ws[2] * ws[3];
 }
 
-/* Cached (M, K) buffer for the dense weights of this shape. */
+/* Cached (M, K) buffer for the dense weights of this shape, and its cache
+ * entry (whose weight slots keep converted dense weights, gemm_weights). */
 static ch_status gemm_wbuf(ch_cpu_t *c, const ch_tensor_t *x, const ch_tensor_t *y,
-                           const int64_t *ws, const ch_conv2d_params_t *p, float **buf)
+                           const int64_t *ws, const ch_conv2d_params_t *p, float **buf,
+                           cpu_prim **entry)
 {
     int64_t key[CPU_KEY_LEN] = {0};
     key[0] = CPU_OP_CONV_GEMM;
@@ -651,6 +751,7 @@ static ch_status gemm_wbuf(ch_cpu_t *c, const ch_tensor_t *x, const ch_tensor_t 
         memcpy(e->key, key, sizeof key);
         size_t n = (size_t)(ws[0] * y->shape[2] * y->shape[3]) *
                    (size_t)(ws[1] * x->shape[2] * x->shape[3]);
+        e->wbytes = n * sizeof(float);
         e->cbuf = aligned_alloc(64, (n * sizeof(float) + 63) / 64 * 64);
         if (!e->cbuf) {
             ch_cpu_prim_free(e);
@@ -659,6 +760,7 @@ static ch_status gemm_wbuf(ch_cpu_t *c, const ch_tensor_t *x, const ch_tensor_t 
         CH_TRY(ch_cpu_cache_add(c, e));
     }
     *buf = e->cbuf;
+    if (entry) *entry = e;
     return CH_OK;
 }
 
@@ -696,6 +798,35 @@ static void dense_weights(float *w, float *wd, const ch_tensor_t *x, const ch_te
     }
 }
 
+typedef struct {
+    const ch_tensor_t *x, *y, *w;
+    const ch_conv2d_params_t *p;
+} dense_conv_ctx;
+
+static ch_status dense_convert(void *ctx, void *dst)
+{
+    dense_conv_ctx *d = ctx;
+    dense_weights(d->w->data, dst, d->x, d->y, d->w->shape, d->p, 0);
+    return CH_OK;
+}
+
+/* The dense (M, K) weights of w for the GEMM path (x / y: the a-side and
+ * b-side activations); forward and backward data share one entry, so one
+ * conversion serves both while the weights are unchanged (kept_weights). */
+static ch_status gemm_weights(ch_cpu_t *c, const ch_tensor_t *x, const ch_tensor_t *y,
+                              const ch_tensor_t *w, const ch_conv2d_params_t *p, float **wd)
+{
+    cpu_prim *e;
+    float *scratch;
+    CH_TRY(gemm_wbuf(c, x, y, w->shape, p, &scratch, &e));
+    dense_conv_ctx d = {x, y, w, p};
+    wconvert cv = {dense_convert, &d, e->wbytes, scratch};
+    void *buf = NULL;
+    CH_TRY(kept_weights(c, e, w, &cv, &buf));
+    *wd = buf;
+    return CH_OK;
+}
+
 static int64_t gemm_K(const ch_tensor_t *x) { return x->shape[1] * x->shape[2] * x->shape[3]; }
 
 static ch_status gemm_forward(ch_cpu_t *c, const ch_tensor_t *x, const ch_tensor_t *w,
@@ -703,8 +834,7 @@ static ch_status gemm_forward(ch_cpu_t *c, const ch_tensor_t *x, const ch_tensor
 {
     int64_t N = x->shape[0], K = gemm_K(x), M = gemm_K(y);
     float *wd;
-    CH_TRY(gemm_wbuf(c, x, y, w->shape, p, &wd));
-    dense_weights(w->data, wd, x, y, w->shape, p, 0);
+    CH_TRY(gemm_weights(c, x, y, w, p, &wd));
     ch_cpu_threads(c);
     CH_CHECK_DNNL(dnnl_sgemm('N', 'T', N, M, K, 1.0f, x->data, K, wd, K, 0.0f, y->data, M));
     if (b) {
@@ -726,8 +856,7 @@ static ch_status gemm_backward_data(ch_cpu_t *c, const ch_tensor_t *dy, const ch
 {
     int64_t N = dy->shape[0], K = gemm_K(dx), M = gemm_K(dy);
     float *wd;
-    CH_TRY(gemm_wbuf(c, dx, dy, w->shape, p, &wd));
-    dense_weights(w->data, wd, dx, dy, w->shape, p, 0);
+    CH_TRY(gemm_weights(c, dx, dy, w, p, &wd));
     ch_cpu_threads(c);
     CH_CHECK_DNNL(dnnl_sgemm('N', 'N', N, K, M, 1.0f, dy->data, M, wd, K, 0.0f, dx->data, K));
     return CH_OK;
@@ -739,7 +868,7 @@ static ch_status gemm_backward_weights(ch_cpu_t *c, const ch_tensor_t *x, const 
 {
     int64_t N = x->shape[0], K = gemm_K(x), M = gemm_K(dy);
     float *wd;
-    CH_TRY(gemm_wbuf(c, x, dy, dw->shape, p, &wd));
+    CH_TRY(gemm_wbuf(c, x, dy, dw->shape, p, &wd, NULL));
     ch_cpu_threads(c);
     CH_CHECK_DNNL(dnnl_sgemm('T', 'N', M, K, N, 1.0f, dy->data, M, x->data, K, 0.0f, wd, K));
     dense_weights(dw->data, wd, x, dy, dw->shape, p, 1);
@@ -769,8 +898,7 @@ ch_status ch_cpu_conv2d_forward(void *st, const ch_tensor_t *x, const ch_tensor_
     cpu_prim *e;
     if (conv_is_gemm(x, y, w->shape, p)) return gemm_forward(c, x, w, b, p, y);
     CH_TRY(conv_prim(c, CPU_OP_CONV_FWD, x, w->shape, b != NULL, y, p, &e));
-    if (e->wreorder) CH_TRY(run_wreorder(c, e, handle(w), 0));
-    else CH_TRY(set_handle(e->wprim_mem, handle(w)));
+    CH_TRY(bind_weights(c, e, w));
     CH_TRY(side_bind(c, e, CPU_OP_CONV_FWD, 0, handle(x)));
     CH_TRY(side_bind(c, e, CPU_OP_CONV_FWD, 1, y->data));
     dnnl_exec_arg_t a[5];
@@ -794,8 +922,7 @@ ch_status ch_cpu_conv2d_backward_data(void *st, const ch_tensor_t *dy, const ch_
     cpu_prim *e;
     if (conv_is_gemm(dx, dy, w->shape, p)) return gemm_backward_data(c, dy, w, p, dx);
     CH_TRY(conv_prim(c, CPU_OP_CONV_BWD_DATA, dx, w->shape, 0, dy, p, &e));
-    if (e->wreorder) CH_TRY(run_wreorder(c, e, handle(w), 0));
-    else CH_TRY(set_handle(e->wprim_mem, handle(w)));
+    CH_TRY(bind_weights(c, e, w));
     CH_TRY(side_bind(c, e, CPU_OP_CONV_BWD_DATA, 0, dx->data));
     CH_TRY(side_bind(c, e, CPU_OP_CONV_BWD_DATA, 1, handle(dy)));
     dnnl_exec_arg_t a[4];
@@ -830,7 +957,7 @@ ch_status ch_cpu_conv2d_backward_weights(void *st, const ch_tensor_t *x, const c
     }
     CH_TRY(add_scratch(c, e, a, &n));
     CH_TRY(exec(c, e->prim, n, a));
-    if (e->wreorder) CH_TRY(run_wreorder(c, e, dw->data, 1));
+    if (e->wreorder) CH_TRY(run_wreorder(c, e, dw->data, e->wbuf, 1));
     return CH_OK;
 }
 

@@ -26,6 +26,19 @@ typedef enum {
     CPU_OP_CONV_GEMM
 } cpu_op_kind;
 
+/* Converted weights kept between calls (conv.c): the kernel-format copy of
+ * the versioned weight tensor at `ptr` as it was at data version `version`
+ * (framework/tensor/tensor.h). A primitive serves every layer of its shape,
+ * so it keeps up to CPU_WSLOTS of them (resnet50's layer3 has 6 blocks of
+ * one shape), least recently used replaced first. */
+#define CPU_WSLOTS 32
+typedef struct {
+    const void *ptr;             /* the plain weights' data pointer, NULL = free */
+    uint64_t version;            /* ch_tensor_data_version() at conversion */
+    uint64_t used;               /* ch_cpu_t.wtick at last use */
+    void *buf;                   /* the converted weights (wbytes) */
+} cpu_wslot;
+
 /* One cached primitive with its memory objects (handles set per call). */
 typedef struct cpu_prim {
     int64_t key[CPU_KEY_LEN];
@@ -45,6 +58,7 @@ typedef struct cpu_prim {
     int wfmt;                    /* weights reorder done in C (conv.c), 0 = oneDNN's */
     int wblock;                  /* its channel tile width (8 or 16) */
     int64_t wdims[4];            /* weights dims the primitive sees (cropped) */
+    cpu_wslot wslot[CPU_WSLOTS]; /* converted weights kept (forward, backward data) */
     /* Activations in another format than their tensors' layouts (conv.c: the
      * tensors' own layouts got only a reference kernel). Per side s (0 = the
      * a-side activation, 1 = the b-side, see conv.c's conv_prim): mem[s]
@@ -71,6 +85,12 @@ typedef struct ch_cpu {
     size_t dtmp_n;
     float *ftmp;
     size_t ftmp_n;
+    /* weight conversion cache (conv.c): mode from COHORT_WEIGHT_CACHE at
+     * creation (0 off, 1 on, 2 check every reuse), use clock, counters of
+     * ch_compute_weight_conversions */
+    int wcache_mode;
+    uint64_t wtick;
+    int64_t wconverted, wreused;
 } ch_cpu_t;
 
 /* ---- cache and scratch (backend.c) */
