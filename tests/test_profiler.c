@@ -49,6 +49,19 @@ static void test_bad_create(void **state)
     assert_ch_error(ch_prof_create(names, 0, &p), CH_ERR_INVALID, "phases");
 }
 
+/* ch_prof_report over the world into a string (malloc'd), then destroy p */
+static char *report_and_destroy(ch_prof_t *p, size_t *len)
+{
+    char *buf = NULL;
+    FILE *f = open_memstream(&buf, len);
+    assert_non_null(f);
+    ch_status s = ch_prof_report(p, MPI_COMM_WORLD, f);
+    fclose(f);
+    ch_prof_destroy(p);
+    assert_ch_ok(s);
+    return buf;
+}
+
 static void test_report_over_ranks(void **state)
 {
     const char *names[] = {"forward", "all-reduce wait", "gpu wait"};
@@ -64,13 +77,8 @@ static void test_report_over_ranks(void **state)
         ch_prof_end(p, 1);
     }
     /* "gpu wait": entered on no rank, so no row */
-    char *buf = NULL;
     size_t len = 0;
-    FILE *f = open_memstream(&buf, &len);
-    ch_status s = ch_prof_report(p, MPI_COMM_WORLD, f);
-    fclose(f);
-    ch_prof_destroy(p);
-    assert_ch_ok(s);
+    char *buf = report_and_destroy(p, &len);
     if (rank == 0) {
         char want[128];
         /* min 1, mean 1+(size-1)/2, max size */
@@ -94,13 +102,8 @@ static void test_report_nothing_entered(void **state)
     MPI_Initialized(&inited);
     if (!inited) ch_test_skip("no MPI");
     assert_ch_ok(ch_prof_create(names, 2, &p));
-    char *buf = NULL;
     size_t len = 0;
-    FILE *f = open_memstream(&buf, &len);
-    ch_status s = ch_prof_report(p, MPI_COMM_WORLD, f);
-    fclose(f);
-    ch_prof_destroy(p);
-    assert_ch_ok(s);
+    char *buf = report_and_destroy(p, &len);
     if (len != 0) fail_msg("a profile with no phase entered printed:\n%s", buf);
     free(buf);
 }
