@@ -457,9 +457,11 @@ static void train_epoch(job_t *j, int epoch, int64_t first_step, epoch_result_t 
         ch_check_fatal(ch_batch_feed_prefetch(j->feed), "reading training data");
         ch_prof_end(j->prof, PH_DATA);
         float loss = 0;
-        ch_prof_begin(j->prof, PH_GPU_WAIT);
+        /* timed on a GPU only: on the CPU the loss is already there, and a
+         * row of zeros would only clutter the profile */
+        if (j->on_gpu) ch_prof_begin(j->prof, PH_GPU_WAIT);
         ch_check_fatal(ch_model_loss_value(j->model, j->cx, &loss), "loss");
-        ch_prof_end(j->prof, PH_GPU_WAIT);
+        if (j->on_gpu) ch_prof_end(j->prof, PH_GPU_WAIT);
         images += b.x.shape[0];
         j->global_step++;
         if (end_step(j, epoch, step, steps, loss, t0, images, r)) break;

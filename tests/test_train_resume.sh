@@ -23,9 +23,10 @@ check "2 epochs straight == 1 epoch + --resume + 1 epoch (bitwise)" \
 # preemption mid-epoch: SIGUSR2 to every rank of the run (under load the stop
 # may land later in the epoch, or at its end: then the job finishes the epoch
 # and resumes at the next one's step 0)
-# (a longer run, 128 steps per epoch, so the signal lands inside it even on
-# an idle machine; the ranks are stopped while the signal is sent)
-pargs="--model.arch=smallcnn --data.train_subset=2048 --data.test_subset=200 --schedule.epochs=2 --train.batch_size=8"
+# (a longer run, 1536 steps per epoch, so the signal lands inside it even on
+# an idle machine: 128 steps ran in 0.1 s, and the whole run was over before
+# the signal was sent; the ranks are stopped while the signal is sent)
+pargs="--model.arch=smallcnn --data.train_subset=24576 --data.test_subset=200 --schedule.epochs=2 --train.batch_size=8"
 train 2 "$tmp/straight2" $pargs || show "$tmp/straight2.log"
 out="$tmp/pre"
 "$MPIEXEC" -n 2 "$TRAIN" --output.dir="$out" --data.workers=1 --train.threads=1 $pargs \

@@ -41,6 +41,6 @@ wait_line() {
   while ! grep -q "$2" "$1" 2>/dev/null; do
     [ $(($(date +%s) - t0)) -gt 120 ] && return 1
     kill -0 "$3" 2>/dev/null || return 1
-    sleep 0.2
+    sleep 0.05
   done
 }
