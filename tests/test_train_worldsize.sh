@@ -29,7 +29,7 @@ check "two such continuations agree (bitwise)" \
   "$STCMP" --bitwise "$tmp/two/model-1.safetensors" "$tmp/two-b/model-1.safetensors"
 
 # mid-epoch: stop 2 ranks inside epoch 0 with the warning signal
-pargs="--model.arch=smallcnn --data.train_subset=2048 --data.test_subset=200 --schedule.epochs=2 --train.batch_size=8"
+pargs="--model.arch=smallcnn --data.train_subset=24576 --data.test_subset=200 --schedule.epochs=2 --train.batch_size=8"  # 1536 steps per epoch: 128 ran in 0.1 s
 out="$tmp/mid"
 "$MPIEXEC" -n 2 "$TRAIN" --output.dir="$out" --data.workers=1 --train.threads=1 $pargs \
   --train.log_every=1 > "$out.log" 2>&1 &
