@@ -3,6 +3,10 @@
  *
  *   tests/bench_nn [--arch resnet18] [--batch 64] [--size 28] [--channels 1]
  *                  [--threads 1] [--steps 20] [--warmup 3] [--eval]
+ *                  [--conv-algorithm direct|auto|winograd]
+ *
+ * --conv-algorithm is compute.cpu_conv_algorithm (framework/ops/ops.h); the
+ * output line then also counts the Winograd convolution primitives.
  *
  * The same work in PyTorch: tests/golden/bench_nn_torch.py (same options).
  */
@@ -37,6 +41,7 @@ int main(int argc, char **argv)
 {
     const char *arch = "resnet18";
     int batch = 64, size = 28, channels = 1, threads = 1, steps = 20, warmup = 3, eval = 0;
+    int conv_alg = CH_CPU_CONV_DIRECT;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--eval")) { eval = 1; continue; }
@@ -48,7 +53,16 @@ int main(int argc, char **argv)
         else if (!strcmp(a, "--threads")) threads = atoi(v);
         else if (!strcmp(a, "--steps")) steps = atoi(v);
         else if (!strcmp(a, "--warmup")) warmup = atoi(v);
-        else { fprintf(stderr, "bench_nn: unknown option %s\n", a); return 2; }
+        else if (!strcmp(a, "--conv-algorithm")) {
+            conv_alg = -1;
+            for (int k = 0; k < 3; k++)
+                if (!strcmp(v, ch_compute_cpu_conv_algorithm_names[k])) conv_alg = k;
+            if (conv_alg < 0) {
+                fprintf(stderr, "bench_nn: --conv-algorithm %s: expected direct, auto or winograd\n",
+                        v);
+                return 2;
+            }
+        } else { fprintf(stderr, "bench_nn: unknown option %s\n", a); return 2; }
         i++;
     }
     if (batch < 1 || size < 1 || channels < 1 || threads < 1 || steps < 1 || warmup < 0) {
@@ -58,6 +72,7 @@ int main(int argc, char **argv)
     ch_compute_options_t co;
     ch_compute_options_default(&co);
     co.num_threads = threads;
+    co.cpu_conv_algorithm = conv_alg;
     ch_compute_t *cx;
     ch_model_t *m;
     ch_sgd_t *sgd;
@@ -105,14 +120,17 @@ int main(int argc, char **argv)
     qsort(t, (size_t)steps, sizeof *t, cmp);
     qsort(c, (size_t)steps, sizeof *c, cmp);
     double med = t[steps / 2], cmed = c[steps / 2];
-    char desc[256];
+    char desc[256], wino[64] = "";
     ch_compute_describe(cx, desc, sizeof desc);
+    if (conv_alg != CH_CPU_CONV_DIRECT)
+        snprintf(wino, sizeof wino, "; winograd primitives %lld",
+                 (long long)ch_compute_winograd_primitives(cx));
     printf("cohort %s %s batch %d input %dx%dx%d threads %d: median %.2f ms/step (min %.2f, max %.2f), "
            "%.1f images/s; cpu median %.2f ms/step; arena %.1f MiB; loss %.4f; weight conversions "
-           "%.1f/step (%.1f reused)\n  %s\n",
+           "%.1f/step (%.1f reused)%s\n  %s\n",
            arch, eval ? "inference" : "train-step", batch, channels, size, size, threads, 1e3 * med,
            1e3 * t[0], 1e3 * t[steps - 1], batch / med, 1e3 * cmed, ch_model_arena_bytes(m) / 1048576.0, loss,
-           (double)(conv1 - conv0) / steps, (double)(reuse1 - reuse0) / steps, desc);
+           (double)(conv1 - conv0) / steps, (double)(reuse1 - reuse0) / steps, wino, desc);
     free(t);
     free(c);
     ch_tensor_free(&x);

@@ -7,6 +7,10 @@
 # naming it, or when cohort warned that it found none but a reference one.
 # An ISA the machine lacks is a SKIP. (resnet34's convolutions are resnet18's
 # shapes, repeated; it runs at 1x28x28 only, the quick start's input.)
+# One more point per ISA: resnet18 at 3x56x56 with --conv-algorithm winograd
+# (compute.cpu_conv_algorithm) runs oneDNN's Winograd kernels on AVX-512 and,
+# below it, says once that there are none and runs the direct ones; no
+# reference kernel either way.
 . "${COHORT_SRCDIR:-.}/tests/train_lib.sh"   # TAP helpers (ok, not_ok, skip), $tmp, $build
 BENCH="$build/tests/bench_nn"
 
@@ -14,7 +18,7 @@ cases="resnet18:1:28 resnet18:3:32 resnet18:3:224 resnet34:1:28 resnet50:1:28 re
 resnet50:3:224"
 ncases=$(echo $cases | wc -w)
 isas="SSE41 AVX2 AVX512_CORE native"
-echo "1..$((4 * (2 * ncases + 1)))"
+echo "1..$((4 * (2 * ncases + 2)))"
 
 # effective ISA under a cap, as cohort reports it ("isa avx2")
 effective() {
@@ -29,11 +33,13 @@ for isa in $isas; do
   if [ -z "$eff" ]; then
     not_ok "$isa: bench_nn runs and reports its ISA"
     for c in $cases; do not_ok "$isa $c train: not run"; not_ok "$isa $c eval: not run"; done
+    not_ok "$isa winograd: not run"
     continue
   fi
   if [ "$isa" != native ] && [ "$eff" != "$want" ]; then
     skip "$isa: the machine's ISA is $eff" "no $isa on this CPU"
     for c in $cases; do skip "$isa $c train" "no $isa"; skip "$isa $c eval" "no $isa"; done
+    skip "$isa winograd" "no $isa"
     continue
   fi
   ok "$isa: oneDNN runs at ISA $eff"
@@ -67,4 +73,32 @@ for isa in $isas; do
       fi
     done
   done
+  log="$tmp/$isa-winograd.log"
+  if [ "$isa" = native ]; then
+    env -u ONEDNN_MAX_CPU_ISA DNNL_VERBOSE=1 "$BENCH" --arch resnet18 --channels 3 --size 56 \
+      --batch 2 --threads 2 --steps 1 --warmup 0 --conv-algorithm winograd > "$log" 2>&1
+  else
+    ONEDNN_MAX_CPU_ISA=$isa DNNL_VERBOSE=1 "$BENCH" --arch resnet18 --channels 3 --size 56 \
+      --batch 2 --threads 2 --steps 1 --warmup 0 --conv-algorithm winograd > "$log" 2>&1
+  fi
+  rc=$?
+  nwino=$(grep '^onednn_verbose,exec,cpu,convolution,' "$log" | awk -F, '$5 ~ /wino/' | wc -l)
+  said=$(sed -n 's/.*winograd primitives \([0-9]*\).*/\1/p' "$log")
+  refs=$(grep '^onednn_verbose,exec,' "$log" | awk -F, '$5 ~ /^ref/' | cut -d, -f4-10 | sort -u)
+  name="$isa resnet18 3x56x56 train, --conv-algorithm winograd"
+  case $eff in avx512*) wants=yes ;; *) wants=no ;; esac
+  if [ "$rc" != 0 ]; then
+    tail -n 20 "$log" >&2
+    not_ok "$name: bench_nn exit $rc"
+  elif [ -n "$refs" ]; then
+    not_ok "$name: reference kernel: $(echo "$refs" | head -n 1)"
+  elif [ "$wants" = yes ] && { [ "$nwino" = 0 ] || [ "${said:-0}" = 0 ]; }; then
+    not_ok "$name: no Winograd kernel ran on $eff ($nwino verbose lines, ${said:-?} counted)"
+  elif [ "$wants" = no ] && { [ "$nwino" != 0 ] || ! grep -q 'has no Winograd kernel' "$log"; }; then
+    not_ok "$name: on $eff expected the direct kernels and one 'has no Winograd kernel' line"
+  elif [ "$wants" = yes ]; then
+    ok "$name: $nwino Winograd convolutions ($said primitives)"
+  else
+    ok "$name: no Winograd kernel on $eff, said so, direct kernels ran"
+  fi
 done

@@ -700,7 +700,7 @@ static void test_compute_from_config(void **state)
     (void)state;
     const ch_config_table_t tables[] = {ch_compute_config_table(), ch_job_runtime_table()};
     assert_string_equal(tables[0].title, "compute");
-    assert_int_equal(tables[0].n_keys, 4);
+    assert_int_equal(tables[0].n_keys, 5);
     assert_string_equal(tables[1].title, "runtime");
     assert_int_equal(tables[1].n_keys, 4);
     char *argv[] = {(char *)"x", NULL, NULL, NULL};
@@ -716,6 +716,7 @@ static void test_compute_from_config(void **state)
     assert_int_equal(o.num_threads, d.num_threads);
     assert_int_equal(o.gpu_device, d.gpu_device);
     assert_int_equal(o.cpu_layout, d.cpu_layout);
+    assert_int_equal(o.cpu_conv_algorithm, CH_CPU_CONV_DIRECT);
     const char *rule = NULL, *sig = NULL;
     int requeue = 1;
     assert_ch_ok(ch_config_get_string(cfg, "dist.device_rule", &rule));
@@ -737,6 +738,22 @@ static void test_compute_from_config(void **state)
     assert_int_equal(o.conv_search, 1);
     assert_int_equal(o.allow_tf32, 0);
     assert_true(o.gpu_workspace_bytes == (size_t)64 << 20);
+    ch_config_destroy(cfg);
+
+    argv[1] = (char *)"--compute.cpu_conv_algorithm=winograd";
+    argv[2] = (char *)"--compute.cpu_conv_algorithm=auto"; /* the last one wins */
+    assert_ch_ok(ch_config_load_tables(tables, 2, NULL, 3, argv, &cfg));
+    assert_ch_ok(ch_compute_from_config(cfg, &o));
+    assert_int_equal(o.cpu_conv_algorithm, CH_CPU_CONV_AUTO);
+    ch_config_destroy(cfg);
+    argv[2] = NULL;
+    assert_ch_ok(ch_config_load_tables(tables, 2, NULL, 2, argv, &cfg));
+    assert_ch_ok(ch_compute_from_config(cfg, &o));
+    assert_int_equal(o.cpu_conv_algorithm, CH_CPU_CONV_WINOGRAD);
+    ch_config_destroy(cfg);
+    argv[1] = (char *)"--compute.cpu_conv_algorithm=fft";
+    assert_ch_ok(ch_config_load_tables(tables, 2, NULL, 2, argv, &cfg));
+    assert_ch_error(ch_compute_from_config(cfg, &o), CH_ERR_CONFIG, "direct, auto, winograd");
     ch_config_destroy(cfg);
 
     argv[1] = (char *)"--compute.conv_search=fast";

@@ -30,6 +30,9 @@ typedef struct ch_ops_backend {
     /* ch_compute_weight_conversions' counters; NULL when the backend never
      * converts weights (both count 0) */
     void (*weight_conversions)(const void *state, int64_t *converted, int64_t *reused);
+    /* ch_compute_winograd_primitives' count; NULL when the backend never
+     * picks a Winograd kernel itself. */
+    int64_t (*winograd_primitives)(const void *state);
     ch_status (*sync)(void *state);
 
     ch_status (*reorder)(void *st, const ch_tensor_t *src, ch_tensor_t *dst);

@@ -20,9 +20,17 @@ static const ch_config_key_t compute_keys[] = {
      "(cudnnFind*, torch.backends.cudnn.benchmark = True). Ignored on CPU ranks."},
     {"compute.gpu_workspace_mb", CH_CFG_INT, "1024", 1, 1048576,
      "GPU: cap on the cuDNN convolution workspace in MiB. Ignored on CPU ranks."},
+    {"compute.cpu_conv_algorithm", CH_CFG_STRING, "direct", CH_CFG_NO_RANGE,
+     "CPU: algorithm of the 3x3 stride-1 convolutions: direct (oneDNN's direct kernels, "
+     "what PyTorch's CPU path runs: results agree with PyTorch to fp32 rounding), auto "
+     "(oneDNN's choice: Winograd F(4x4,3x3) where it has it, AVX-512 only, and judges it "
+     "faster) or winograd (wherever oneDNN has it). Winograd rounds differently (differences "
+     "of about 1e-6 of the largest value per convolution) and trains resnet18/34 at 224x224 about "
+     "1.5x faster on AVX-512 (docs/PERFORMANCE.md). Ignored on GPU ranks."},
 };
 
 const char *const ch_compute_conv_search_names[2] = {"heuristics", "timed"};
+const char *const ch_compute_cpu_conv_algorithm_names[3] = {"direct", "auto", "winograd"};
 
 ch_config_table_t ch_compute_config_table(void)
 {
@@ -42,6 +50,8 @@ ch_status ch_compute_from_config(const ch_config_t *cfg, ch_compute_options_t *o
     CH_TRY(ch_config_get_choice(cfg, "compute.conv_search", ch_compute_conv_search_names, 2,
                                 &r.conv_search));
     CH_TRY(ch_config_get_int(cfg, "compute.gpu_workspace_mb", &mb));
+    CH_TRY(ch_config_get_choice(cfg, "compute.cpu_conv_algorithm",
+                                ch_compute_cpu_conv_algorithm_names, 3, &r.cpu_conv_algorithm));
     r.gpu_workspace_bytes = (size_t)mb << 20;
     *o = r;
     return CH_OK;

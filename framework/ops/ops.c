@@ -28,6 +28,7 @@ void ch_compute_options_default(ch_compute_options_t *o)
     o->bf16 = 0;
     o->conv_search = 0;
     o->gpu_workspace_bytes = 0;
+    o->cpu_conv_algorithm = CH_CPU_CONV_DIRECT;
 }
 
 ch_status ch_compute_create(ch_compute_t **out, const ch_compute_options_t *opts)
@@ -127,6 +128,15 @@ void ch_compute_weight_conversions(const ch_compute_t *cx, int64_t *converted, i
         }
     if (converted) *converted = c;
     if (reused) *reused = r;
+}
+
+int64_t ch_compute_winograd_primitives(const ch_compute_t *cx)
+{
+    int64_t n = 0;
+    for (int i = 0; cx && i < 2; i++)
+        if (cx->be[i] && cx->state[i] && cx->be[i]->winograd_primitives)
+            n += cx->be[i]->winograd_primitives(cx->state[i]);
+    return n;
 }
 
 size_t ch_compute_scratchpad_bytes(const ch_compute_t *cx)

@@ -88,28 +88,51 @@ typedef struct ch_compute_options {
     int conv_search;
     /* Cap on the cuDNN workspace in bytes; 0: default 1 GiB. */
     size_t gpu_workspace_bytes;
+    /* ---- CPU backend (ignored by the GPU backend) ----
+     * Algorithm of the 3x3 stride-1 convolutions (CH_CPU_CONV_*):
+     * DIRECT (default) oneDNN's direct kernels, the algorithm PyTorch's CPU
+     * path (mkldnn_convolution, convolution_direct) runs, so results agree
+     * with PyTorch's to fp32 rounding; AUTO oneDNN's choice
+     * (dnnl_convolution_auto: Winograd F(4x4,3x3) where oneDNN 2.x has it,
+     * AVX-512 only, and judges it faster, else direct); WINOGRAD Winograd
+     * wherever oneDNN has it (forward, backward data and backward weights;
+     * Lavin & Gray, "Fast Algorithms for Convolutional Neural Networks",
+     * CVPR 2016), direct elsewhere. Winograd's transforms round differently:
+     * differences to the direct result of about 1e-6 of the largest value
+     * per convolution (tests/test_ops: 32 channels, 3x3). Other convolutions (1x1,
+     * strided, the stem, cropped kernels on small maps) are always direct. */
+    int cpu_conv_algorithm;
 } ch_compute_options_t;
 
+/* Values of ch_compute_options_t.cpu_conv_algorithm (compute.cpu_conv_algorithm). */
+enum { CH_CPU_CONV_DIRECT = 0, CH_CPU_CONV_AUTO = 1, CH_CPU_CONV_WINOGRAD = 2 };
+
 /* Default options: num_threads 0, cpu_layout -1, gpu_device -1,
- * allow_tf32 1, bf16 0, conv_search 0, gpu_workspace_bytes 0 (1 GiB). */
+ * allow_tf32 1, bf16 0, conv_search 0, gpu_workspace_bytes 0 (1 GiB),
+ * cpu_conv_algorithm CH_CPU_CONV_DIRECT. */
 void ch_compute_options_default(ch_compute_options_t *o);
 
 /* The compute context's config keys, titled "compute" (list it in a job's
  * tables): compute.allow_tf32 (bool, true), compute.bf16 (bool, false),
- * compute.conv_search (heuristics | timed, default heuristics) and
- * compute.gpu_workspace_mb (int MiB, 1024, range [1, 1048576]); they set
- * the GPU fields of ch_compute_options_t below. */
+ * compute.conv_search (heuristics | timed, default heuristics),
+ * compute.gpu_workspace_mb (int MiB, 1024, range [1, 1048576]), which set
+ * the GPU fields of ch_compute_options_t below, and
+ * compute.cpu_conv_algorithm (direct | auto | winograd, default direct:
+ * cpu_conv_algorithm). */
 ch_config_table_t ch_compute_config_table(void);
 
 /* Values of compute.conv_search, indexed by ch_compute_options_t.conv_search. */
 extern const char *const ch_compute_conv_search_names[2];
+/* Values of compute.cpu_conv_algorithm, indexed by CH_CPU_CONV_*. */
+extern const char *const ch_compute_cpu_conv_algorithm_names[3];
 
 /* *o = the defaults (ch_compute_options_default) with the compute.* keys of
  * cfg applied (cfg was loaded with ch_compute_config_table among its
  * tables). num_threads, cpu_layout and gpu_device keep their defaults: the
  * caller sets them (the device is chosen by the job runtime). Errors:
  * CH_ERR_INVALID when a key is not in cfg's tables, CH_ERR_CONFIG naming
- * the source, key and accepted values for an unknown conv_search. *o is
+ * the source, key and accepted values for an unknown conv_search or
+ * cpu_conv_algorithm. *o is
  * untouched on error. */
 ch_status ch_compute_from_config(const ch_config_t *cfg, ch_compute_options_t *o);
 
@@ -153,6 +176,12 @@ size_t ch_compute_scratchpad_bytes(const ch_compute_t *cx);
  * convert (CUDA) count nothing. Either pointer may be NULL; a NULL context
  * gives zeros. */
 void ch_compute_weight_conversions(const ch_compute_t *cx, int64_t *converted, int64_t *reused);
+
+/* Number of convolution primitives the context created with a Winograd
+ * kernel (oneDNN's jit_wino_*; only with cpu_conv_algorithm AUTO or
+ * WINOGRAD on an ISA that has one), for tests and benchmarks. 0 for a NULL
+ * context and for backends that never use one (CUDA: cuDNN's own choice). */
+int64_t ch_compute_winograd_primitives(const ch_compute_t *cx);
 
 /* Wait for all queued work on the context (no-op for the CPU backend,
  * whose ops complete before returning). */

@@ -43,6 +43,14 @@ static ch_status cpu_create(void **state, const ch_compute_options_t *o)
 #undef TRYD
     c->layout = o->cpu_layout >= 0 ? (ch_layout_t)o->cpu_layout : auto_layout();
     c->nthreads = o->num_threads;
+    if (o->cpu_conv_algorithm < CH_CPU_CONV_DIRECT || o->cpu_conv_algorithm > CH_CPU_CONV_WINOGRAD) {
+        s = CH_ERROR(CH_ERR_INVALID,
+                     "cpu backend: cpu_conv_algorithm %d: expected CH_CPU_CONV_DIRECT (0), "
+                     "CH_CPU_CONV_AUTO (1) or CH_CPU_CONV_WINOGRAD (2)",
+                     o->cpu_conv_algorithm);
+        goto fail;
+    }
+    c->conv_alg = o->cpu_conv_algorithm;
     {
         const char *wc = getenv("COHORT_WEIGHT_CACHE");
         c->wcache_mode = 1;
@@ -151,6 +159,15 @@ int ch_cpu_pd_is_ref(const_dnnl_primitive_desc_t pd)
     return strncmp(impl, "ref", 3) == 0;
 }
 
+int ch_cpu_pd_is_winograd(const_dnnl_primitive_desc_t pd)
+{
+    const char *impl = NULL;
+    if (dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl) != dnnl_success ||
+        !impl)
+        return 0;
+    return strstr(impl, "wino") != NULL;
+}
+
 static const char *runtime_name(unsigned r)
 {
     switch (r) {
@@ -166,10 +183,12 @@ static void cpu_describe(const void *state, char *buf, size_t len)
 {
     const ch_cpu_t *c = state;
     const dnnl_version_t *v = dnnl_version();
-    snprintf(buf, len, "oneDNN %d.%d.%d (cpu runtime %s, isa %s), %d threads, layout %s",
-             v->major, v->minor, v->patch, runtime_name(v->cpu_runtime),
-             ch_cpu_isa_name(), omp_get_max_threads(),
-             ch_layout_name(c->layout));
+    int n = snprintf(buf, len, "oneDNN %d.%d.%d (cpu runtime %s, isa %s), %d threads, layout %s",
+                     v->major, v->minor, v->patch, runtime_name(v->cpu_runtime),
+                     ch_cpu_isa_name(), omp_get_max_threads(), ch_layout_name(c->layout));
+    if (c->conv_alg != CH_CPU_CONV_DIRECT && n >= 0 && (size_t)n < len)
+        snprintf(buf + n, len - (size_t)n, ", 3x3 convolutions %s",
+                 ch_compute_cpu_conv_algorithm_names[c->conv_alg]);
 }
 
 static size_t cpu_cache_entries(const void *state) { return ((const ch_cpu_t *)state)->ncache; }
@@ -179,6 +198,11 @@ static void cpu_weight_conversions(const void *state, int64_t *converted, int64_
     const ch_cpu_t *c = state;
     *converted = c->wconverted;
     *reused = c->wreused;
+}
+
+static int64_t cpu_winograd_primitives(const void *state)
+{
+    return ((const ch_cpu_t *)state)->nwinograd;
 }
 
 static size_t cpu_scratchpad_bytes(const void *state)
@@ -337,6 +361,7 @@ static const ch_ops_backend_t cpu_backend = {
     .describe = cpu_describe,
     .cache_entries = cpu_cache_entries,
     .weight_conversions = cpu_weight_conversions,
+    .winograd_primitives = cpu_winograd_primitives,
     .scratchpad_bytes = cpu_scratchpad_bytes,
     .sync = cpu_sync,
     .reorder = ch_cpu_reorder,

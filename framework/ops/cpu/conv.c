@@ -487,7 +487,8 @@ static const char *conv_op_name(int op)
 static ch_status conv_pd(ch_cpu_t *c, int op, const dnnl_memory_desc_t *amd,
                          const dnnl_memory_desc_t *bmd, const int64_t *wshape,
                          const conv_crop *cr, int has_b, const ch_conv2d_params_t *p,
-                         dnnl_primitive_desc_t *pd, dnnl_primitive_desc_t *hint)
+                         dnnl_alg_kind_t alg, dnnl_primitive_desc_t *pd,
+                         dnnl_primitive_desc_t *hint)
 {
     dnnl_memory_desc_t wts, bia;
     dnnl_dims_t wd = {wshape[0], wshape[1], cr->kk[0], cr->kk[1]};
@@ -498,8 +499,8 @@ static ch_status conv_pd(ch_cpu_t *c, int op, const dnnl_memory_desc_t *amd,
     dnnl_dims_t pl = {cr->pl[0], cr->pl[1]}, pr = {cr->pr[0], cr->pr[1]};
     dnnl_convolution_desc_t fd, cd;
     const dnnl_memory_desc_t *fb = has_b && op != CPU_OP_CONV_BWD_DATA ? &bia : NULL;
-    CH_CHECK_DNNL(dnnl_convolution_forward_desc_init(&fd, dnnl_forward_training,
-                                                     dnnl_convolution_direct, amd, &wts, fb,
+    CH_CHECK_DNNL(dnnl_convolution_forward_desc_init(&fd, dnnl_forward_training, alg, amd,
+                                                     &wts, fb,
                                                      bmd, strides, pl, pr));
     *pd = *hint = NULL;
     if (op == CPU_OP_CONV_FWD) {
@@ -509,11 +510,11 @@ static ch_status conv_pd(ch_cpu_t *c, int op, const dnnl_memory_desc_t *amd,
     CH_CHECK_DNNL(dnnl_primitive_desc_create(hint, &fd, NULL, c->engine, NULL));
     dnnl_status_t ds;
     if (op == CPU_OP_CONV_BWD_DATA)
-        ds = dnnl_convolution_backward_data_desc_init(&cd, dnnl_convolution_direct, amd, &wts,
-                                                      bmd, strides, pl, pr);
+        ds = dnnl_convolution_backward_data_desc_init(&cd, alg, amd, &wts, bmd, strides, pl,
+                                                      pr);
     else
-        ds = dnnl_convolution_backward_weights_desc_init(&cd, dnnl_convolution_direct, amd,
-                                                         &wts, fb, bmd, strides, pl, pr);
+        ds = dnnl_convolution_backward_weights_desc_init(&cd, alg, amd, &wts, fb, bmd, strides,
+                                                         pl, pr);
     if (ds == dnnl_success) ds = dnnl_primitive_desc_create(pd, &cd, c->attr, c->engine, *hint);
     if (ds != dnnl_success) {
         dnnl_primitive_desc_destroy(*hint);
@@ -598,7 +599,35 @@ static ch_status conv_prim(ch_cpu_t *c, int op, const ch_tensor_t *a, const int6
     dnnl_memory_desc_t amd, bmd;
     ch_cpu_md_of(&amd, a);
     ch_cpu_md_of(&bmd, b);
-    ch_status s = conv_pd(c, op, &amd, &bmd, wshape, &cr, has_b, p, &pd, &hint);
+    /* compute.cpu_conv_algorithm: a 3x3 stride-1 convolution (uncropped)
+     * first asks for Winograd (or oneDNN's choice); where oneDNN has no such
+     * kernel (any ISA below AVX-512, or a shape it does not cover) the
+     * direct one is used, said once per context for WINOGRAD. */
+    ch_status s = CH_ERR_UNSUPPORTED;
+    int try_wino = c->conv_alg != CH_CPU_CONV_DIRECT && cr.kk[0] == 3 && cr.kk[1] == 3 &&
+                   p->stride_h == 1 && p->stride_w == 1;
+    if (try_wino) {
+        s = conv_pd(c, op, &amd, &bmd, wshape, &cr, has_b, p,
+                    c->conv_alg == CH_CPU_CONV_AUTO ? dnnl_convolution_auto
+                                                    : dnnl_convolution_winograd,
+                    &pd, &hint);
+        if (s != CH_OK) ch_error_clear();
+        if (s != CH_OK && c->conv_alg == CH_CPU_CONV_WINOGRAD && !c->wino_missing_logged) {
+            c->wino_missing_logged = 1;
+            ch_log_info("cohort: compute.cpu_conv_algorithm = winograd: oneDNN has no Winograd "
+                        "kernel for convolution %s %lldx%lldx%lldx%lld -> %lldx%lldx%lldx%lld "
+                        "(layout %s) on ISA %s (oneDNN 2.x has them on AVX-512, for nChw16c "
+                        "activations); direct kernels are used where it has none",
+                        conv_op_name(op), (long long)a->shape[0], (long long)a->shape[1],
+                        (long long)a->shape[2], (long long)a->shape[3], (long long)b->shape[0],
+                        (long long)b->shape[1], (long long)b->shape[2], (long long)b->shape[3],
+                        ch_layout_name(a->layout), ch_cpu_isa_name());
+        }
+    }
+    if (s != CH_OK)
+        s = conv_pd(c, op, &amd, &bmd, wshape, &cr, has_b, p, dnnl_convolution_direct, &pd,
+                    &hint);
+    if (s == CH_OK && try_wino && ch_cpu_pd_is_winograd(pd)) c->nwinograd++;
     for (size_t i = 0; s == CH_OK && ch_cpu_pd_is_ref(pd) &&
                        i < sizeof conv_alt_tags / sizeof conv_alt_tags[0];
          i++) {
@@ -609,7 +638,8 @@ static ch_status conv_prim(ch_cpu_t *c, int op, const ch_tensor_t *a, const int6
         if (dnnl_memory_desc_init_by_tag(&aalt, 4, ad, dnnl_f32, conv_alt_tags[i]) ||
             dnnl_memory_desc_init_by_tag(&balt, 4, bd, dnnl_f32, conv_alt_tags[i]))
             continue;
-        if (conv_pd(c, op, &aalt, &balt, wshape, &cr, has_b, p, &pd2, &hint2) != CH_OK) {
+        if (conv_pd(c, op, &aalt, &balt, wshape, &cr, has_b, p, dnnl_convolution_direct, &pd2,
+                    &hint2) != CH_OK) {
             ch_error_clear();
             continue;
         }

@@ -77,6 +77,9 @@ typedef struct ch_cpu {
     dnnl_primitive_attr_t attr; /* user-managed scratchpad */
     ch_layout_t layout;         /* preferred activation layout */
     int nthreads;               /* requested OpenMP threads, 0 = runtime default */
+    int conv_alg;               /* CH_CPU_CONV_* of the 3x3 stride-1 convolutions (conv.c) */
+    int wino_missing_logged;    /* conv_alg WINOGRAD found no Winograd kernel: said once */
+    int64_t nwinograd;          /* convolution primitives created with a Winograd kernel */
     cpu_prim **cache;
     size_t ncache, capcache;
     void *scratch;              /* shared scratchpad, grown at primitive creation */
@@ -113,6 +116,8 @@ const char *ch_cpu_isa_name(void);
  * (dnnl_query_impl_info_str starts with "ref"): correct but often 10-1000x
  * slower than the jit/gemm ones. */
 int ch_cpu_pd_is_ref(const_dnnl_primitive_desc_t pd);
+/* Nonzero when pd is a Winograd implementation (impl name "jit_wino_..."). */
+int ch_cpu_pd_is_winograd(const_dnnl_primitive_desc_t pd);
 
 /* ---- oneDNN ops (conv.c) */
 ch_status ch_cpu_reorder(void *st, const ch_tensor_t *src, ch_tensor_t *dst);
