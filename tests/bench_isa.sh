@@ -9,7 +9,7 @@
 # figures, and the load average before and after each ISA block.
 #
 #   tests/bench_isa.sh [-M] [-r ROUNDS] [-t "THREADS ..."] [-i "ISA ..."]
-#                      [-p TORCH2_PYTHON] [-b BASELINE_BENCH_NN]
+#                      [-p TORCH2_PYTHON] [-b BASELINE_BENCH_NN] [-a ALGORITHM]
 #                      [-o LOG_DIR] [-n] [CASE ...]
 #
 #   -M  issue 12's matrix: -i "AVX2 AVX512_CORE native" -t "1 2" and the
@@ -27,6 +27,9 @@
 #       tests/bench_torch_venv.sh; adds its column and the cohort/torch ratio.
 #   -b  a second cohort build's tests/bench_nn (e.g. the previous commit's),
 #       the "before" column.
+#   -a  also run cohort with --conv-algorithm ALGORITHM (auto or winograd:
+#       compute.cpu_conv_algorithm), its own column and ratios; the plain
+#       cohort column stays the default (direct).
 #   -o  keep every run's output in LOG_DIR (default: a temporary folder,
 #       removed at the end).
 #   -n  print the plan and the estimated time, run nothing.
@@ -58,13 +61,13 @@ resnet18:1:28:64:eval:8 resnet34:1:28:64:eval:6 resnet50:1:28:64:eval:5
 resnet18:3:224:16:train:2 resnet34:3:224:16:train:2 resnet50:3:224:16:train:2
 resnet18:3:224:16:eval:3 resnet34:3:224:16:eval:2 resnet50:3:224:16:eval:2"
 
-usage="usage: $0 [-M] [-r ROUNDS] [-t THREADS] [-i ISAS] [-p TORCH2_PYTHON] [-b BASELINE] [-o LOG_DIR] [-n] [CASE ...]"
-rounds=3 threads=2 isas="AVX2 AVX512_CORE" py2='' base='' logdir='' dry=0 preset=0
+usage="usage: $0 [-M] [-r ROUNDS] [-t THREADS] [-i ISAS] [-p TORCH2_PYTHON] [-b BASELINE] [-a ALGORITHM] [-o LOG_DIR] [-n] [CASE ...]"
+rounds=3 threads=2 isas="AVX2 AVX512_CORE" py2='' base='' alg='' logdir='' dry=0 preset=0
 o_r='' o_t='' o_i=''
-while getopts Mr:t:i:p:b:o:nc o; do
+while getopts Mr:t:i:p:b:a:o:nc o; do
   case $o in
     M) preset=1 ;; r) o_r=$OPTARG ;; t) o_t=$OPTARG ;; i) o_i=$OPTARG ;;
-    p) py2=$OPTARG ;; b) base=$OPTARG ;; o) logdir=$OPTARG ;; n) dry=1 ;; c) ;;
+    p) py2=$OPTARG ;; b) base=$OPTARG ;; a) alg=$OPTARG ;; o) logdir=$OPTARG ;; n) dry=1 ;; c) ;;
     *) echo "$usage" >&2; exit 2 ;;
   esac
 done
@@ -77,6 +80,7 @@ fi
 [ -n "$o_t" ] && threads=$o_t
 [ -n "$o_i" ] && isas=$o_i
 [ $# -gt 0 ] && cases=$*
+case $alg in '' | auto | winograd) ;; *) echo "$0: -a wants auto or winograd, got '$alg'" >&2; exit 2 ;; esac
 case $rounds in '' | *[!0-9]* | 0) echo "$0: -r wants a positive integer, got '$rounds'" >&2; exit 2 ;; esac
 for t in $threads; do
   case $t in *[!0-9]* | 0) echo "$0: -t wants positive integers, got '$t'" >&2; exit 2 ;; esac
@@ -124,6 +128,7 @@ est() {
 n_torch=1 n_cohort=1
 [ -n "$py2" ] && n_torch=2
 [ -n "$base" ] && n_cohort=2
+[ -n "$alg" ] && n_cohort=$((n_cohort + 1))
 total_est=0
 for isa in $isas; do
   for t in $threads; do
@@ -136,7 +141,7 @@ done
 n_isa=$(echo $isas | wc -w) n_t=$(echo $threads | wc -w) n_c=$(echo $cases | wc -w)
 hms() { awk -v s="$1" 'BEGIN{printf "%dh%02dm%02ds", s / 3600, (s % 3600) / 60, s % 60}'; }
 echo "bench_isa: $n_isa ISA cap(s) ($isas) x $n_t thread count(s) ($threads) x $n_c case(s) x $rounds round(s);" \
-     "programs: cohort, torch ($PY)${py2:+, torch ($py2)}${base:+, cohort before ($base)}" >&2
+     "programs: cohort, torch ($PY)${py2:+, torch ($py2)}${base:+, cohort before ($base)}${alg:+, cohort $alg}" >&2
 echo "bench_isa: expected time about $(hms $total_est) on a quiet machine (rough FLOP model; 2-5x that at load 4-16)" >&2
 if [ "$dry" = 1 ]; then
   for c in $cases; do
@@ -179,6 +184,7 @@ v1=$(torch_version "$PY") v2=
 progs="cohort torch1"
 [ -n "$py2" ] && progs="$progs torch2"
 [ -n "$base" ] && progs="$progs before"
+[ -n "$alg" ] && progs="$progs alg"
 # run PROG ARGS...: one program under the current cap environment ("$@" of envcmd)
 run_prog() {
   p=$1; shift
@@ -187,6 +193,7 @@ run_prog() {
     torch1) $envcmd "$PY" "$src/tests/golden/bench_nn_torch.py" "$@" ;;
     torch2) $envcmd "$py2" "$src/tests/golden/bench_nn_torch.py" "$@" ;;
     before) $envcmd "$base" "$@" ;;
+    alg) $envcmd "$build/tests/bench_nn" --conv-algorithm "$alg" "$@" ;;
   esac
 }
 
@@ -205,10 +212,14 @@ report() {
     echo
     hdr="| ISA cap | threads | case |" sep="|---|--:|---|"
     [ -n "$base" ] && { hdr="$hdr cohort before |"; sep="$sep--:|"; }
-    hdr="$hdr cohort | $h_t1 |" sep="$sep--:|--:|"
+    hdr="$hdr cohort |" sep="$sep--:|"
+    [ -n "$alg" ] && { hdr="$hdr cohort $alg |"; sep="$sep--:|"; }
+    hdr="$hdr $h_t1 |" sep="$sep--:|"
     [ -n "$py2" ] && { hdr="$hdr $h_t2 |"; sep="$sep--:|"; }
     hdr="$hdr cohort/$h_t1 |" sep="$sep--:|"
     [ -n "$py2" ] && { hdr="$hdr cohort/$h_t2 |"; sep="$sep--:|"; }
+    [ -n "$alg" ] && { hdr="$hdr $alg/$h_t1 |"; sep="$sep--:|"; }
+    [ -n "$alg" ] && [ -n "$py2" ] && { hdr="$hdr $alg/$h_t2 |"; sep="$sep--:|"; }
     [ -n "$base" ] && { hdr="$hdr before/$h_t1 |"; sep="$sep--:|"; }
     echo "$hdr"
     echo "$sep"
@@ -216,16 +227,21 @@ report() {
     while IFS='|' read -r isa t name meds; do
       set -- $meds
       cw=$1 cc=$2 tw=$3 tc=$4; shift 4
-      t2w='' t2c='' bw='' bc=''
+      t2w='' t2c='' bw='' bc='' aw='' ac=''
       [ -n "$py2" ] && { t2w=$1 t2c=$2; shift 2; }
-      [ -n "$base" ] && { bw=$1 bc=$2; }
-      if [ $kind = wall ]; then c=$cw x=$tw x2=$t2w b=$bw; else c=$cc x=$tc x2=$t2c b=$bc; fi
+      [ -n "$base" ] && { bw=$1 bc=$2; shift 2; }
+      [ -n "$alg" ] && { aw=$1 ac=$2; }
+      if [ $kind = wall ]; then c=$cw x=$tw x2=$t2w b=$bw a=$aw; else c=$cc x=$tc x2=$t2c b=$bc a=$ac; fi
       line="| $isa | $t | $name |"
       [ -n "$base" ] && line="$line $b |"
-      line="$line $c | $x |"
+      line="$line $c |"
+      [ -n "$alg" ] && line="$line $a |"
+      line="$line $x |"
       [ -n "$py2" ] && line="$line $x2 |"
       line="$line $(ratio "$c" "$x") |"
       [ -n "$py2" ] && line="$line $(ratio "$c" "$x2") |"
+      [ -n "$alg" ] && line="$line $(ratio "$a" "$x") |"
+      [ -n "$alg" ] && [ -n "$py2" ] && line="$line $(ratio "$a" "$x2") |"
       [ -n "$base" ] && line="$line $(ratio "$b" "$x") |"
       echo "$line"
     done < "$tmp/rows"
@@ -295,7 +311,7 @@ for isa in $isas; do
       meds='' rl="$isa t$t $name:"
       for p in $progs; do
         meds="$meds $(median < "$tmp/w.$p") $(median < "$tmp/c.$p")"
-        case $p in torch1) lab="torch $v1" ;; torch2) lab="torch $v2" ;; *) lab=$p ;; esac
+        case $p in torch1) lab="torch $v1" ;; torch2) lab="torch $v2" ;; alg) lab="cohort $alg" ;; *) lab=$p ;; esac
         rl="$rl $lab $(tr '\n' ' ' < "$tmp/w.$p")[$(tr '\n' ' ' < "$tmp/c.$p" | sed 's/ $//')] /"
       done
       echo "$isa|$t|$name|$meds" >> "$tmp/rows"
