@@ -252,13 +252,16 @@ static ch_status build_model(job_t *j)
 }
 
 /* Keys that may differ between a run and the one it resumes: they do not
- * change the trained parameters (logging, evaluation, loader parallelism,
- * threads, checkpoint cadence and place, the launch's signal and requeue
- * settings, the device rule). Every other key, present or added later,
- * must match or be listed in output.resume_allow. */
+ * change the trained parameters beyond fp32 rounding (logging, evaluation,
+ * loader parallelism, threads, the CPU convolution algorithm — like the
+ * ISA of the node a requeued job lands on —, checkpoint cadence and place,
+ * the launch's signal and requeue settings, the device rule). Every other
+ * key, present or added later, must match or be listed in
+ * output.resume_allow. */
 static const char *const resume_free_keys[] = {
     "train.threads", "train.log_every", "train.stop_after", "train.eval", "data.workers",
     "data.prefetch", "output.", "dist.device_rule", "dist.requeue", "dist.warning_signal",
+    "compute.cpu_conv_algorithm",
 };
 
 /* Continue from a resume file: the saved configuration compared with this

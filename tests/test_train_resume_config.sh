@@ -30,13 +30,15 @@ check "--resume-allow with an unknown key: refused (exit $rc) naming it" \
   sh -c "[ $rc = 2 ] && grep -q \"output.resume_allow: 'optimizer.nosuch' is not a configuration key\" '$run.log'"
 
 cp -r "$run" "$run-allow"
-train 1 "$run" $args --resume --train.log_every=1 --data.workers=2 --train.threads=2
+train 1 "$run" $args --resume --train.log_every=1 --data.workers=2 --train.threads=2 \
+  --compute.cpu_conv_algorithm=winograd
 rc=$?
 show "$run.log" 8
-check "train.log_every, data.workers, train.threads changed: resumed and finished (exit $rc)" \
+check "train.log_every, data.workers, train.threads, compute.cpu_conv_algorithm changed: resumed and finished (exit $rc)" \
   sh -c "[ $rc = 0 ] && grep -q 'resumed from .* at epoch 1, step 0' '$run.log' \
          && grep 'changed (does not change the result): ' '$run.log' | grep 'data.workers (saved 1, now 2)' \
-            | grep 'train.log_every (saved 100, now 1)' | grep -q 'train.threads (saved 1, now 2)' \
+            | grep 'train.log_every (saved 100, now 1)' | grep 'train.threads (saved 1, now 2)' \
+            | grep -q 'compute.cpu_conv_algorithm (saved \"*direct\"*, now \"*winograd\"*)' \
          && [ -f '$run/model-1.safetensors' ]"
 
 train 1 "$run-allow" $args --resume --resume-allow optimizer.lr --optimizer.lr=0.02
