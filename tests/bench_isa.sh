@@ -27,7 +27,7 @@
 #       tests/bench_torch_venv.sh; adds its column and the cohort/torch ratio.
 #   -b  a second cohort build's tests/bench_nn (e.g. the previous commit's),
 #       the "before" column.
-#   -a  also run cohort with --conv-algorithm ALGORITHM (auto or winograd:
+#   -a  also run cohort with --conv-algorithm ALGORITHM (auto, winograd or direct:
 #       compute.cpu_conv_algorithm), its own column and ratios; the plain
 #       cohort column stays the default (direct).
 #   -o  keep every run's output in LOG_DIR (default: a temporary folder,
@@ -80,7 +80,7 @@ fi
 [ -n "$o_t" ] && threads=$o_t
 [ -n "$o_i" ] && isas=$o_i
 [ $# -gt 0 ] && cases=$*
-case $alg in '' | auto | winograd) ;; *) echo "$0: -a wants auto or winograd, got '$alg'" >&2; exit 2 ;; esac
+case $alg in '' | direct | auto | winograd) ;; *) echo "$0: -a wants direct, auto or winograd, got '$alg'" >&2; exit 2 ;; esac
 case $rounds in '' | *[!0-9]* | 0) echo "$0: -r wants a positive integer, got '$rounds'" >&2; exit 2 ;; esac
 for t in $threads; do
   case $t in *[!0-9]* | 0) echo "$0: -t wants positive integers, got '$t'" >&2; exit 2 ;; esac
@@ -282,7 +282,8 @@ for isa in $isas; do
     k="${k:-none }[${v:-no oneDNN verbose output}]"
     # PyTorch's own kernels (ATEN_CPU_CAPABILITY), from bench_nn_torch.py's line
     cap=$(sed -n 's/.*; cpu capability \([A-Za-z0-9_]*\).*/ (ATen \1)/p' "$f" | head -n 1)
-    line="$line $p $k"
+    lab=$p; [ "$p" = alg ] && lab="cohort-$alg"
+    line="$line $lab $k"
     line="${line%" "}$cap;"
   done
   envcmd=$plain_env line=${line%";"}

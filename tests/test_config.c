@@ -554,7 +554,7 @@ static void test_dump_floats_exact(void **state)
 /* ch_config_compare_dump: the keys whose values differ from a saved dump
  * (floats by their dump text: 0.1 and 0.30000000000000004 differ; strings,
  * lists, int64), in key order; a key
- * the dump lacks only when set explicitly; a dump that does not parse is
+ * the dump lacks only when set to another value than its default; a dump that does not parse is
  * CH_ERR_FORMAT naming the line. */
 static void test_compare_dump(void **state)
 {
@@ -602,6 +602,13 @@ static void test_compare_dump(void **state)
     assert_string_equal(ch[0].name, "seed");
     assert_null(ch[0].saved);
     assert_string_equal(ch[0].now, "3");
+    ch_config_changes_free(ch, n);
+    /* ... and an explicit value equal to the default is the same run (a
+     * config file that lists the newer key with its default) */
+    ch_config_destroy(now);
+    assert_ch_ok(LOAD(&now, "--train.lr=0.1", "--data.files=p,q", "--seed=0")); /* its default */
+    assert_ch_ok(ch_config_compare_dump(now, text, &ch, &n));
+    assert_int_equal(n, 0);
     ch_config_changes_free(ch, n);
 
     assert_ch_error(ch_config_compare_dump(now, "train = { lr = ; };", &ch, &n), CH_ERR_FORMAT,

@@ -1316,7 +1316,30 @@ ch_status ch_config_compare_dump(const ch_config_t *cfg, const char *dump,
                 break;
             }
         }
-        if (saved_text ? strcmp(saved_text, now_text) != 0 : strcmp(now->source, "default") != 0) {
+        int changed;
+        if (saved_text) {
+            changed = strcmp(saved_text, now_text) != 0;
+        } else {
+            /* a key the dump lacks (a newer table's key): the same run while
+             * its value is the default, wherever that value was set */
+            changed = strcmp(now->source, "default") != 0;
+            if (changed && now->key->def) {
+                slot_t d;
+                memset(&d, 0, sizeof d);
+                d.key = now->key;
+                if (assign_text(&d, now->key->def, CH_ERR_INVALID, "default", "default") ==
+                    CH_OK) {
+                    char *def_text = value_text(&d);
+                    changed = !def_text || strcmp(def_text, now_text) != 0;
+                    free(def_text);
+                } else {
+                    ch_error_clear();
+                }
+                value_free(&d.v);
+                free(d.source);
+            }
+        }
+        if (changed) {
             ch[n].name = now->key->name;
             ch[n].saved = saved_text;
             ch[n].now = now_text;

@@ -196,9 +196,10 @@ typedef struct {
 /* Compare cfg with `dump`, the text ch_config_dump wrote for an earlier
  * run (e.g. the "config" text of a resume file): *changes gets, in key
  * order, every key of cfg whose value differs (values compared as dump
- * text, so floats by their 17 digits), and every key the dump lacks that cfg
- * sets explicitly (a key the dump lacks and cfg leaves at its default is the
- * same run: a newer table's key). Keys of the dump that cfg does not know
+ * text, so floats by their 17 digits), and every key the dump lacks whose
+ * value in cfg is not its default (a key the dump lacks with its default
+ * value, left unset or set to it in a file or option, is the same run: a
+ * newer table's key). Keys of the dump that cfg does not know
  * are ignored. *n the count (0: the same configuration, *changes still to
  * be freed). Errors: CH_ERR_FORMAT "saved configuration: line L: <text>"
  * for a dump libconfig cannot parse, CH_ERR_NOMEM; then *changes is NULL. */

@@ -99,8 +99,9 @@ typedef struct ch_compute_options {
      * Lavin & Gray, "Fast Algorithms for Convolutional Neural Networks",
      * CVPR 2016), direct elsewhere. Winograd's transforms round differently:
      * differences to the direct result of about 1e-6 of the largest value
-     * per convolution (tests/test_ops: 32 channels, 3x3). Other convolutions (1x1,
-     * strided, the stem, cropped kernels on small maps) are always direct. */
+     * per convolution (tests/test_ops: 32 channels, 3x3). Other convolutions
+     * (1x1, strided, the stem, kernels cropped on small maps, which may go
+     * through cohort's GEMM path) are computed as with DIRECT. */
     int cpu_conv_algorithm;
 } ch_compute_options_t;
 

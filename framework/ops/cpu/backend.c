@@ -187,8 +187,11 @@ static void cpu_describe(const void *state, char *buf, size_t len)
                      v->major, v->minor, v->patch, runtime_name(v->cpu_runtime),
                      ch_cpu_isa_name(), omp_get_max_threads(), ch_layout_name(c->layout));
     if (c->conv_alg != CH_CPU_CONV_DIRECT && n >= 0 && (size_t)n < len)
-        snprintf(buf + n, len - (size_t)n, ", 3x3 convolutions %s",
-                 ch_compute_cpu_conv_algorithm_names[c->conv_alg]);
+        snprintf(buf + n, len - (size_t)n, ", 3x3 convolutions %s%s",
+                 ch_compute_cpu_conv_algorithm_names[c->conv_alg],
+                 strncmp(ch_cpu_isa_name(), "avx512_core", 11) == 0
+                     ? ""
+                     : " (none on this ISA: direct)");
 }
 
 static size_t cpu_cache_entries(const void *state) { return ((const ch_cpu_t *)state)->ncache; }

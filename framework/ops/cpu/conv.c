@@ -615,9 +615,10 @@ static ch_status conv_prim(ch_cpu_t *c, int op, const ch_tensor_t *a, const int6
         if (s != CH_OK && c->conv_alg == CH_CPU_CONV_WINOGRAD && !c->wino_missing_logged) {
             c->wino_missing_logged = 1;
             ch_log_info("cohort: compute.cpu_conv_algorithm = winograd: oneDNN has no Winograd "
-                        "kernel for convolution %s %lldx%lldx%lldx%lld -> %lldx%lldx%lldx%lld "
-                        "(layout %s) on ISA %s (oneDNN 2.x has them on AVX-512, for nChw16c "
-                        "activations); direct kernels are used where it has none",
+                        "kernel for some 3x3 convolutions (the first: %s %lldx%lldx%lldx%lld -> "
+                        "%lldx%lldx%lldx%lld, layout %s, ISA %s); those run the direct kernels "
+                        "(oneDNN 2.x has Winograd only on AVX-512 CPUs and only for nChw16c "
+                        "activations); said once",
                         conv_op_name(op), (long long)a->shape[0], (long long)a->shape[1],
                         (long long)a->shape[2], (long long)a->shape[3], (long long)b->shape[0],
                         (long long)b->shape[1], (long long)b->shape[2], (long long)b->shape[3],
