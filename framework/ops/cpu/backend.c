@@ -150,22 +150,21 @@ static const char *isa_name(dnnl_cpu_isa_t isa)
 
 const char *ch_cpu_isa_name(void) { return isa_name(dnnl_get_effective_cpu_isa()); }
 
-int ch_cpu_pd_is_ref(const_dnnl_primitive_desc_t pd)
+/* pd's implementation name (dnnl_query_impl_info_str), "" if unknown. */
+static const char *pd_impl(const_dnnl_primitive_desc_t pd)
 {
     const char *impl = NULL;
     if (dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl) != dnnl_success ||
         !impl)
-        return 0;
-    return strncmp(impl, "ref", 3) == 0;
+        return "";
+    return impl;
 }
+
+int ch_cpu_pd_is_ref(const_dnnl_primitive_desc_t pd) { return strncmp(pd_impl(pd), "ref", 3) == 0; }
 
 int ch_cpu_pd_is_winograd(const_dnnl_primitive_desc_t pd)
 {
-    const char *impl = NULL;
-    if (dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl) != dnnl_success ||
-        !impl)
-        return 0;
-    return strstr(impl, "wino") != NULL;
+    return strstr(pd_impl(pd), "wino") != NULL;
 }
 
 static const char *runtime_name(unsigned r)
