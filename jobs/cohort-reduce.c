@@ -11,8 +11,8 @@
 #include "framework/core/log.h"
 #include "framework/reduce/reduce.h"
 #include "framework/runtime/job.h"
-#include "io/npy.h"
-#include "io/reduce_ckpt.h"
+#include "io/formats/npy.h"
+#include "io/state/reduce_ckpt.h"
 
 #include <stdio.h>
 #include <stdlib.h>

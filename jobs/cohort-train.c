@@ -14,8 +14,8 @@
  * Where the pieces live: the program's life (MPI, identity, config and
  * --help, device, compute, NCCL, output directory, profiler, preemption,
  * the agreed stop, progress, requeue, exit codes) framework/runtime/job.h;
- * datasets and loaders io/data.h, batches on the compute device
- * io/batch_feed.h, model and resume files io/train_state.h, DDP
+ * datasets and loaders io/data/data.h, batches on the compute device
+ * io/data/batch_feed.h, model and resume files io/state/train_state.h, DDP
  * framework/train/ddp.h, SGD optim.h, schedule lr_schedule.h; each brings
  * its own config keys. This file holds the recipe, the epoch loop and the
  * evaluation.
@@ -45,16 +45,16 @@
 #include "framework/nn/nn_exec.h"
 #include "framework/ops/ops.h"
 #include "framework/runtime/job.h"
-#include "framework/runtime/profiler.h"
+#include "framework/core/profiler.h"
 #include "framework/tensor/device.h"
 #include "framework/tensor/tensor.h"
 #include "framework/train/ddp.h"
 #include "framework/train/lr_schedule.h"
 #include "framework/train/metrics.h"
 #include "framework/train/optim.h"
-#include "io/batch_feed.h"
-#include "io/data.h"
-#include "io/train_state.h"
+#include "io/data/batch_feed.h"
+#include "io/data/data.h"
+#include "io/state/train_state.h"
 #include "models/models.h"
 
 #include <math.h>
@@ -64,9 +64,9 @@
 
 /* ------------------------------------------------------------------ keys */
 
-/* The job's own keys; the objects bring theirs (io/data.h data.*,
+/* The job's own keys; the objects bring theirs (io/data/data.h data.*,
  * framework/train/optim.h optimizer.*, lr_schedule.h schedule.*, ddp.h
- * dist.bucket_mb / dist.broadcast_buffers, io/train_state.h output.*). */
+ * dist.bucket_mb / dist.broadcast_buffers, io/state/train_state.h output.*). */
 static const ch_config_key_t train_keys[] = {
     {"model.arch", CH_CFG_STRING, "resnet18", CH_CFG_NO_RANGE,
      "Architecture: resnet18, resnet34, resnet50, smallcnn."},

@@ -18,8 +18,8 @@
  */
 #include "config.h"
 
-#include "io/checkpoint.h"
-#include "io/safetensors.h"
+#include "io/state/checkpoint.h"
+#include "io/formats/safetensors.h"
 
 #include <stdio.h>
 #include <stdlib.h>

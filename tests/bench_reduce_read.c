@@ -8,7 +8,7 @@
  */
 #include "config.h"
 
-#include "io/npy.h"
+#include "io/formats/npy.h"
 
 #include <fcntl.h>
 #include <mpi.h>

@@ -5,7 +5,7 @@
 
 #include "tests/harness.h"
 
-#include "io/safetensors.h"
+#include "io/formats/safetensors.h"
 
 #include <math.h>
 #include <stdio.h>

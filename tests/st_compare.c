@@ -15,7 +15,7 @@
 #include "config.h"
 
 #include "framework/core/status.h"
-#include "io/safetensors.h"
+#include "io/formats/safetensors.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -6,8 +6,8 @@
 
 #include "tests/harness.h"
 
-#include "io/atomic_file.h"
-#include "io/checkpoint.h"
+#include "io/state/atomic_file.h"
+#include "io/state/checkpoint.h"
 
 #include <dirent.h>
 #include <errno.h>

@@ -16,8 +16,8 @@
 #include "framework/train/optim.h"
 #include "framework/ops/ops.h"
 #include "framework/tensor/device.h"
-#include "io/batch_feed.h"
-#include "io/data.h"
+#include "io/data/batch_feed.h"
+#include "io/data/data.h"
 
 #include <dirent.h>
 #include <math.h>

@@ -5,10 +5,10 @@
 
 #include "tests/harness.h"
 
-#include "io/cifar.h"
-#include "io/dataset.h"
-#include "io/idx.h"
-#include "io/image.h"
+#include "io/data/cifar.h"
+#include "io/data/dataset.h"
+#include "io/data/idx.h"
+#include "io/data/image.h"
 
 #include <errno.h>
 #include <stdio.h>

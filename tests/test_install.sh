@@ -95,7 +95,7 @@ for f in "$prefix/bin/cohort-train" "$prefix/bin/cohort-bench" "$libdir/libcohor
     "$pkgdatadir/examples/sampler_allreduce.c" "$pkgdatadir/examples/Makefile" \
     "$datadir/man/man1/cohort-train.1" "$datadir/man/man1/cohort-bench.1" \
     "$datadir/man/man7/cohort.7" "$datadir/modulefiles/cohort/$version.lua" \
-    "$prefix/include/cohort/framework/dist/dist.h" "$prefix/include/cohort/io/sampler.h"; do
+    "$prefix/include/cohort/framework/dist/dist.h" "$prefix/include/cohort/io/data/sampler.h"; do
     [ -e "$f" ] || missing="$missing $f"
 done
 [ -z "$missing" ]

@@ -5,8 +5,8 @@
 
 #include "tests/harness.h"
 
-#include "io/dataset.h"
-#include "io/loader.h"
+#include "io/data/dataset.h"
+#include "io/data/loader.h"
 
 #include <mpi.h>
 #include <stdio.h>

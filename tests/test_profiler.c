@@ -3,7 +3,7 @@
 
 #include "tests/harness.h"
 
-#include "framework/runtime/profiler.h"
+#include "framework/core/profiler.h"
 #include "framework/launch/signals.h"
 
 #include <mpi.h>

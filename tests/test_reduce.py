@@ -304,7 +304,7 @@ got, _ = reduce(path("raw.bin"), "mean", 0, extra=["--dtype", "f8", "--shape", "
 tap(same_bits(got, exact_reduce(x, 0, True)), "raw big-endian binary input")
 
 # ------------------------------------------------------------ HDF5 input
-# FILE.h5:/path datasets (io/h5.h) made with h5py: contiguous and chunked
+# FILE.h5:/path datasets (io/formats/h5.h) made with h5py: contiguous and chunked
 # (gzip) layouts, big-endian integers, a 0-d dataset; the same bits for W=1
 # and 2 and small chunks; refused types and bad paths.
 try:

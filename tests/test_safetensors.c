@@ -5,7 +5,7 @@
 
 #include "tests/harness.h"
 
-#include "io/safetensors.h"
+#include "io/formats/safetensors.h"
 
 #include <dirent.h>
 #include <errno.h>

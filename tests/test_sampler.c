@@ -4,8 +4,8 @@
 
 #include "tests/harness.h"
 
-#include "io/mt19937.h"
-#include "io/sampler.h"
+#include "io/data/mt19937.h"
+#include "io/data/sampler.h"
 
 #include <inttypes.h>
 #include <stdio.h>

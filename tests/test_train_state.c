@@ -11,9 +11,9 @@
 
 #include "framework/core/configuration.h"
 #include "framework/train/optim.h"
-#include "io/checkpoint.h"
-#include "io/safetensors.h"
-#include "io/train_state.h"
+#include "io/state/checkpoint.h"
+#include "io/formats/safetensors.h"
+#include "io/state/train_state.h"
 #include "models/models.h"
 
 #include <dirent.h>

@@ -5,7 +5,7 @@
 
 #include "tests/harness.h"
 
-#include "io/transforms.h"
+#include "io/data/transforms.h"
 
 #include <math.h>
 #include <stdio.h>

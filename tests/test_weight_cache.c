@@ -17,7 +17,7 @@
 #include "framework/nn/nn_exec.h"
 #include "framework/ops/ops.h"
 #include "framework/train/optim.h"
-#include "io/train_state.h"
+#include "io/state/train_state.h"
 #include "models/models.h"
 
 #include <unistd.h>

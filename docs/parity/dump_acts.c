@@ -2,7 +2,7 @@
 #include "framework/nn/nn.h"
 #include "framework/nn/nn_exec.h"
 #include "framework/ops/ops.h"
-#include "io/safetensors.h"
+#include "io/formats/safetensors.h"
 #include "models/models.h"
 #include <stdio.h>
 #include <stdlib.h>

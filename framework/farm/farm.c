@@ -3,7 +3,7 @@
 #include "framework/farm/farm.h"
 
 #include "framework/core/log.h"
-#include "io/atomic_file.h"
+#include "io/state/atomic_file.h"
 
 #include <errno.h>
 #include <fcntl.h>

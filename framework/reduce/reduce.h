@@ -11,7 +11,7 @@
  *                  merges the partial states of all ranks (collective), and
  *                  ch_reducer_result gives the numpy-typed result.
  *   ch_array_source_t  where the elements come from (a callback that reads
- *                  elements of a segment; io/npy.h makes them for .npy files,
+ *                  elements of a segment; io/formats/npy.h makes them for .npy files,
  *                  shards and raw binary).
  *   ch_reduce_run  the chunked pipeline over a source: each rank takes an
  *                  equal share of the elements (in storage order), reads it

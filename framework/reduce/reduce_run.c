@@ -3,7 +3,7 @@
 #include "config.h"
 
 #include "framework/reduce/reduce.h"
-#include "framework/runtime/profiler.h"
+#include "framework/core/profiler.h"
 
 #include <math.h>
 #include <pthread.h>

@@ -9,8 +9,8 @@
 #include "framework/core/log.h"
 #include "framework/launch/signals.h"
 #include "framework/tensor/device.h"
-#include "io/atomic_file.h"
-#include "io/checkpoint.h"
+#include "io/state/atomic_file.h"
+#include "io/state/checkpoint.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -242,7 +242,7 @@ static ch_status make_dirs(const char *dir)
 }
 
 /* The target name of an atomic writer's temporary file
- * ".<name>.tmp.XXXXXX" (io/atomic_file.h), or 0 when `entry` is not one. */
+ * ".<name>.tmp.XXXXXX" (io/state/atomic_file.h), or 0 when `entry` is not one. */
 static int temp_target(const char *entry, char *target, size_t len)
 {
     static const char tag[] = ".tmp.";

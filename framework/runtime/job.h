@@ -69,7 +69,7 @@
 #include "framework/dist/dist.h"
 #include "framework/launch/env.h"
 #include "framework/ops/ops.h"
-#include "framework/runtime/profiler.h"
+#include "framework/core/profiler.h"
 
 #include <stdint.h>
 

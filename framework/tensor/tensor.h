@@ -181,7 +181,7 @@ ch_status ch_tensor_check_shape(const ch_tensor_t *t, const char *what,
  * them (ch_model_param_block, ch_model_device_param_block, ch_model_param,
  * ch_model_entry, ch_model_find, ch_model_state_dict: the caller may write
  * through them) call it; DDP's broadcast of the parameters and
- * io/train_state.c's loads call it too. Code that keeps a parameter pointer
+ * io/state/train_state.c's loads call it too. Code that keeps a parameter pointer
  * and writes through it later must call it itself. Only framework/nn sets
  * versioned = 1 (module weights and biases); every other tensor is never
  * cached. Setting COHORT_WEIGHT_CACHE=0 in the environment turns the cache

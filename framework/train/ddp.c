@@ -5,7 +5,7 @@
 
 #include "framework/nn/nn_exec.h"
 #include "framework/ops/ops.h"
-#include "framework/runtime/profiler.h"
+#include "framework/core/profiler.h"
 #include "framework/tensor/tensor.h"
 
 #include <sched.h>

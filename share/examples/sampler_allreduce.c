@@ -1,7 +1,7 @@
 /* cohort example: a program outside the cohort tree that links libcohort.
  *
  * Every rank takes its share of a data set's indices from cohort's
- * DistributedSampler (io/sampler.h: the same order as PyTorch's
+ * DistributedSampler (io/data/sampler.h: the same order as PyTorch's
  * torch.utils.data.DistributedSampler) and counts them in a histogram; one
  * all-reduce (framework/dist/dist.h, MPI backend) sums the histograms. With
  * a data set of n samples, no padding (n divisible by the world size) and
@@ -18,7 +18,7 @@
  * error, 2 for a bad argument. */
 #include <cohort/framework/core/status.h>
 #include <cohort/framework/dist/dist.h>
-#include <cohort/io/sampler.h>
+#include <cohort/io/data/sampler.h>
 
 #include <mpi.h>
 #include <stdint.h>

@@ -2,8 +2,8 @@
  * batch file (or two: split at the middle when the first byte is odd). */
 #include "config.h"
 
-#include "io/cifar.h"
-#include "io/dataset.h"
+#include "io/data/cifar.h"
+#include "io/data/dataset.h"
 #include "tests/fuzz/fuzz.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)

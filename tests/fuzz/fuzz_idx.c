@@ -5,8 +5,8 @@
 
 #include <stdlib.h>
 
-#include "io/dataset.h"
-#include "io/idx.h"
+#include "io/data/dataset.h"
+#include "io/data/idx.h"
 #include "tests/fuzz/fuzz.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)

@@ -1,8 +1,8 @@
-/* Fuzz target: the JPEG / PNG decoders (io/image.c) from memory, to 1 and
+/* Fuzz target: the JPEG / PNG decoders (io/data/image.c) from memory, to 1 and
  * 3 channels. */
 #include "config.h"
 
-#include "io/image.h"
+#include "io/data/image.h"
 #include "tests/fuzz/fuzz.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)

@@ -1,9 +1,9 @@
-/* Fuzz target: the safetensors reader (io/safetensors.c) on arbitrary bytes.
+/* Fuzz target: the safetensors reader (io/formats/safetensors.c) on arbitrary bytes.
  * Every input must either load (then every view lies inside the input and
  * the metadata strings are readable) or fail with a message; never crash. */
 #include "config.h"
 
-#include "io/safetensors.h"
+#include "io/formats/safetensors.h"
 #include "tests/fuzz/fuzz.h"
 
 #include <stdint.h>

@@ -1,0 +1,156 @@
+/* cohort: PIL-exact bilinear resampling, see resample.h. Follows Pillow
+ * 9.4 src/libImaging/Resample.c (precompute_coeffs, normalize_coeffs_8bpc,
+ * ImagingResampleHorizontal_8bpc / Vertical_8bpc, ImagingResampleInner). */
+#include "io/data/resample.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define PRECISION_BITS (32 - 8 - 2)
+
+void ch_resample_scratch_free(ch_resample_scratch_t *s)
+{
+    free(s->kx);
+    free(s->ky);
+    free(s->bx);
+    free(s->by);
+    free(s->tmp);
+    memset(s, 0, sizeof *s);
+}
+
+static int grow(void **p, size_t *cap, size_t need)
+{
+    if (need <= *cap) return 0;
+    void *q = realloc(*p, need);
+    if (!q) return -1;
+    *p = q;
+    *cap = need;
+    return 0;
+}
+
+static double bilinear_filter(double x)
+{
+    if (x < 0.0) x = -x;
+    if (x < 1.0) return 1.0 - x;
+    return 0.0;
+}
+
+/* Coefficients for in_size -> out_size over the box [0, in_size): returns
+ * ksize, fills kk (out_size * ksize fixed-point) and bounds (xmin, count). */
+static int precompute_coeffs(int in_size, int out_size, int32_t **kk_p, size_t *kk_cap, int **b_p,
+                             size_t *b_cap)
+{
+    double in0 = 0.0, in1 = (double)(float)in_size;
+    double scale = (in1 - in0) / out_size, filterscale = scale;
+    if (filterscale < 1.0) filterscale = 1.0;
+    double support = 1.0 * filterscale;
+    int ksize = (int)ceil(support) * 2 + 1;
+    /* double coefficients first (as Pillow), then fixed point in place */
+    if (grow((void **)kk_p, kk_cap, (size_t)out_size * (size_t)ksize * sizeof(double)) ||
+        grow((void **)b_p, b_cap, (size_t)out_size * 2 * sizeof(int)))
+        return -1;
+    double *kd = (double *)(void *)*kk_p;
+    int *bounds = *b_p;
+    for (int xx = 0; xx < out_size; xx++) {
+        double center = in0 + (xx + 0.5) * scale;
+        double ww = 0.0, ss = 1.0 / filterscale;
+        int xmin = (int)(center - support + 0.5);
+        if (xmin < 0) xmin = 0;
+        int xmax = (int)(center + support + 0.5);
+        if (xmax > in_size) xmax = in_size;
+        xmax -= xmin;
+        double *k = &kd[xx * ksize];
+        int x;
+        for (x = 0; x < xmax; x++) {
+            double w = bilinear_filter((x + xmin - center + 0.5) * ss);
+            k[x] = w;
+            ww += w;
+        }
+        for (x = 0; x < xmax; x++)
+            if (ww != 0.0) k[x] /= ww;
+        for (; x < ksize; x++) k[x] = 0;
+        bounds[xx * 2 + 0] = xmin;
+        bounds[xx * 2 + 1] = xmax;
+    }
+    /* normalize_coeffs_8bpc: same buffer, int32 written front to back
+     * (element x of int32 never overtakes element x of double) */
+    int32_t *ki = *kk_p;
+    for (size_t x = 0; x < (size_t)out_size * (size_t)ksize; x++) {
+        double v = kd[x];
+        ki[x] = v < 0 ? (int32_t)(-0.5 + v * (1 << PRECISION_BITS))
+                      : (int32_t)(0.5 + v * (1 << PRECISION_BITS));
+    }
+    return ksize;
+}
+
+static inline uint8_t clip8(int32_t in)
+{
+    int32_t v = in >> PRECISION_BITS;
+    return (uint8_t)(v < 0 ? 0 : v > 255 ? 255 : v);
+}
+
+ch_status ch_resample_bilinear(const uint8_t *src, int sh, int sw, int c, size_t src_stride,
+                               uint8_t *dst, int dh, int dw, ch_resample_scratch_t *s)
+{
+    CH_REQUIRE(sh > 0 && sw > 0 && dh > 0 && dw > 0 && c >= 1 && c <= 4,
+               "resample: bad sizes %dx%d -> %dx%d (c=%d)", sh, sw, dh, dw, c);
+    int need_h = dw != sw, need_v = dh != sh;
+    if (!need_h && !need_v) {
+        for (int y = 0; y < sh; y++)
+            memcpy(dst + (size_t)y * (size_t)dw * (size_t)c, src + (size_t)y * src_stride,
+                   (size_t)sw * (size_t)c);
+        return CH_OK;
+    }
+    int ksx = precompute_coeffs(sw, dw, &s->kx, &s->kx_cap, &s->bx, &s->bx_cap);
+    int ksy = precompute_coeffs(sh, dh, &s->ky, &s->ky_cap, &s->by, &s->by_cap);
+    if (ksx < 0 || ksy < 0) return CH_ERROR(CH_ERR_NOMEM, "resample: out of memory");
+    const int32_t *kx = s->kx, *ky = s->ky;
+    int *by = s->by;
+    const int *bx = s->bx;
+    const uint8_t *vin = src;
+    size_t vin_stride = src_stride;
+    int ybox_first = by[0], ybox_last = by[dh * 2 - 2] + by[dh * 2 - 1];
+    if (need_h) {
+        int rows = need_v ? ybox_last - ybox_first : sh;
+        int first = need_v ? ybox_first : 0;
+        if (need_v)
+            for (int i = 0; i < dh; i++) by[i * 2] -= ybox_first;
+        uint8_t *out = dst;
+        size_t out_stride = (size_t)dw * (size_t)c;
+        if (need_v) {
+            if (grow((void **)&s->tmp, &s->tmp_cap, (size_t)rows * out_stride))
+                return CH_ERROR(CH_ERR_NOMEM, "resample: out of memory");
+            out = s->tmp;
+        }
+        for (int yy = 0; yy < rows; yy++) {
+            const uint8_t *row = src + (size_t)(yy + first) * src_stride;
+            uint8_t *orow = out + (size_t)yy * out_stride;
+            for (int xx = 0; xx < dw; xx++) {
+                int xmin = bx[xx * 2], xmax = bx[xx * 2 + 1];
+                const int32_t *k = &kx[xx * ksx];
+                for (int ch = 0; ch < c; ch++) {
+                    int32_t ss = 1 << (PRECISION_BITS - 1);
+                    const uint8_t *p = row + (size_t)xmin * (size_t)c + (size_t)ch;
+                    for (int x = 0; x < xmax; x++) ss += (int32_t)p[(size_t)x * (size_t)c] * k[x];
+                    orow[(size_t)xx * (size_t)c + (size_t)ch] = clip8(ss);
+                }
+            }
+        }
+        if (!need_v) return CH_OK;
+        vin = s->tmp;
+        vin_stride = out_stride;
+    }
+    size_t w_bytes = (size_t)dw * (size_t)c;
+    for (int yy = 0; yy < dh; yy++) {
+        const int32_t *k = &ky[yy * ksy];
+        int ymin = by[yy * 2], ymax = by[yy * 2 + 1];
+        uint8_t *orow = dst + (size_t)yy * w_bytes;
+        for (size_t xx = 0; xx < w_bytes; xx++) {
+            int32_t ss = 1 << (PRECISION_BITS - 1);
+            for (int y = 0; y < ymax; y++) ss += (int32_t)vin[(size_t)(y + ymin) * vin_stride + xx] * k[y];
+            orow[xx] = clip8(ss);
+        }
+    }
+    return CH_OK;
+}
