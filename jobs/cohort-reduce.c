@@ -4,8 +4,8 @@
  *
  *   mpiexec -n W cohort-reduce --op mean --axis 0 x.npy --out m.npy
  *
- * The machinery is framework/reduce (reducer, pipeline), io/npy (inputs,
- * .npy output) and io/reduce_ckpt (resume files); this file is the glue. */
+ * The machinery is framework/reduce (reducer, pipeline), io/formats/npy (inputs,
+ * .npy output) and io/state/reduce_ckpt (resume files); this file is the glue. */
 #include "config.h"
 
 #include "framework/core/log.h"

@@ -1,4 +1,4 @@
-/* Tests for io/atomic_file and io/checkpoint: resume-file round trip and
+/* Tests for io/state/atomic_file and io/state/checkpoint: resume-file round trip and
  * validation, atomic replacement under failures (a writer killed with
  * SIGKILL mid-write, a write failing midway on a file-size limit), and
  * clear errors for unwritable destinations. Single process (uses fork). */

@@ -1,9 +1,9 @@
 /* Tests for the objects' config keys and set-from-options functions:
- * io/data (data.*: defaults, mean/std parsing and channel checks, the
+ * io/data/data (data.*: defaults, mean/std parsing and channel checks, the
  * format choice, datasets + loaders built from a small CIFAR-10 directory
  * with subsets), framework/train/ddp (dist.bucket_mb,
  * dist.broadcast_buffers), optim (optimizer.*, nesterov check) and
- * lr_schedule (schedule.*); and io/batch_feed (the loader's batches as
+ * lr_schedule (schedule.*); and io/data/batch_feed (the loader's batches as
  * step tensors: on the CPU always, on a GPU where one is visible). Single
  * process. */
 #include "config.h"

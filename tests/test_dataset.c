@@ -1,4 +1,4 @@
-/* Tests for io/image, io/dataset (IDX, CIFAR-10, ImageFolder, Subset,
+/* Tests for io/data/image, io/data/dataset (IDX, CIFAR-10, ImageFolder, Subset,
  * random_split): real Fashion-MNIST, torchvision's ImageFolder as golden
  * reference, and every kind of bad input. */
 #include "config.h"

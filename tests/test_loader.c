@@ -1,4 +1,4 @@
-/* Tests for io/loader: sampler order whatever the worker count, identical
+/* Tests for io/data/loader: sampler order whatever the worker count, identical
  * augmentation across worker counts, padding counts, errors from workers,
  * shutdown, and (under MPI) that the ranks' batches cover the dataset. */
 #include "config.h"

@@ -1,4 +1,4 @@
-/* Tests for io/safetensors: round trips, the exact bytes the reference
+/* Tests for io/formats/safetensors: round trips, the exact bytes the reference
  * writer produces, every validation rule, truncations, a replay of the fuzz
  * corpus with mutations, and interop with PyTorch (tests/golden). */
 #include "config.h"

@@ -1,4 +1,4 @@
-/* Tests for io/sampler and io/mt19937: index lists against PyTorch's own
+/* Tests for io/data/sampler and io/data/mt19937: index lists against PyTorch's own
  * DistributedSampler + BatchSampler (tests/golden/sampler_golden.py). */
 #include "config.h"
 

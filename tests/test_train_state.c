@@ -1,4 +1,4 @@
-/* Tests for io/train_state: model and resume files round trip (model,
+/* Tests for io/state/train_state: model and resume files round trip (model,
  * momentum buffers, progress), resume validation (world size, steps per
  * epoch, seed, files without epoch_step), pretrained loading (exact shapes
  * by default, the element-count rule as an option, the "module." prefix of

@@ -1,4 +1,4 @@
-/* Tests for io/transforms and io/resample: deterministic pipelines against
+/* Tests for io/data/transforms and io/data/resample: deterministic pipelines against
  * torchvision on PIL images (tests/golden/transforms_golden.py), properties
  * of the random ones, determinism per (seed, epoch, index), bad input. */
 #include "config.h"
