@@ -33,9 +33,10 @@ static const ch_config_key_t keys[] = {
 static const ch_config_key_t *find_short(const char *a, size_t len)
 {
     /* the runtime's keys (dist.timeout ...) by their full names only */
-    const ch_config_table_t rt = ch_job_runtime_table();
-    const ch_config_key_t *tabs[4] = {ch_reduce_keys, ch_input_keys, keys, rt.keys};
-    const int ns[4] = {ch_reduce_n_keys, ch_input_n_keys, 4, rt.n_keys};
+    const ch_config_table_t rt = ch_job_runtime_table(), rd = ch_reduce_config_table(),
+                            in = ch_file_source_config_table();
+    const ch_config_key_t *tabs[4] = {rd.keys, in.keys, keys, rt.keys};
+    const int ns[4] = {rd.n_keys, in.n_keys, 4, rt.n_keys};
     for (int t = 0; t < 4; t++)
         for (int k = 0; k < ns[t]; k++) {
             const char *name = tabs[t][k].name, *dot = strchr(name, '.') + 1;
@@ -109,8 +110,7 @@ static int step_hook(void *arg, const ch_reduce_step_t *st)
 
 int main(int argc, char **argv)
 {
-    const ch_config_table_t tables[] = {{"reduce", ch_reduce_keys, ch_reduce_n_keys},
-                                        {"input", ch_input_keys, ch_input_n_keys},
+    const ch_config_table_t tables[] = {ch_reduce_config_table(), ch_file_source_config_table(),
                                         {"output", keys, 4}, ch_job_runtime_table()};
     static const char *const phases[] = {"read wait", "compute", "combine"};
     ch_job_options_t o;
@@ -128,7 +128,7 @@ int main(int argc, char **argv)
     ch_reduce_run_options_t ro;
     hook_t h = {job, NULL, NULL, {ch_job_world_size(job), ch_job_rank(job), 0, 0, 0}, 0, ch_time_now()};
     int resume = 0;
-    ch_status s = ch_reduce_from_config(cfg, &spec, &ro, &h.every);
+    ch_status s = ch_reduce_options_from_config(cfg, &spec, &ro, &h.every);
     if (!s) s = ch_config_get_string(cfg, "output.out", &out);
     if (!s) s = ch_config_get_string(cfg, "output.edges", &edges_out);
     if (!s) s = ch_config_get_string(cfg, "output.state_dir", &sdir);

@@ -427,6 +427,44 @@ static void test_stop_request_interrupts(void **state)
     ch_taskfile_destroy(tf);
 }
 
+/* The farm's keys (ch_farm_config_table): their defaults are
+ * ch_farm_options_default's, the choices map to the enums, a bad choice is
+ * one error naming the key. */
+static void test_config_keys(void **state)
+{
+    (void)state;
+    const ch_config_table_t tables[] = {ch_farm_config_table()};
+    assert_string_equal(tables[0].title, "farm");
+    char *argv[] = {(char *)"cohort-farm", (char *)"--farm.tasks=t.txt", NULL};
+    ch_config_t *cfg = NULL;
+    ch_farm_options_t o, def;
+    ch_farm_options_default(&def);
+    assert_ch_ok(ch_config_load_tables(tables, 1, NULL, 2, argv, &cfg));
+    assert_ch_ok(ch_farm_options_from_config(cfg, &o));
+    assert_memory_equal(&o, &def, sizeof o);
+    ch_config_destroy(cfg);
+
+    char *set[] = {(char *)"cohort-farm", (char *)"--farm.tasks=t.txt", (char *)"--farm.output=merged",
+                   (char *)"--farm.journal_sync=end", (char *)"--farm.halt_mode=now",
+                   (char *)"--farm.retries=3", (char *)"--farm.grace=7.5", (char *)"--farm.resume", NULL};
+    assert_ch_ok(ch_config_load_tables(tables, 1, NULL, 8, set, &cfg));
+    assert_ch_ok(ch_farm_options_from_config(cfg, &o));
+    assert_int_equal(o.output, CH_FARM_OUTPUT_MERGED);
+    assert_int_equal(o.sync, CH_JOURNAL_SYNC_END);
+    assert_int_equal(o.halt_now, 1);
+    assert_int_equal(o.retries, 3);
+    assert_true(o.preempt_grace == 7.5);
+    assert_int_equal(o.resume, 1);
+    assert_null(o.tasks);
+    assert_null(o.dir);
+    ch_config_destroy(cfg);
+
+    char *bad[] = {(char *)"cohort-farm", (char *)"--farm.tasks=t.txt", (char *)"--farm.output=all", NULL};
+    assert_ch_ok(ch_config_load_tables(tables, 1, NULL, 3, bad, &cfg));
+    assert_ch_error(ch_farm_options_from_config(cfg, &o), CH_ERR_CONFIG, "farm.output");
+    ch_config_destroy(cfg);
+}
+
 int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
@@ -442,6 +480,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_output_files_only_when_written, setup, teardown),
         cmocka_unit_test_setup_teardown(test_without_pidfd, setup, teardown),
         cmocka_unit_test_setup_teardown(test_cpu_binding, setup, teardown),
+        cmocka_unit_test(test_config_keys),
     };
     return ch_test_main_mpi(argc, argv, tests, sizeof tests / sizeof tests[0]);
 }

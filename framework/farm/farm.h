@@ -45,6 +45,7 @@
 #ifndef COHORT_FARM_H
 #define COHORT_FARM_H
 
+#include "framework/core/configuration.h"
 #include "framework/core/status.h"
 #include "framework/farm/journal.h"
 #include "framework/farm/supervisor.h"
@@ -92,6 +93,30 @@ typedef struct {
 /* Defaults: 1 core per task, bind, prefetch 1, files, sync batch, no retries, backoff
  * 1 s, no timeout, kill_after 5 s, no halt, grace 60 s. */
 void ch_farm_options_default(ch_farm_options_t *o);
+
+/* The farm's config keys (a job lists them as its "farm" table; --help
+ * groups them under "farm"):
+ *   farm.tasks            string, the task file (required)
+ *   farm.dir              string, the run directory (default farm-run)
+ *   farm.slots_per_rank, farm.cores_per_task, farm.prefetch, farm.bind,
+ *   farm.output (files | merged | none), farm.journal_sync (batch | all |
+ *   end | none), farm.retries, farm.retry_backoff (s), farm.timeout (s),
+ *   farm.timeout_median, farm.kill_after (s), farm.halt_after,
+ *   farm.halt_fraction, farm.halt_mode (soon | now), farm.grace (s),
+ *   farm.resume, farm.resume_failed: the fields of ch_farm_options_t above
+ *   (defaults: ch_farm_options_default; ranges and help text in the table).
+ */
+ch_config_table_t ch_farm_config_table(void);
+
+/* Options from those keys (PETSc's set-from-options): *o gets the defaults,
+ * then every farm.* key but farm.tasks and farm.dir, which name files the
+ * job opens (it loads the task file and sets o->tasks; the run directory is
+ * its output directory, o->dir). o->ignore_signal and the callbacks stay 0.
+ * cfg must have been loaded with ch_farm_config_table among its tables.
+ * Errors: CH_ERR_CONFIG (a choice key with another value, naming the key,
+ * value and the accepted ones), CH_ERR_INVALID (a key missing from cfg's
+ * tables). */
+ch_status ch_farm_options_from_config(const ch_config_t *cfg, ch_farm_options_t *o);
 
 enum { CH_FARM_FINISHED = 0, CH_FARM_PREEMPTED = 1, CH_FARM_HALTED = 2 };
 

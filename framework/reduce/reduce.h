@@ -266,15 +266,19 @@ ch_status ch_reduce_run(ch_reducer_t *r, const ch_array_source_t *src, ch_pg_t *
 ch_status ch_reduce_channel_stats(const ch_array_source_t *src, int channel_axis, ch_pg_t *pg,
                                   double *mean, double *std);
 
-/* The reduction's config keys (group "reduce": op, axis, keepdims, ddof,
- * mode, bins, range, chunk_mb, prefetch, checkpoint_seconds), for a job's
- * tables, and their values: *spec and *run (chunk size, prefetch) filled,
- * *checkpoint_seconds (0: only on preemption). CH_ERR_CONFIG/INVALID naming
- * the key and value. */
-extern const ch_config_key_t ch_reduce_keys[];
-extern const int ch_reduce_n_keys;
-ch_status ch_reduce_from_config(const ch_config_t *cfg, ch_reduce_spec_t *spec,
-                                ch_reduce_run_options_t *run, double *checkpoint_seconds);
+/* The reduction's config keys (a job lists them as its "reduce" table;
+ * --help groups them under "reduce"): reduce.op, axis, keepdims, ddof,
+ * mode, bins, range, chunk_mb, prefetch, sync_mb, checkpoint_seconds. */
+ch_config_table_t ch_reduce_config_table(void);
+
+/* Options from those keys (PETSc's set-from-options): *spec and *run get
+ * their defaults, then the keys' values (op, axes, keepdims, ddof, mode,
+ * bins, range; chunk and sync sizes in bytes = MiB * 2^20, prefetch);
+ * *checkpoint_seconds = reduce.checkpoint_seconds (0: only on preemption).
+ * cfg must have been loaded with ch_reduce_config_table among its tables.
+ * Errors: CH_ERR_CONFIG/INVALID naming the key and value. */
+ch_status ch_reduce_options_from_config(const ch_config_t *cfg, ch_reduce_spec_t *spec,
+                                        ch_reduce_run_options_t *run, double *checkpoint_seconds);
 
 /* Collective checkpoint clock: 1 on every rank when `seconds` (> 0) have
  * passed on rank 0 since *last (rank 0's ch_time_now() value, updated

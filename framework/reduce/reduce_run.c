@@ -291,7 +291,7 @@ int ch_reduce_checkpoint_due(ch_pg_t *pg, double *last, double seconds)
 
 /* ------------------------------------------------------------- config keys */
 
-const ch_config_key_t ch_reduce_keys[] = {
+static const ch_config_key_t reduce_keys[] = {
     {"reduce.op", CH_CFG_STRING, "sum", CH_CFG_NO_RANGE,
      "Operation: sum mean var std min max argmin argmax nansum nanmean nanvar nanstd nanmin "
      "nanmax count_nonzero histogram."},
@@ -313,10 +313,14 @@ const ch_config_key_t ch_reduce_keys[] = {
     {"reduce.checkpoint_seconds", CH_CFG_FLOAT, "0", 0, 1e9,
      "Save the partial state every this many seconds (0: only when preempted)."},
 };
-const int ch_reduce_n_keys = (int)(sizeof ch_reduce_keys / sizeof ch_reduce_keys[0]);
+ch_config_table_t ch_reduce_config_table(void)
+{
+    ch_config_table_t t = {"reduce", reduce_keys, (int)(sizeof reduce_keys / sizeof reduce_keys[0])};
+    return t;
+}
 
-ch_status ch_reduce_from_config(const ch_config_t *cfg, ch_reduce_spec_t *spec,
-                                ch_reduce_run_options_t *run, double *checkpoint_seconds)
+ch_status ch_reduce_options_from_config(const ch_config_t *cfg, ch_reduce_spec_t *spec,
+                                        ch_reduce_run_options_t *run, double *checkpoint_seconds)
 {
     static const char *const modes[] = {"exact", "fast"};
     const char *op, *axis, *range;

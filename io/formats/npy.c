@@ -499,7 +499,7 @@ ch_status ch_npy_parse_shape(const char *text, int *ndim, int64_t *shape)
 
 /* ------------------------------------------------------------- config */
 
-const ch_config_key_t ch_input_keys[] = {
+static const ch_config_key_t input_keys[] = {
     {"input.files", CH_CFG_STRLIST, "", CH_CFG_NO_RANGE,
      "Input .npy files or globs (several: shards stacked along axis 0), or one raw binary file."},
     {"input.dtype", CH_CFG_STRING, "", CH_CFG_NO_RANGE,
@@ -510,7 +510,11 @@ const ch_config_key_t ch_input_keys[] = {
      "Raw input: byte order, little, big or native."},
     {"input.offset", CH_CFG_INT64, "0", 0, 1e18, "Raw input: bytes before the first element."},
 };
-const int ch_input_n_keys = (int)(sizeof ch_input_keys / sizeof ch_input_keys[0]);
+ch_config_table_t ch_file_source_config_table(void)
+{
+    ch_config_table_t t = {"input", input_keys, (int)(sizeof input_keys / sizeof input_keys[0])};
+    return t;
+}
 
 ch_status ch_file_source_from_config(const ch_config_t *cfg, ch_file_source_t **out)
 {

@@ -74,12 +74,15 @@ const ch_array_source_t *ch_file_source_get(const ch_file_source_t *s);
 const char *ch_file_source_path(const ch_file_source_t *s, int i);
 void ch_file_source_destroy(ch_file_source_t *s);
 
-/* Config keys of an array input (group "input": files, and for raw binary
- * dtype, shape, order, byteorder, offset) and the source they describe:
- * .npy files/globs when input.dtype is empty, else one raw file. Errors of
- * the openers above, CH_ERR_CONFIG for bad key values. */
-extern const ch_config_key_t ch_input_keys[];
-extern const int ch_input_n_keys;
+/* Config keys of an array input (a job lists them as its "input" table;
+ * --help groups them under "input"): input.files, and for raw binary
+ * input.dtype, shape, order, byteorder, offset. */
+ch_config_table_t ch_file_source_config_table(void);
+
+/* The source those keys describe (cfg loaded with
+ * ch_file_source_config_table among its tables): .npy files/globs when
+ * input.dtype is empty, else one raw file. Errors of the openers above,
+ * CH_ERR_CONFIG for bad key values. */
 ch_status ch_file_source_from_config(const ch_config_t *cfg, ch_file_source_t **out);
 
 /* Parse a dims text "20000x20000", "3,4" or "(3, 4)" into shape. */
