@@ -3,8 +3,16 @@
 #
 # make check: makes a clean source tree (make distdir), configures it with
 # this build's configure options (without CUDA, see below) and a temporary
-# --prefix, builds it and installs it twice: into that prefix, and staged
-# with DESTDIR (the two trees must hold the same files). Then:
+# --prefix, builds it and installs it three times: into that prefix, staged
+# with DESTDIR (the two trees must hold the same files), and with
+# `make install prefix=OTHER` from the same build. Then:
+#   - each of the three trees names the directory it is used from (OTHER,
+#     or the configured prefix for the other two) in cohort.pc, the
+#     modulefile, the sbatch templates and cohort(7), and no other tree's;
+#     the installed example compiles with `pkg-config --cflags --libs
+#     cohort` against the tree and runs on 2 ranks; the installed programs
+#     find the tree's libcohort without LD_LIBRARY_PATH (RUNPATH) and
+#     cohort-train --help runs;
 #   - the staged headers: only public ones (no config.h, no *_internal.h),
 #     their includes rewritten to <cohort/...>, each compiles alone as C11
 #     and as C++11 with only `pkg-config --define-prefix --cflags cohort`
@@ -19,7 +27,7 @@
 #     local Slurm test cluster (slurm/testcluster) from a shell whose PATH
 #     has no cohort, to completion with a model file.
 # make installcheck (and distcheck) runs the same checks on $(prefix)
-# (COHORT_INSTALLED_PREFIX, no build, no DESTDIR tree).
+# (COHORT_INSTALLED_PREFIX, no build, no DESTDIR or OTHER tree).
 # Points that need Lmod, Slurm (as root) or the Fashion-MNIST data set SKIP
 # visibly where those are missing. Prints TAP.
 set -u
@@ -82,13 +90,20 @@ else
     [ "$(cd "$stage$prefix" && find . | sort)" = "$(cd "$prefix" && find . | sort)" ] &&
         diff -r "$stage$prefix" "$prefix" >/dev/null
     ok $? "the staged tree holds the same files, byte for byte, as the installed prefix"
+    # the GNU idiom: the same build installed elsewhere (libcohort and the
+    # programs are relinked for the new libdir, the path-bearing files remade)
+    other=$T/other
+    quiet_run "$T/install-other.log" submake -C "$T/build" install prefix="$other"
+    ok $? "make install prefix=$other (the build configured with --prefix=$prefix)"
 fi
 pkgdatadir=$datadir/cohort
 version=$(sed -n 's/^Version: *//p' "$libdir/pkgconfig/cohort.pc" 2>/dev/null)
 
 # ---- layout
 missing=
-for f in "$prefix/bin/cohort-train" "$prefix/bin/cohort-bench" "$libdir/libcohort.so" \
+programs="cohort-train cohort-bench cohort-farm cohort-farm-example cohort-reduce"
+for f in $(for p in $programs; do echo "$prefix/bin/$p $datadir/man/man1/$p.1"; done) \
+    "$libdir/libcohort.so" "$pkgdatadir/farm.cfg" \
     "$libdir/pkgconfig/cohort.pc" "$pkgdatadir/train.cfg" "$pkgdatadir/slurm/README.md" \
     "$pkgdatadir/slurm/cpu-1node.sbatch" "$pkgdatadir/slurm/gpu-1node.sbatch" \
     "$pkgdatadir/slurm/multinode.sbatch" "$pkgdatadir/slurm/testcluster" \
@@ -99,7 +114,7 @@ for f in "$prefix/bin/cohort-train" "$prefix/bin/cohort-bench" "$libdir/libcohor
     [ -e "$f" ] || missing="$missing $f"
 done
 [ -z "$missing" ]
-ok $? "installed: programs, library, cohort.pc, configs, templates, README, testcluster, examples, man pages, modulefile, headers${missing:+ (missing:$missing)}"
+ok $? "installed: the 5 programs, library, cohort.pc, configs, templates, README, testcluster, examples, man pages, modulefile, headers${missing:+ (missing:$missing)}"
 
 # ---- headers
 inc=$stage$prefix/include
@@ -186,6 +201,71 @@ tpl=$pkgdatadir/slurm/cpu-1node.sbatch
 grep -q "^COHORT_DEFAULT_BIN=$prefix/bin/cohort-train\$" "$tpl" && bash -n "$tpl" &&
     grep -q "sbatch $pkgdatadir/slurm/cpu-1node.sbatch" "$tpl"
 ok $? "installed cpu-1node.sbatch runs $prefix/bin/cohort-train by default and names its installed path"
+
+# ---- each tree names the directory it is used from
+# under DIR DIR2: DIR (a path under $prefix) under DIR2 instead.
+under() { case $1 in "$prefix" | "$prefix"/*) echo "$2${1#"$prefix"}" ;; *) echo "$1" ;; esac; }
+# check_tree HOW ROOT DIR WRONG...: the tree installed in ROOT (empty, or
+# the DESTDIR) and used from DIR; WRONG: directories it must not name.
+check_tree() {
+    local how=$1 root=$2 dir=$3 lib data pkgdata f bad= missing= out r p tpl_ok=0
+    shift 3
+    lib=$(under "$libdir" "$dir")
+    data=$(under "$datadir" "$dir")
+    pkgdata=$data/cohort
+    local pcfile=$root$lib/pkgconfig/cohort.pc lua=$root$data/modulefiles/cohort/$version.lua
+    local man7=$root$data/man/man7/cohort.7 texts
+    texts=$(cat "$pcfile" "$lua" "$root$pkgdata"/slurm/*.sbatch 2>/dev/null; sed 's/\\://g' "$man7")
+    for w in "$@"; do echo "$texts" | grep -q -F -e "$w/" && bad="$bad $w"; done
+    grep -q -x "prefix=$dir" "$pcfile" && grep -q -x "local prefix = \"$dir\"" "$lua" &&
+        [ "$(grep -E '^(setenv|prepend_path)\(' "$lua" | grep '"/' | grep -c -v -F ", \"$dir")" = 0 ] &&
+        grep -q -F "prepend_path(\"LD_LIBRARY_PATH\", \"$lib\")" "$lua" && [ -z "$bad" ]
+    ok $? "$how: cohort.pc (prefix=$dir) and the modulefile name $dir${bad:+ (also named:$bad)}"
+    for t in cpu-1node gpu-1node multinode; do
+        f=$root$pkgdata/slurm/$t.sbatch
+        grep -q -x "COHORT_DEFAULT_BIN=$dir/bin/cohort-train" "$f" &&
+            grep -q -F "sbatch $pkgdata/slurm/$t.sbatch" "$f" || tpl_ok=1
+    done
+    ok $tpl_ok "$how: the sbatch templates run $dir/bin/cohort-train and name $pkgdata/slurm/"
+    sed 's/\\://g' "$man7" | grep -q -x ".I $dir/bin" &&
+        sed 's/\\://g' "$man7" | grep -q -x ".I $lib/pkgconfig/cohort.pc" &&
+        sed 's/\\://g' "$man7" | grep -q -x ".I $pkgdata/slurm/"
+    ok $? "$how: cohort(7)'s FILES name $dir/bin, $lib/pkgconfig/cohort.pc, $pkgdata/slurm/"
+
+    # pkg-config against the tree (a staged one relocated with --define-prefix)
+    local pcs=(env PKG_CONFIG_PATH="$root$lib/pkgconfig" pkg-config)
+    [ -n "$root" ] && pcs+=(--define-prefix)
+    local ex=$T/ex-$(echo "$how" | tr -c 'a-zA-Z0-9\n' _) flags exlib
+    mkdir -p "$ex"
+    flags=$("${pcs[@]}" --cflags --libs cohort) && exlib=$("${pcs[@]}" --variable=libdir cohort) &&
+        case " $flags " in *" -I$root$dir/include "*) ;; *) [ "$root$dir/include" = /usr/include ] ;; esac &&
+        gcc -O2 -Wall -Wextra -Werror $san -o "$ex/sampler_allreduce" \
+            "$root$pkgdata/examples/sampler_allreduce.c" $flags >"$ex/cc.log" 2>&1 &&
+        out=$(env -u LD_LIBRARY_PATH LD_LIBRARY_PATH="$exlib" "$MPIEXEC" -n 2 "$ex/sampler_allreduce" 1000 2>&1)
+    r=$?
+    { echo "pkg-config --cflags --libs cohort: ${flags:-}"; cat "$ex/cc.log"; echo "${out:-}"; } | diag
+    [ $r = 0 ] && [ "$exlib" = "$root$lib" ] &&
+        echo "$out" | grep -q '^sampler_allreduce: 2 ranks, 1000 samples, 500 per rank, indices seen once: 1000 of 1000$'
+    ok $? "$how: the installed example compiles with pkg-config --cflags --libs cohort (-I$root$dir/include) and runs on 2 ranks against $root$lib"
+
+    # the programs: libcohort found through their RUNPATH, not LD_LIBRARY_PATH
+    for p in $programs; do
+        f=$root$dir/bin/$p
+        echo "$p: $(readelf -d "$f" 2>&1 | grep -i -E 'rpath|runpath' | sed 's/.*: //')" | diag
+        env -u LD_LIBRARY_PATH ldd "$f" 2>&1 | grep -q -F "libcohort.so.0 => $lib/libcohort.so.0 " ||
+            missing="$missing $p"
+    done
+    out=$(env -u LD_LIBRARY_PATH COHORT_LOG_LEVEL=warn "$root$dir/bin/cohort-train" --help 2>&1 | head -n 1)
+    [ -z "$missing" ] && echo "$out" | grep -q '^Usage: cohort-train '
+    ok $? "$how: without LD_LIBRARY_PATH the 5 programs load $lib/libcohort.so.0 and cohort-train --help runs${missing:+ (not:$missing)}"
+}
+if [ -n "$stage" ]; then
+    check_tree "configure --prefix=$prefix; make install" "" "$prefix" "$other" "$stage"
+    check_tree "make install DESTDIR=$stage" "$stage" "$prefix" "$other" "$stage"
+    check_tree "make install prefix=$other" "" "$other" "$prefix" "$stage"
+else
+    check_tree "installed" "" "$prefix"
+fi
 
 # ---- a fresh login shell with Lmod
 # fresh SCRIPT: bash -l with an empty environment (only HOME, a system PATH
