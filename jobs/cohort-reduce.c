@@ -174,9 +174,9 @@ int main(int argc, char **argv)
     size_t l = strlen(out) - (strlen(out) > 4 && !strcmp(out + strlen(out) - 4, ".npy") ? 4 : 0);
     snprintf(edges_path, sizeof edges_path, "%.*s%s", (int)(*edges_out ? strlen(edges_out) : l), *edges_out ? edges_out : out, *edges_out ? "" : "_edges.npy");
     /* the outputs can be written: found now, not after the whole input was read */
-    s = ch_reduce_ckpt_check_dir(dir, ch_job_rank(job));
-    if (!s && ch_job_rank(job) == 0) s = probe_output(out);
+    if (ch_job_rank(job) == 0) s = probe_output(out);
     if (!s && ch_job_rank(job) == 0 && spec.op == CH_ROP_HISTOGRAM) s = probe_output(edges_path);
+    if (!s) s = ch_reduce_ckpt_check_dir(dir, ch_job_rank(job));
     if (ch_job_agree(job, s, "output")) return ch_job_finalize(job, CH_EXIT_BAD_INPUT);
     h.cur.chunk_elems = ro.chunk_bytes / (int64_t)ch_array_dtype_size(ch_file_source_get(fs)->desc.dtype);
     if (h.cur.chunk_elems < 1) h.cur.chunk_elems = 1;
