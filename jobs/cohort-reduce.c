@@ -12,6 +12,7 @@
 #include "framework/reduce/reduce.h"
 #include "framework/runtime/job.h"
 #include "io/formats/npy.h"
+#include "io/state/atomic_file.h"
 #include "io/state/reduce_ckpt.h"
 
 #include <stdio.h>
@@ -86,26 +87,49 @@ typedef struct {
     const char *dir;
     ch_reduce_ckpt_t cur;
     double every, last;
+    int save_failed; /* a state save failed (printed): the run ends with exit 1 */
+    int64_t shown;   /* steps done at the last progress line */
 } hook_t;
 
-/* After every chunk: progress, the agreed stop, the checkpoint clock. */
+/* At every agreement point: progress, the agreed stop, the checkpoint clock. */
 static int step_hook(void *arg, const ch_reduce_step_t *st)
 {
     hook_t *h = arg;
     char text[96];
     double s = st->read_wait_s + st->compute_s;
+    int64_t done = st->step + 1;
     snprintf(text, sizeof text, "pass %d/%d  %.2f GB done  %.2f GB/s", st->pass + 1, st->passes,
              ch_job_world_size(h->job) * st->bytes_done / 1e9,
              ch_job_world_size(h->job) * st->bytes_done / 1e9 / (s + 1e-9));
-    ch_job_progress(h->job, "reduce", st->step + 1, st->steps, 16, text);
+    /* a line per 16 steps passed (the agreement points fall anywhere) */
+    ch_job_progress(h->job, "reduce", done, st->steps, done / 16 != h->shown / 16 || done < h->shown, text);
+    h->shown = done;
     int stop = ch_job_stop_agree(h->job, 0);
+    /* all work read: finish and write the result rather than ask for a requeue */
+    if (stop && st->pass + 1 == st->passes && done == st->steps) {
+        ch_log_info("cohort-reduce: stop requested after the last chunk: writing the result");
+        return 0;
+    }
     if (stop || ch_reduce_checkpoint_due(ch_job_pg(h->job), &h->last, h->every)) {
         h->cur.pass = st->pass;
-        h->cur.step = st->step + 1;
-        if (ch_job_agree(h->job, ch_reduce_ckpt_save(h->dir, h->r, &h->cur), "saving the state")) return 1;
-        ch_log_info("cohort-reduce: state saved in %s (pass %d, step %lld)", h->dir, st->pass, (long long)h->cur.step);
+        h->cur.step = done;
+        if (ch_job_agree(h->job, ch_reduce_ckpt_save(h->dir, h->r, &h->cur), "saving the state")) {
+            h->save_failed = 1;
+            return 1;
+        }
+        ch_log_info("cohort-reduce: state saved in %s (pass %d/%d after step %lld/%lld)", h->dir,
+                    st->pass + 1, st->passes, (long long)done, (long long)st->steps);
     }
     return stop;
+}
+
+/* Can path be written (atomically)? A temporary file made and removed. */
+static ch_status probe_output(const char *path)
+{
+    ch_atomic_file_t *f;
+    ch_status s = ch_atomic_file_open(&f, path);
+    if (s == CH_OK) ch_atomic_file_abort(f);
+    return s;
 }
 
 int main(int argc, char **argv)
@@ -126,7 +150,7 @@ int main(int argc, char **argv)
     const char *out = NULL, *edges_out = NULL, *sdir = NULL;
     ch_reduce_spec_t spec;
     ch_reduce_run_options_t ro;
-    hook_t h = {job, NULL, NULL, {ch_job_world_size(job), ch_job_rank(job), 0, 0, 0}, 0, ch_time_now()};
+    hook_t h = {job, NULL, NULL, {ch_job_world_size(job), ch_job_rank(job), 0, 0, 0, NULL}, 0, ch_time_now(), 0, 0};
     int resume = 0;
     ch_status s = ch_reduce_options_from_config(cfg, &spec, &ro, &h.every);
     if (!s) s = ch_config_get_string(cfg, "output.out", &out);
@@ -138,11 +162,22 @@ int main(int argc, char **argv)
     if (fs && (s = ch_job_on_finalize(job, (void (*)(void *))ch_file_source_destroy, fs)) != CH_OK) ch_file_source_destroy(fs);
     if (!s) s = ch_reducer_create(&spec, &ch_file_source_get(fs)->desc, &h.r);
     if (h.r && (s = ch_job_on_finalize(job, (void (*)(void *))ch_reducer_destroy, h.r)) != CH_OK) ch_reducer_destroy(h.r);
+    char *identity = NULL;
+    if (!s) s = ch_reduce_ckpt_identity(&spec, fs, &identity);
+    if (identity && (s = ch_job_on_finalize(job, free, identity)) != CH_OK) free(identity);
+    h.cur.identity = identity;
     if (ch_job_agree(job, s, "input")) return ch_job_finalize(job, CH_EXIT_BAD_INPUT);
 
     char dir[4096], edges_path[4096];
     snprintf(dir, sizeof dir, "%s%s", *sdir ? sdir : out, *sdir ? "" : ".state");
     h.dir = dir;
+    size_t l = strlen(out) - (strlen(out) > 4 && !strcmp(out + strlen(out) - 4, ".npy") ? 4 : 0);
+    snprintf(edges_path, sizeof edges_path, "%.*s%s", (int)(*edges_out ? strlen(edges_out) : l), *edges_out ? edges_out : out, *edges_out ? "" : "_edges.npy");
+    /* the outputs can be written: found now, not after the whole input was read */
+    if (ch_job_rank(job) == 0) s = probe_output(out);
+    if (!s && ch_job_rank(job) == 0 && spec.op == CH_ROP_HISTOGRAM) s = probe_output(edges_path);
+    if (!s) s = ch_reduce_ckpt_check_dir(dir, ch_job_rank(job));
+    if (ch_job_agree(job, s, "output")) return ch_job_finalize(job, CH_EXIT_BAD_INPUT);
     h.cur.chunk_elems = ro.chunk_bytes / (int64_t)ch_array_dtype_size(ch_file_source_get(fs)->desc.dtype);
     if (h.cur.chunk_elems < 1) h.cur.chunk_elems = 1;
     if (resume) {
@@ -150,7 +185,7 @@ int main(int argc, char **argv)
         if (ch_job_agree(job, ch_reduce_ckpt_load(dir, h.r, &h.cur, &got), "resume state")) return ch_job_finalize(job, CH_EXIT_BAD_INPUT);
         ro.start_pass = got.pass;
         ro.start_step = got.step;
-        ch_log_info("cohort-reduce: resuming at pass %d, step %lld", got.pass, (long long)got.step);
+        ch_log_info("cohort-reduce: resuming in pass %d/%d after step %lld", got.pass + 1, ch_reducer_passes(h.r), (long long)got.step);
     }
     ch_reduce_step_t tot = {0};
     ro.step_hook = step_hook; ro.arg = &h; ro.totals = &tot;
@@ -161,7 +196,7 @@ int main(int argc, char **argv)
     ch_prof_add(ch_job_profiler(job), 2, tot.combine_s);
     int bad = ch_error_code() == CH_ERR_INVALID || ch_error_code() == CH_ERR_FORMAT;
     if (ch_job_agree(job, s, "reduce")) return ch_job_finalize(job, bad ? CH_EXIT_BAD_INPUT : CH_EXIT_ERROR);
-    if (stopped) return ch_job_finalize(job, CH_EXIT_PREEMPTED);
+    if (stopped) return ch_job_finalize(job, h.save_failed ? CH_EXIT_ERROR : CH_EXIT_PREEMPTED);
 
     ch_array_desc_t rd;
     const void *data;
@@ -171,8 +206,6 @@ int main(int argc, char **argv)
     if (!s && ch_job_rank(job) == 0) {
         if (*warnings) ch_log_warn("cohort-reduce: RuntimeWarning: %s", warnings);
         s = ch_npy_write(out, &rd, data);
-        size_t l = strlen(out) - (strlen(out) > 4 && !strcmp(out + strlen(out) - 4, ".npy") ? 4 : 0);
-        snprintf(edges_path, sizeof edges_path, "%.*s%s", (int)(*edges_out ? strlen(edges_out) : l), *edges_out ? edges_out : out, *edges_out ? "" : "_edges.npy");
         ch_array_desc_t ed = {CH_DT_FLOAT64, 0, 0, 1, {rd.shape[0] + 1}};
         if (!s && edges) s = ch_npy_write(edges_path, &ed, edges);
         if (!s) ch_log_info("cohort-reduce: %s -> %s (%s, %lld elements)", ch_reduce_kind_name(spec.op), out, ch_array_dtype_name(rd.dtype), (long long)ch_array_desc_count(&rd));

@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 static uint64_t bits(double x)
 {
@@ -289,6 +290,70 @@ static void test_reducer_nan_empty_and_histogram(void **state)
     ch_reducer_destroy(r);
 }
 
+/* var/std where (x - mean)^2 overflows float64 (issue #23): the exact
+ * mode gives the correctly rounded answer, inf when the variance is above
+ * DBL_MAX (was NaN: inf - inf of the square and its FMA error), and a
+ * finite value where only the squares overflow (numpy and fast mode: inf). */
+static void test_var_of_huge_values(void **state)
+{
+    ch_reduce_spec_t sp;
+    ch_reduce_spec_default(&sp);
+    const ch_reduce_kind ops[2] = {CH_ROP_VAR, CH_ROP_STD};
+    /* 2 x 3, axis 0: columns (1e308, -1e308): var 1e616; (1.7e308, -1.7e308):
+     * var 2.89e616; (1, 3): var 1 */
+    double x[6] = {1e308, 1.7e308, 1.0, -1e308, -1.7e308, 3.0};
+    ch_array_desc_t d = desc2(CH_DT_FLOAT64, 2, 3, 0);
+    for (int mode = 0; mode < 2; mode++)
+        for (int k = 0; k < 2; k++) {
+            sp.op = ops[k];
+            sp.mode = mode ? CH_REDUCE_FAST : CH_REDUCE_EXACT;
+            sp.naxes = 1;
+            sp.axes[0] = 0;
+            ch_reducer_t *r = reduce_buf(&sp, &d, x);
+            const double *v;
+            assert_ch_ok(ch_reducer_result(r, NULL, (const void **)&v, NULL, NULL));
+            if (!(v[0] == INFINITY && v[1] == INFINITY && v[2] == 1.0))
+                fail_msg("%s %s: %g %g %g, expected inf inf 1", ch_reduce_kind_name(sp.op),
+                         mode ? "fast" : "exact", v[0], v[1], v[2]);
+            ch_reducer_destroy(r);
+        }
+    /* x - m itself overflows: (1.7e308, 1.7e308, -1.7e308), m = 5.67e307 */
+    double y[3] = {1.7e308, 1.7e308, -1.7e308};
+    ch_array_desc_t dy = {CH_DT_FLOAT64, 0, 0, 1, {3}};
+    sp.op = CH_ROP_VAR;
+    sp.mode = CH_REDUCE_EXACT;
+    sp.naxes = -1;
+    ch_reducer_t *r = reduce_buf(&sp, &dy, y);
+    const double *v;
+    assert_ch_ok(ch_reducer_result(r, NULL, (const void **)&v, NULL, NULL));
+    assert_true(v[0] == INFINITY);
+    ch_reducer_destroy(r);
+    /* (2^515, 0 x 1023): mean 2^505 exactly, the squares overflow float64
+     * but var = (1023^2 + 1023) 2^1010 / 1024 = 1023 2^1010 exactly */
+    enum { N = 1024 };
+    double *z = calloc(N, sizeof *z);
+    z[0] = 0x1p515;
+    ch_array_desc_t dz = {CH_DT_FLOAT64, 0, 0, 1, {N}};
+    r = reduce_buf(&sp, &dz, z);
+    assert_ch_ok(ch_reducer_result(r, NULL, (const void **)&v, NULL, NULL));
+    if (v[0] != ldexp(1023, 1010)) fail_msg("var of (2^515, 0 x 1023): %a, expected %a", v[0], ldexp(1023, 1010));
+    ch_reducer_destroy(r);
+    sp.op = CH_ROP_STD;
+    r = reduce_buf(&sp, &dz, z);
+    assert_ch_ok(ch_reducer_result(r, NULL, (const void **)&v, NULL, NULL));
+    assert_true(v[0] == sqrt(ldexp(1023, 1010)));
+    ch_reducer_destroy(r);
+    /* non-finite data stays numpy's: var(inf, 1) is NaN */
+    double w[2] = {INFINITY, 1.0};
+    ch_array_desc_t dw = {CH_DT_FLOAT64, 0, 0, 1, {2}};
+    sp.op = CH_ROP_VAR;
+    r = reduce_buf(&sp, &dw, w);
+    assert_ch_ok(ch_reducer_result(r, NULL, (const void **)&v, NULL, NULL));
+    assert_true(isnan(v[0]));
+    ch_reducer_destroy(r);
+    free(z);
+}
+
 /* ---------------------------------------------------- pipeline over ranks */
 
 typedef struct {
@@ -377,6 +442,104 @@ static int stop_hook(void *arg, const ch_reduce_step_t *st)
 {
     stop_hook_t *h = arg;
     return st->pass == 1 && st->step == h->stop_at;
+}
+
+/* A source that sleeps in every read (a slow file system). */
+typedef struct {
+    mem_src_t m;
+    double sleep_s;
+} slow_src_t;
+
+static ch_status slow_read(void *ctx, int seg, int64_t e0, int64_t n, void *dst)
+{
+    slow_src_t *s = ctx;
+    struct timespec ts = {0, (long)(s->sleep_s * 1e9)};
+    nanosleep(&ts, NULL);
+    return mem_read(&s->m, seg, e0, n, dst);
+}
+
+typedef struct {
+    int calls, always_stop;
+    int64_t last_step;
+    int last_pass;
+} count_hook_t;
+
+static int count_hook(void *arg, const ch_reduce_step_t *st)
+{
+    count_hook_t *h = arg;
+    h->calls++;
+    h->last_step = st->step;
+    h->last_pass = st->pass;
+    return h->always_stop;
+}
+
+/* Issue #23: with sync_bytes far beyond the data the hook (the stop and
+ * checkpoint decisions) still comes about every sync_seconds; the result
+ * is the same bits; a stop after the last step of the last pass is not a
+ * stop (the work is done: the result is made). */
+static void test_pipeline_timed_agreement_and_final_stop(void **state)
+{
+    ch_pg_t *pg = NULL;
+    int inited = 0;
+    MPI_Initialized(&inited);
+    if (inited) assert_ch_ok(ch_pg_create_mpi(MPI_COMM_WORLD, &pg));
+    enum { R = 120, C = 7 };
+    double *x = malloc(R * C * sizeof *x);
+    rng_state = 2323;
+    for (int i = 0; i < R * C; i++) x[i] = wild();
+    ch_reduce_spec_t sp;
+    ch_reduce_spec_default(&sp);
+    sp.op = CH_ROP_VAR;
+    sp.naxes = 1;
+    sp.axes[0] = 0;
+    int64_t n;
+    uint64_t *ref = run_world(&sp, x, R, C, 1 << 20, NULL, &n);
+    ch_array_desc_t d = desc2(CH_DT_FLOAT64, R, C, 0);
+    slow_src_t ss = {{(const unsigned char *)x, 8}, 0.002};
+    int64_t row0 = 0;
+    ch_array_source_t src = {d, 1, &d, &row0, slow_read, &ss};
+    ch_reduce_run_options_t o;
+    ch_reduce_run_options_default(&o);
+    o.chunk_bytes = 7 * 8;         /* 120 steps per pass (W = 1), 2 ms each */
+    o.sync_bytes = 1LL << 40;      /* by bytes: only at the end of a pass */
+    o.sync_seconds = 0.02;
+    count_hook_t h = {0, 0, 0, 0};
+    o.step_hook = count_hook;
+    o.arg = &h;
+    ch_reducer_t *r;
+    assert_ch_ok(ch_reducer_create(&sp, &d, &r));
+    int stopped = 0;
+    assert_ch_ok(ch_reduce_run(r, &src, pg, &o, &stopped));
+    assert_int_equal(stopped, 0);
+    /* 2 passes of >= 120 / W steps x 2 ms: more than the 2 end-of-pass calls */
+    if (h.calls < 6) fail_msg("hook called %d times in 2 passes with sync_seconds 0.02", h.calls);
+    const uint64_t *v;
+    assert_ch_ok(ch_reducer_result(r, NULL, (const void **)&v, NULL, NULL));
+    for (int64_t i = 0; i < n; i++) assert_true(v[i] == ref[i]);
+    ch_reducer_destroy(r);
+    /* a hook that always asks to stop: it stops in pass 1 (resumable), and
+     * the last call of the last pass is not a stop */
+    ss.sleep_s = 0;
+    o.sync_seconds = 0;
+    h = (count_hook_t){0, 1, 0, 0};
+    assert_ch_ok(ch_reducer_create(&sp, &d, &r));
+    assert_ch_ok(ch_reduce_run(r, &src, pg, &o, &stopped));
+    assert_int_equal(stopped, 1);
+    assert_int_equal(h.last_pass, 0);
+    assert_int_equal(ch_reducer_pass(r), 0);
+    o.start_pass = 0;
+    o.start_step = h.last_step + 1;
+    h.calls = 0;
+    assert_ch_ok(ch_reduce_run(r, &src, pg, &o, &stopped));
+    /* resumed at the end of pass 0: pass 1's only call is its last step */
+    assert_int_equal(stopped, 0);
+    assert_int_equal(h.last_pass, 1);
+    assert_ch_ok(ch_reducer_result(r, NULL, (const void **)&v, NULL, NULL));
+    for (int64_t i = 0; i < n; i++) assert_true(v[i] == ref[i]);
+    ch_reducer_destroy(r);
+    free(ref);
+    free(x);
+    ch_pg_destroy(pg);
 }
 
 static void test_state_save_load_same_bits(void **state)
@@ -566,6 +729,8 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_reducer_nan_empty_and_histogram),
         cmocka_unit_test(test_pipeline_same_bits_any_world_and_chunk),
         cmocka_unit_test(test_state_save_load_same_bits),
+        cmocka_unit_test(test_var_of_huge_values),
+        cmocka_unit_test(test_pipeline_timed_agreement_and_final_stop),
         cmocka_unit_test(test_channel_stats),
     };
     return ch_test_main_mpi(argc, argv, tests, sizeof tests / sizeof tests[0]);

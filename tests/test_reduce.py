@@ -287,6 +287,18 @@ np.save(path("obj.npy"), np.array([1, "a"], dtype=object), allow_pickle=True)
 expect_bad("object dtype", ["--op", "sum", path("obj.npy")], "Python objects", 2)
 np.save(path("rec.npy"), np.zeros(3, dtype=[("a", "f8"), ("b", "i4")]))
 expect_bad("structured dtype", ["--op", "sum", path("rec.npy")], "structured")
+# the message names the dtype list alone, not the rest of the header (#23)
+p = run(["--op", "sum", path("rec.npy"), "--out", path("bad_out.npy")], check=False)
+tap(p.returncode == 2 and "structured dtype [('a', '<f8'), ('b', '<i4')] is not supported (expected"
+    in p.stdout, "the structured-dtype message names the dtype list only", p.stdout)
+# a header without 'shape': the header is quoted without its padding
+hdr = b"{'descr': '<f8', 'fortran_order': False, }"
+hdr += b" " * (118 - len(hdr)) + b"\n"
+open(path("noshape.npy"), "wb").write(b"\x93NUMPY\x01\x00" + len(hdr).to_bytes(2, "little") + hdr + b"\0" * 16)
+p = run(["--op", "sum", path("noshape.npy"), "--out", path("bad_out.npy")], check=False)
+line = [l for l in p.stdout.splitlines() if "is not a dict" in l]
+tap(p.returncode == 2 and len(line) == 1 and "'fortran_order': False, } (" in line[0],
+    "a corrupt header is quoted without its padding, on one line", p.stdout)
 expect_bad("axis out of range", ["--op", "sum", "--axis", "2", good],
            "axis 2 is out of bounds for array of dimension 2", 2)
 np.save(path("shard_bad.npy"), np.zeros((3, 5)))
@@ -295,6 +307,52 @@ expect_bad("shards that disagree", ["--op", "sum", path("shard0.npy"), path("sha
 expect_bad("missing file", ["--op", "sum", path("nope.npy")], "nope.npy")
 expect_bad("unknown operation", ["--op", "median", good], "median")
 expect_bad("raw size mismatch", ["--op", "sum", "--dtype", "f8", "--shape", "10x10", good], "raw")
+
+# outputs that cannot be written: refused before the work (exit 2, the path named)
+def expect_bad_output(name, args, needle):
+    p = run(["--op", "var", "--axis", "0", good] + list(args), check=False)
+    tap(p.returncode == 2 and needle in p.stdout and "output: " in p.stdout and "GB done" not in p.stdout,
+        "output checked before the work: %s (exit %d)" % (name, p.returncode), p.stdout)
+
+
+expect_bad_output("result in a missing directory", ["--out", path("nodir/x.npy")], path("nodir/x.npy"))
+os.mkdir(path("adir.npy"))
+expect_bad_output("result is a directory", ["--out", path("adir.npy")], "adir.npy': it is a directory")
+expect_bad_output("state directory in a missing directory",
+                  ["--out", path("ok.npy"), "--output.state_dir", path("nodir/st")], path("nodir/st"))
+open(path("sfile"), "w").close()
+expect_bad_output("state directory is a file", ["--out", path("ok.npy"), "--output.state_dir", path("sfile")],
+                  "sfile: the resume state directory exists and is not a directory")
+p = run(["--op", "histogram", good, "--out", path("h2.npy"), "--output.edges", path("nodir/e.npy")], check=False)
+tap(p.returncode == 2 and path("nodir/e.npy") in p.stdout and not os.path.exists(path("h2.npy")),
+    "histogram edges in a missing directory: exit 2 before the work", p.stdout)
+
+# exact var/std where (x - mean)^2 overflows float64: numpy and fast mode
+# give inf, and so does exact mode where the correctly rounded answer is inf
+# (was NaN); where only the squares overflow, exact mode is finite (Fraction)
+hv = np.array([[1e308, 1.7e308, 1.0, 1.5e308], [-1e308, -1.7e308, 3.0, 1.6e308],
+               [1.2e308, 1.7e308, 2.0, -1.7e308]])
+np.save(path("hv.npy"), hv)
+bad = []
+with np.errstate(all="ignore"):
+    for op in ("var", "std"):
+        for mode in ("exact", "fast"):
+            for axis in (0, None):
+                ref = getattr(np, op)(hv, axis=axis)
+                if axis is None and mode == "exact":
+                    ref = np.float64(np.inf)  # numpy's sum overflows: mean inf, var nan
+                got, _ = reduce(path("hv.npy"), op, axis, extra=["--mode", mode])
+                if not same_bits(got, ref) and not close(got, ref, 1e-15):
+                    bad.append("%s %s axis %s: %s vs numpy %s" % (op, mode, axis, got, ref))
+tap(not bad, "var/std of float64 values near 1e308: inf as numpy (exact and fast)", "\n".join(bad))
+hz = np.zeros(1024)
+hz[0] = 2.0 ** 515
+np.save(path("hz.npy"), hz)
+got, _ = reduce(path("hz.npy"), "var")
+m = Fraction(2) ** 515 / 1024
+want = round_fraction(sum((Fraction(float(v)) - m) ** 2 for v in hz) / 1024, np.float64)
+tap(same_bits(got, want) and np.isfinite(got),
+    "exact var of (2^515, 0 x 1023): the correctly rounded %r (numpy: inf)" % float(want), got)
 
 # raw binary input
 x = rng.normal(0, 1, (50, 8))
@@ -410,6 +468,98 @@ got = np.load(path("big_out.npy")) if r2 is not None and r2.returncode == 0 else
 tap(p.returncode == 3 and got is not None and same_bits(got, ref),
     "SIGTERM saves the state (exit 3) and --resume gives the same bits",
     "exit %s\n%s\n%s" % (p.returncode, out, r2.stdout if r2 else ""))
+
+# ------------------------------------------ stops in bounded time (#23)
+# Tiny chunks (26 elements) make a pass take seconds; with the default
+# reduce.sync_mb the ranks agreed only at the end of a pass: the stop waited
+# for it (and a stop at the very end exited 3 without the result).
+slow = [BIN, "--op", "var", "--axis", "0", "--chunk_mb", "0.0002", "--out", path("slow.npy"),
+        path("big.npy")]
+
+
+def start(args, logname, wait_for=None):
+    """Run args with output to a log file; return once the first log line
+    (or a line matching wait_for) is there."""
+    log = open(path(logname), "w+")
+    p = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
+    deadline = time.time() + 60
+    while time.time() < deadline and p.poll() is None:
+        text = open(path(logname)).read()
+        if text and (wait_for is None or wait_for in text):
+            break
+        time.sleep(0.01)
+    return p
+
+
+def saved_step(text):
+    import re
+    m = re.search(r"state saved in \S+ \(pass (\d+)/(\d+) after step (\d+)/(\d+)\)", text)
+    return tuple(int(g) for g in m.groups()) if m else None
+
+
+p = start(slow, "slow.log")
+t0 = time.time()
+p.send_signal(signal.SIGTERM)
+p.wait()
+took = time.time() - t0
+out = open(path("slow.log")).read()
+st = saved_step(out)
+tap(p.returncode == 3 and st is not None and st[0] == 1 and st[2] < st[3] and took < 20,
+    "SIGTERM with the default sync_mb is honoured within seconds, inside the pass (saved at %s, "
+    "%.1f s)" % (st, took), out[-1500:])
+slow_state = path("slow.npy.state")
+
+# a state resumed with another input, operation or a changed file: exit 2, one line, both named
+big2 = path("big2.npy")
+np.save(big2, rng.normal(10, 0.1, (8000, 1000)))
+r = run(slow[1:-1] + [big2, "--resume"], check=False)
+line = [l for l in r.stdout.splitlines() if "belongs to another reduction" in l]
+tap(r.returncode == 2 and len(line) == 1 and "saved 'input 0: %s," % os.path.realpath(path("big.npy")) in line[0]
+    and "now 'input 0: %s," % os.path.realpath(big2) in line[0] and not os.path.exists(path("slow.npy")),
+    "resume with another input of the same shape: exit 2 naming both", r.stdout)
+r = run([a if a != "var" else "std" for a in slow[1:]] + ["--resume"], check=False)
+tap(r.returncode == 2 and "saved 'op: var' vs now 'op: std'" in r.stdout,
+    "resume with another operation: exit 2 naming both", r.stdout)
+stt = os.stat(path("big.npy"))
+os.utime(path("big.npy"), ns=(stt.st_atime_ns, stt.st_mtime_ns + 10 ** 9))
+r = run(slow[1:] + ["--resume"], check=False)
+os.utime(path("big.npy"), ns=(stt.st_atime_ns, stt.st_mtime_ns))
+tap(r.returncode == 2 and "belongs to another reduction" in r.stdout and "modified" in r.stdout,
+    "resume after the input file changed (its mtime): exit 2", r.stdout)
+old = path("old.state")
+os.mkdir(old)
+raw_state = open(os.path.join(slow_state, "rank-0.state"), "rb").read()
+open(os.path.join(old, "rank-0.state"), "wb").write(b"CHRDCK01" + raw_state[8:])
+r = run(slow[1:] + ["--resume", "--output.state_dir", old], check=False)
+tap(r.returncode == 2 and "older cohort-reduce" in r.stdout and old in r.stdout,
+    "a state file of the old format (no record of its input) is refused: exit 2", r.stdout)
+r = run(slow[1:] + ["--resume"], check=False)
+got = np.load(path("slow.npy")) if r.returncode == 0 else None
+tap(got is not None and same_bits(got, ref) and not os.path.exists(slow_state),
+    "the right input resumes to the same bits after the refused resumes", r.stdout[-1500:])
+
+# a stop that comes after all the work: the result is written, exit 0
+slow_mean = [BIN, "--op", "mean", "--axis", "0", "--chunk_mb", "0.0002", "--sync_seconds", "0",
+             "--out", path("slowm.npy"), path("big.npy")]
+p = start(slow_mean, "slowm.log")
+p.send_signal(signal.SIGTERM)
+p.wait()
+out = open(path("slowm.log")).read()
+mref, _ = reduce(path("big.npy"), "mean", 0, out="mref.npy")
+got = np.load(path("slowm.npy")) if p.returncode == 0 else None
+tap(p.returncode == 0 and got is not None and same_bits(got, mref) and "after the last chunk" in out
+    and not os.path.exists(path("slowm.npy.state")),
+    "a stop agreed after the last chunk writes the result (exit 0, no requeue)", out[-1500:])
+
+# a state that cannot be saved on preemption: exit 1, never 3 ("saved, requeue")
+sd = path("sd_later")
+p = start(slow + ["--output.state_dir", sd], "sd.log", wait_for="GB done")
+open(sd, "w").close()  # the state directory's name taken by a file after the checks
+p.send_signal(signal.SIGTERM)
+p.wait()
+out = open(path("sd.log")).read()
+tap(p.returncode == 1 and "saving the state" in out and sd in out,
+    "a failed state save on preemption exits 1, not 3", "exit %s\n%s" % (p.returncode, out[-1500:]))
 
 print("1..%d" % n_test)
 subprocess.run(["rm", "-rf", TMP])

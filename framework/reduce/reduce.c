@@ -490,11 +490,53 @@ typedef struct {
 
 static inline double two_prod_err(double a, double b, double p) { return fma(a, b, -p); }
 
+/* Add x 2^k exactly (x finite, x 2^k inside the accumulator: its lowest
+ * bit at or above 2^-1074, its highest below 2^1154). */
+static void xsum_add_pow2(ch_xsum_t *a, double x, int k)
+{
+    if (x == 0) return;
+    int e;
+    double f = frexp(x, &e); /* x = f 2^e, 0.5 <= |f| < 1: f 2^53 is an integer */
+    ch_xsum_add_scaled(a, (int64_t)ldexp(f, 53), e - 53 + k + 1074);
+}
+
+/* (x - m)^2 for finite x and m with |x - m| = |s| >= 2^480, where s^2 or
+ * 2 s t may overflow float64. |s| >= 2^544: the square is at least 2^1088,
+ * so the variance (divided by a count < 2^63) is above DBL_MAX: +inf, the
+ * correctly rounded answer (also when x - m itself overflowed). Below, the
+ * products are formed with s scaled by 2^-128 (exact) and added scaled back
+ * by 2^256 and 2^128: the same exact terms as the plain path, which the
+ * accumulator (up to 2^1165) holds. */
+static void xsum_add_sqdev_big(ch_xsum_t *a, double x, double m, double s)
+{
+    if (!(fabs(s) < 0x1p544)) {
+        ch_xsum_add(a, INFINITY);
+        return;
+    }
+    double bb = s - x;
+    double t = (x - (s - bb)) + (-m - bb);
+    double u = ldexp(s, -128), p = u * u;
+    xsum_add_pow2(a, p, 256);
+    xsum_add_pow2(a, two_prod_err(u, u, p), 256);
+    if (t != 0) {
+        double u2 = 2 * u, p2 = u2 * t, p3 = t * t; /* |t| <= 2^-53 |s|: t^2 < 2^982 */
+        xsum_add_pow2(a, p2, 128);
+        xsum_add_pow2(a, two_prod_err(u2, t, p2), 128);
+        ch_xsum_add(a, p3);
+        ch_xsum_add(a, two_prod_err(t, t, p3));
+    }
+}
+
 /* Add (x - m)^2 exactly: x - m = s + t (TwoSum), (s + t)^2 = s^2 + 2 s t + t^2,
- * each product as p + e (FMA). */
+ * each product as p + e (FMA). Non-finite x or m: NaN or inf as IEEE
+ * arithmetic gives (numpy's); huge finite deviations: xsum_add_sqdev_big. */
 static inline void xsum_add_sqdev(ch_xsum_t *a, double x, double m)
 {
     double s = x - m;
+    if (__builtin_expect(!(fabs(s) < 0x1p480), 0) && isfinite(x) && isfinite(m)) {
+        xsum_add_sqdev_big(a, x, m, s);
+        return;
+    }
     double bb = s - x;
     double t = (x - (s - bb)) + (-m - bb);
     double p = s * s;

@@ -230,10 +230,18 @@ typedef struct {
     int64_t sync_bytes;  /* the ranks agree (errors, the hook) every
                             max(1, sync_bytes / chunk_bytes) steps and at the
                             end of a pass */
+    double sync_seconds; /* > 0: also about every this many seconds: rank 0
+                            times the steps and broadcasts the number of
+                            steps to the next agreement (at most the
+                            sync_bytes interval; the first after one step).
+                            Where the agreements fall changes no result
+                            bit. 0: by sync_bytes only */
     /* Called on every rank at every agreement point (same steps on all ranks);
      * return nonzero on every rank to stop (ch_reduce_run then returns with
      * *stopped = 1, the reducer holding everything up to this step: resume
-     * at (st->pass, st->step + 1)). NULL: never stop. */
+     * at (st->pass, st->step + 1)). At the last step of the last pass the
+     * work is done and a nonzero return is ignored: the run finishes with
+     * *stopped = 0 and the result ready. NULL: never stop. */
     int (*step_hook)(void *arg, const ch_reduce_step_t *st);
     void *arg;
     ch_reduce_step_t *totals; /* if not NULL: the seconds of all passes at the end */
@@ -241,8 +249,8 @@ typedef struct {
 
 /* 16 MiB chunks (measured here: faster than 64 MiB, whose buffers stream
  * through memory between the read and the sum, and than 4 MiB, too few rows
- * per exact-sum block; docs/PERFORMANCE.md), 2 ahead, agree every 256 MiB, start at the beginning,
- * no hook. */
+ * per exact-sum block; docs/PERFORMANCE.md), 2 ahead, agree every 256 MiB
+ * and about every second, start at the beginning, no hook. */
 void ch_reduce_run_options_default(ch_reduce_run_options_t *o);
 
 /* The chunked, multi-rank reduction of src into r (collective over pg, or
@@ -268,12 +276,14 @@ ch_status ch_reduce_channel_stats(const ch_array_source_t *src, int channel_axis
 
 /* The reduction's config keys (a job lists them as its "reduce" table;
  * --help groups them under "reduce"): reduce.op, axis, keepdims, ddof,
- * mode, bins, range, chunk_mb, prefetch, sync_mb, checkpoint_seconds. */
+ * mode, bins, range, chunk_mb, prefetch, sync_mb, checkpoint_seconds,
+ * sync_seconds. */
 ch_config_table_t ch_reduce_config_table(void);
 
 /* Options from those keys (PETSc's set-from-options): *spec and *run get
  * their defaults, then the keys' values (op, axes, keepdims, ddof, mode,
- * bins, range; chunk and sync sizes in bytes = MiB * 2^20, prefetch);
+ * bins, range; chunk and sync sizes in bytes = MiB * 2^20, prefetch,
+ * sync_seconds);
  * *checkpoint_seconds = reduce.checkpoint_seconds (0: only on preemption).
  * cfg must have been loaded with ch_reduce_config_table among its tables.
  * Errors: CH_ERR_CONFIG/INVALID naming the key and value. */

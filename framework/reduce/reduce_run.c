@@ -17,6 +17,28 @@ void ch_reduce_run_options_default(ch_reduce_run_options_t *o)
     o->chunk_bytes = 16LL << 20;
     o->prefetch = 2;
     o->sync_bytes = 256LL << 20;
+    o->sync_seconds = 1.0;
+}
+
+/* The steps until the next agreement (timed cadence): rank 0 measures the
+ * seconds per step since the last agreement and aims at sync_seconds, at
+ * most 8 times the last interval (one slow or fast step is no estimate)
+ * and within 1..max_steps; the others get its number (one broadcast), so
+ * every rank agrees at the same steps. */
+static ch_status plan_interval(ch_pg_t *pg, double sync_seconds, double dt, int64_t last,
+                               int64_t max_steps, int64_t *interval)
+{
+    int64_t n = max_steps;
+    if (!pg || ch_pg_rank(pg) == 0) {
+        double per = dt / (double)(last > 0 ? last : 1);
+        double want = per > 0 ? sync_seconds / per : (double)max_steps;
+        double cap = 8.0 * (double)(last > 0 ? last : 1);
+        if (want > cap) want = cap;
+        n = want >= (double)max_steps ? max_steps : want < 1 ? 1 : (int64_t)want;
+    }
+    if (pg && ch_pg_size(pg) > 1) CH_TRY(ch_pg_broadcast(pg, &n, 1, CH_DIST_INT64, 0));
+    *interval = n;
+    return CH_OK;
 }
 
 typedef struct {
@@ -188,6 +210,12 @@ ch_status ch_reduce_run(ch_reducer_t *r, const ch_array_source_t *src, ch_pg_t *
          * then, so nobody waits in a collective another rank never enters;
          * on oversubscribed nodes each collective costs a scheduler slice. */
         int64_t sync_every = opt->sync_bytes > opt->chunk_bytes ? opt->sync_bytes / opt->chunk_bytes : 1;
+        /* With sync_seconds also by the clock: the first agreement after one
+         * step, then every interval steps (plan_interval), at most
+         * sync_every; the agreement points change nothing in the sums. */
+        int timed = opt->sync_seconds > 0;
+        int64_t next_sync = step0, interval = 1;
+        double t_sync = ch_time_now();
         ch_status local = CH_OK;
         for (int64_t step = step0; step < steps; step++) {
             if (step < npieces && local == CH_OK) {
@@ -205,13 +233,24 @@ ch_status ch_reduce_run(ch_reducer_t *r, const ch_array_source_t *src, ch_pg_t *
                 }
                 reader_release(&rd, step);
             }
-            if ((step + 1) % sync_every != 0 && step + 1 != steps) continue;
+            int due = timed ? step >= next_sync : (step + 1) % sync_every == 0;
+            if (!due && step + 1 != steps) continue;
             s = pg ? ch_pg_check_all(pg, local, NULL) : local;
             if (s != CH_OK) break;
             st.step = step;
-            if (opt->step_hook && opt->step_hook(opt->arg, &st)) {
+            /* a stop after the last step of the last pass: nothing is left
+             * to save for; the run finishes (the result is one merge away) */
+            int last = pass + 1 == ch_reducer_passes(r) && step + 1 == steps;
+            if (opt->step_hook && opt->step_hook(opt->arg, &st) && !last) {
                 *stopped = 1;
                 break;
+            }
+            if (timed && step + 1 < steps) {
+                double now = ch_time_now();
+                s = plan_interval(pg, opt->sync_seconds, now - t_sync, interval, sync_every, &interval);
+                if (s != CH_OK) break;
+                next_sync = step + interval;
+                t_sync = now;
             }
         }
         reader_stop(&rd, th);
@@ -312,6 +351,8 @@ static const ch_config_key_t reduce_keys[] = {
      "The ranks agree (errors, stop, checkpoint, progress) every this many MiB per rank."},
     {"reduce.checkpoint_seconds", CH_CFG_FLOAT, "0", 0, 1e9,
      "Save the partial state every this many seconds (0: only when preempted)."},
+    {"reduce.sync_seconds", CH_CFG_FLOAT, "1", 0, 1e9,
+     "The ranks also agree (stop, checkpoint, progress) about every this many seconds (0: only by sync_mb)."},
 };
 ch_config_table_t ch_reduce_config_table(void)
 {
@@ -355,5 +396,6 @@ ch_status ch_reduce_options_from_config(const ch_config_t *cfg, ch_reduce_spec_t
     CH_TRY(ch_config_get_int(cfg, "reduce.prefetch", &run->prefetch));
     CH_TRY(ch_config_get_double(cfg, "reduce.sync_mb", &mb));
     run->sync_bytes = (int64_t)(mb * 1048576.0);
+    CH_TRY(ch_config_get_double(cfg, "reduce.sync_seconds", &run->sync_seconds));
     return ch_config_get_double(cfg, "reduce.checkpoint_seconds", checkpoint_seconds);
 }

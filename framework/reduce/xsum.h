@@ -98,8 +98,9 @@ static inline void ch_xsum_add(ch_xsum_t *a, double x)
 void ch_xsum_add_i64(ch_xsum_t *a, int64_t x);
 void ch_xsum_add_u64(ch_xsum_t *a, uint64_t x);
 
-/* Add v * 2^(pos - 1074) exactly (0 <= pos <= 2044): a fixed-point block
- * sum whose unit is bit `pos` of the accumulator. */
+/* Add v * 2^(pos - 1074) exactly (0 <= pos <= 2175: the three limbs from
+ * pos / 32 on exist): a fixed-point block sum whose unit is bit `pos` of
+ * the accumulator. */
 void ch_xsum_add_scaled(ch_xsum_t *a, int64_t v, int pos);
 /* The same for a nonnegative 128-bit v < 2^120 (0 <= pos <= 2080). */
 void ch_xsum_add_scaled_u128(ch_xsum_t *a, ch_xsum_u128_t v, int pos);

@@ -63,11 +63,36 @@ static const char *dict_value(const char *hdr, const char *key)
     return NULL;
 }
 
+/* Length of the bracketed literal at v ("[('a', '<f8'), ('b', '<i4')]" or
+ * "{...}"): up to its matching close bracket, quotes skipped; the rest of
+ * the text when it is not closed. */
+static int literal_len(const char *v)
+{
+    int depth = 0;
+    char quote = 0;
+    const char *p = v;
+    for (; *p; p++) {
+        if (quote) {
+            if (*p == quote) quote = 0;
+        } else if (*p == '\'' || *p == '"') {
+            quote = *p;
+        } else if (*p == '[' || *p == '{' || *p == '(') {
+            depth++;
+        } else if ((*p == ']' || *p == '}' || *p == ')') && --depth == 0) {
+            return (int)(p - v) + 1;
+        }
+    }
+    return (int)(p - v);
+}
+
 static ch_status parse_descr(const char *path, const char *v, ch_array_desc_t *d)
 {
-    if (*v == '[' || *v == '{')
-        return CH_ERROR(CH_ERR_UNSUPPORTED, "%s: structured dtype %.60s is not supported (expected "
-                        "one numeric field per element: bool, int, uint or float)", path, v);
+    if (*v == '[' || *v == '{') {
+        int n = literal_len(v);
+        return CH_ERROR(CH_ERR_UNSUPPORTED, "%s: structured dtype %.*s%s is not supported (expected "
+                        "one numeric field per element: bool, int, uint or float)", path,
+                        n > 120 ? 117 : n, v, n > 120 ? "..." : "");
+    }
     if (*v != '\'' && *v != '"')
         return CH_ERROR(CH_ERR_FORMAT, "%s: header 'descr' is not a string", path);
     char quote = *v++;
@@ -172,8 +197,12 @@ ch_status ch_npy_read_header(const char *path, ch_npy_header_t *out)
     const char *v_descr = dict_value(hdr, "descr"), *v_fo = dict_value(hdr, "fortran_order"),
                *v_shape = dict_value(hdr, "shape");
     if (hdr[0] != '{' || !v_descr || !v_fo || !v_shape) {
+        /* the header as text: without its padding (spaces, the newline), cut
+         * at a line break, at most 80 characters */
+        int n = (int)strcspn(hdr, "\r\n");
+        while (n > 0 && isspace((unsigned char)hdr[n - 1])) n--;
         s = CH_ERROR(CH_ERR_FORMAT, "%s: header is not a dict with 'descr', 'fortran_order' and "
-                     "'shape': %.80s", path, hdr);
+                     "'shape': %.*s%s", path, n > 80 ? 77 : n, hdr, n > 80 ? "..." : "");
         goto done;
     }
     if ((s = parse_descr(path, v_descr, &out->desc)) != CH_OK) goto done;
