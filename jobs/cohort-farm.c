@@ -16,7 +16,7 @@
 #include <limits.h>
 
 static const ch_config_key_t farm_keys[] = {
-    {"farm.tasks", CH_CFG_STRING, NULL, CH_CFG_NO_RANGE, "Task file: one shell command a line, #COHORT directives (docs/farm.md); --tasks FILE."},
+    {"farm.tasks", CH_CFG_STRING, NULL, CH_CFG_NO_RANGE, "Task file: one shell command a line, #COHORT directives (docs/farm.md); --tasks FILE.", "--tasks"},
     {"farm.dir", CH_CFG_STRING, "farm-run", CH_CFG_NO_RANGE, "Run directory (seen by every rank): journal/, out/, status.tsv."},
     {"farm.slots_per_rank", CH_CFG_INT, "0", 0, 4096, "Tasks a rank runs at once; 0: the rank's cores / farm.cores_per_task."},
     {"farm.cores_per_task", CH_CFG_INT, "1", 1, 4096, "Cores each task uses (slots and CPU binding)."},
@@ -33,26 +33,10 @@ static const ch_config_key_t farm_keys[] = {
     {"farm.halt_fraction", CH_CFG_FLOAT, "0", 0, 1, "Start no new task once failed/ended reaches this (after 10 ended); 0: off."},
     {"farm.halt_mode", CH_CFG_STRING, "soon", CH_CFG_NO_RANGE, "At a halt, running tasks finish (soon) or are stopped (now)."},
     {"farm.grace", CH_CFG_FLOAT, "60", 0, 86400, "Seconds running tasks may finish after SIGTERM / the warning signal before they are stopped (interrupted, run again on resume)."},
-    {"farm.resume", CH_CFG_BOOL, "false", CH_CFG_NO_RANGE, "Continue the journal in farm.dir (--resume; automatic after a Slurm requeue)."},
+    {"farm.resume", CH_CFG_BOOL, "false", CH_CFG_NO_RANGE, "Continue the journal in farm.dir (--resume; automatic after a Slurm requeue).", "--resume", "true"},
     {"farm.resume_failed", CH_CFG_BOOL, "false", CH_CFG_NO_RANGE, "On resume, run tasks that failed for good again."},
 };
 #define N_FARM_KEYS ((int)(sizeof farm_keys / sizeof farm_keys[0]))
-
-/* --tasks FILE | --tasks=FILE -> --farm.tasks FILE, --resume -> --farm.resume=true */
-static char **rewrite(int argc, char **argv, int *out_argc)
-{
-    char **v = malloc(sizeof(char *) * (size_t)(2 * argc + 1));
-    int n = 0;
-    for (int i = 0; v && i < argc; i++) {
-        if (!strcmp(argv[i], "--resume")) v[n++] = "--farm.resume=true";
-        else if (!strcmp(argv[i], "--tasks")) v[n++] = "--farm.tasks";
-        else if (!strncmp(argv[i], "--tasks=", 8)) v[n++] = "--farm.tasks", v[n++] = argv[i] + 8;
-        else v[n++] = argv[i];
-    }
-    if (v) v[n] = NULL;
-    *out_argc = n;
-    return v;
-}
 
 static int stop_requested(void *job) { return ch_job_stop_local(job, 0) != 0; }
 
@@ -115,7 +99,6 @@ int main(int argc, char **argv)
     jo.n_tables = 2;
     jo.output_dir_key = "farm.dir";
     jo.preemption = 1;
-    jo.rewrite_args = rewrite;
     ch_job_t *job;
     int rc = ch_job_init(&jo, argc, argv, &job);
     if (rc != CH_JOB_CONTINUE) return ch_job_finalize(job, rc);
