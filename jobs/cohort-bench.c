@@ -63,22 +63,22 @@ static int g_aa; /* --aa: the "cohort" column also runs the raw call (A/A contro
 
 static const ch_config_key_t bench_keys[] = {
     {"min-bytes", CH_CFG_STRING, "8", CH_CFG_NO_RANGE,
-     "Smallest message size in bytes (K, M, G suffixes, binary: 1K = 1024); -b."},
+     "Smallest message size in bytes (K, M, G suffixes, binary: 1K = 1024); -b.", "-b"},
     {"max-bytes", CH_CFG_STRING, "256M", CH_CFG_NO_RANGE,
-     "Largest message size in bytes (below 8G); -e."},
-    {"step-factor", CH_CFG_INT, "2", 2, 1024, "Multiply the size by N each step; -f."},
+     "Largest message size in bytes (below 8G); -e.", "-e"},
+    {"step-factor", CH_CFG_INT, "2", 2, 1024, "Multiply the size by N each step; -f.", "-f"},
     {"warmup", CH_CFG_INT, "5", 0, 1000000,
-     "Untimed iterations per size and backend call; -w."},
-    {"iters", CH_CFG_INT, "50", 1, 1000000, "Timed iterations per size; -n."},
+     "Untimed iterations per size and backend call; -w.", "-w"},
+    {"iters", CH_CFG_INT, "50", 1, 1000000, "Timed iterations per size; -n.", "-n"},
     {"min-iters", CH_CFG_INT, "5", 1, 1000000, "At least this many timed iterations."},
     {"bytes-per-size", CH_CFG_STRING, "1G", CH_CFG_NO_RANGE,
      "Fewer iterations for big sizes: iterations x bytes <= N, but >= min-iters."},
     {"place", CH_CFG_STRING, "out", CH_CFG_NO_RANGE,
-     "out (out-of-place), in (in-place) or both; -p."},
+     "out (out-of-place), in (in-place) or both; -p.", "-p"},
     {"check", CH_CFG_BOOL, "true", CH_CFG_NO_RANGE,
-     "Compare cohort's result with the expected sum (0/1 or false/true); -c."},
+     "Compare cohort's result with the expected sum (0/1 or false/true); -c.", "-c"},
     {"backend", CH_CFG_STRING, "auto", CH_CFG_NO_RANGE,
-     "auto, mpi or nccl (auto: nccl when the ranks are on GPUs, else mpi); -d."},
+     "auto, mpi or nccl (auto: nccl when the ranks are on GPUs, else mpi); -d.", "-d"},
     {"aa", CH_CFG_BOOL, "false", CH_CFG_NO_RANGE,
      "A/A control: the cohort column runs the raw call too, showing the noise floor of the "
      "comparison."},
@@ -109,39 +109,6 @@ static int parse_size(const char *s, size_t *out)
     if (*end || s[0] == '-' || v > (1ULL << 40) / mul) return -1;
     *out = (size_t)(v * mul);
     return 0;
-}
-
-/* The short options of earlier versions (-b 8, -b8) as their keys. The
- * strings point into argv or into `store` (kept by main until the end). */
-static char **short_options(int argc, char **argv, int *out_argc)
-{
-    static const char *const map[][2] = {
-        {"b", "min-bytes"}, {"e", "max-bytes"}, {"f", "step-factor"}, {"w", "warmup"},
-        {"n", "iters"},     {"p", "place"},     {"c", "check"},       {"d", "backend"},
-    };
-    static char store[64][64];
-    int n_store = 0;
-    char **v = calloc((size_t)argc + 1, sizeof *v);
-    if (!v) return NULL;
-    int n = 0;
-    for (int i = 0; i < argc; i++) {
-        const char *a = argv[i];
-        const char *key = NULL;
-        if (i > 0 && a[0] == '-' && a[1] && a[1] != '-')
-            for (size_t m = 0; m < sizeof map / sizeof map[0]; m++)
-                if (a[1] == map[m][0][0]) key = map[m][1];
-        if (!key || n_store == 64) {
-            v[n++] = argv[i];
-            continue;
-        }
-        if (a[2]) /* -b8 */
-            snprintf(store[n_store], sizeof store[n_store], "--%s=%.40s", key, a + 2);
-        else
-            snprintf(store[n_store], sizeof store[n_store], "--%s", key);
-        v[n++] = store[n_store++];
-    }
-    *out_argc = n;
-    return v;
 }
 
 /* Options from the config; CH_ERR_CONFIG naming the key and its source. */
@@ -403,7 +370,6 @@ int main(int argc, char **argv)
     jo.tables = tables;
     jo.n_tables = 2;
     jo.compute = 1; /* the device rule; the NCCL group when the ranks are on GPUs */
-    jo.rewrite_args = short_options;
     jo.no_identity_line = 1; /* a "# launch:" line of the table instead */
     ch_job_t *job;
     int rc = ch_job_init(&jo, argc, argv, &job);

@@ -16,21 +16,6 @@
 #include <string.h>
 #include <limits.h>
 
-/* --tasks FILE | --tasks=FILE -> --farm.tasks FILE, --resume -> --farm.resume=true */
-static char **rewrite(int argc, char **argv, int *out_argc)
-{
-    char **v = malloc(sizeof(char *) * (size_t)(2 * argc + 1));
-    int n = 0;
-    for (int i = 0; v && i < argc; i++) {
-        if (!strcmp(argv[i], "--resume")) v[n++] = "--farm.resume=true";
-        else if (!strcmp(argv[i], "--tasks")) v[n++] = "--farm.tasks";
-        else if (!strncmp(argv[i], "--tasks=", 8)) v[n++] = "--farm.tasks", v[n++] = argv[i] + 8;
-        else v[n++] = argv[i];
-    }
-    if (v) v[n] = NULL;
-    *out_argc = n;
-    return v;
-}
 
 static int stop_requested(void *job) { return ch_job_stop_local(job, 0) != 0; }
 
@@ -71,7 +56,6 @@ int main(int argc, char **argv)
     jo.n_tables = 2;
     jo.output_dir_key = "farm.dir";
     jo.preemption = 1;
-    jo.rewrite_args = rewrite;
     ch_job_t *job;
     int rc = ch_job_init(&jo, argc, argv, &job);
     if (rc != CH_JOB_CONTINUE) return ch_job_finalize(job, rc);

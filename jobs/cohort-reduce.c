@@ -21,65 +21,11 @@
 #include <unistd.h>
 
 static const ch_config_key_t keys[] = {
-    {"output.out", CH_CFG_STRING, "reduce.npy", CH_CFG_NO_RANGE, "Result .npy, written atomically by rank 0."},
-    {"output.edges", CH_CFG_STRING, "", CH_CFG_NO_RANGE, "histogram: bin edges .npy (default: OUT with _edges before .npy)."},
-    {"output.state_dir", CH_CFG_STRING, "", CH_CFG_NO_RANGE, "Directory of the resume state (default: OUT.state)."},
-    {"output.resume", CH_CFG_BOOL, "false", CH_CFG_NO_RANGE, "Continue from the state in output.state_dir."},
+    {"output.out", CH_CFG_STRING, "reduce.npy", CH_CFG_NO_RANGE, "Result .npy, written atomically by rank 0.", "--out"},
+    {"output.edges", CH_CFG_STRING, "", CH_CFG_NO_RANGE, "histogram: bin edges .npy (default: OUT with _edges before .npy).", "--edges"},
+    {"output.state_dir", CH_CFG_STRING, "", CH_CFG_NO_RANGE, "Directory of the resume state (default: OUT.state).", "--state_dir"},
+    {"output.resume", CH_CFG_BOOL, "false", CH_CFG_NO_RANGE, "Continue from the state in output.state_dir.", "--resume"},
 };
-
-/* --op, --axis, --out, --dtype, --resume ... stand for --reduce.op, --input.dtype,
- * --output.out ... (the full dotted names work too, with = or a space, and the
- * runtime's dist.* keys by their full names);
- * bare words are the input files. Strings live until exit. */
-static const ch_config_key_t *find_short(const char *a, size_t len)
-{
-    /* the runtime's keys (dist.timeout ...) by their full names only */
-    const ch_config_table_t rt = ch_job_runtime_table(), rd = ch_reduce_config_table(),
-                            in = ch_file_source_config_table();
-    const ch_config_key_t *tabs[4] = {rd.keys, in.keys, keys, rt.keys};
-    const int ns[4] = {rd.n_keys, in.n_keys, 4, rt.n_keys};
-    for (int t = 0; t < 4; t++)
-        for (int k = 0; k < ns[t]; k++) {
-            const char *name = tabs[t][k].name, *dot = strchr(name, '.') + 1;
-            if (t < 3 && strlen(dot) == len && !strncmp(dot, a, len)) return &tabs[t][k];
-            if (strlen(name) == len && !strncmp(name, a, len)) return &tabs[t][k]; /* full name */
-        }
-    return NULL;
-}
-static char *kept[1024];
-static char **rewrite(int argc, char **argv, int *out_argc)
-{
-    char **nv = calloc((size_t)argc + 2, sizeof *nv);
-    size_t room = 32;
-    for (int i = 1; i < argc; i++) room += strlen(argv[i]) + 1;
-    char *files = kept[0] = calloc(1, room);
-    if (!nv || !files || argc > 1000) { free(nv); return NULL; }
-    int n = 0, nk = 1;
-    nv[n++] = argv[0];
-    strcpy(files, "--input.files=");
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        size_t len = a[0] == '-' && a[1] == '-' ? strcspn(a + 2, "=") : 0;
-        const ch_config_key_t *k = len ? find_short(a + 2, len) : NULL;
-        if (k) {
-            nv[n++] = kept[nk] = malloc(strlen(k->name) + strlen(a) + 4);
-            if (!kept[nk++]) { free(nv); return NULL; }
-            sprintf(nv[n - 1], "--%s%s", k->name, a + 2 + len);
-            /* --KEY VALUE; a bool takes the next word only when it is one */
-            if (!a[2 + len] && i + 1 < argc &&
-                (k->type != CH_CFG_BOOL || !strcmp(argv[i + 1], "true") || !strcmp(argv[i + 1], "false")))
-                nv[n++] = argv[++i];
-        } else if (a[0] != '-') {
-            strcat(strcat(files, files[14] ? "," : ""), a);
-        } else {
-            nv[n++] = argv[i];
-            if ((!strcmp(a, "--config") || !strcmp(a, "--set")) && i + 1 < argc) nv[n++] = argv[++i];
-        }
-    }
-    if (files[14]) nv[n++] = files;
-    *out_argc = n;
-    return nv;
-}
 
 typedef struct {
     ch_job_t *job;
@@ -142,7 +88,7 @@ int main(int argc, char **argv)
         "Usage: cohort-reduce --op OP [--axis A] [--KEY VALUE]... INPUT... [--out FILE]; each --KEY is\n"
         "short for the --reduce.KEY, --input.KEY or --output.KEY below; bare words are input.files.");
     o.tables = tables; o.n_tables = 4; o.phase_names = phases; o.n_phases = 3;
-    o.preemption = 1; o.rewrite_args = rewrite;
+    o.preemption = 1;
     ch_job_t *job;
     int rc = ch_job_init(&o, argc, argv, &job);
     if (rc != CH_JOB_CONTINUE) return ch_job_finalize(job, rc);

@@ -147,40 +147,6 @@ typedef struct {
     int converted_sync_bn;
 } job_t;
 
-/* --resume [PATH] is shorthand for --output.resume=PATH (default auto),
- * --resume-allow KEY,... for --output.resume_allow=KEY,... */
-static char **rewrite_args(int argc, char **argv, int *out_argc)
-{
-    char **v = calloc((size_t)argc + 2, sizeof *v);
-    int n = 0;
-    if (!v) return NULL;
-    for (int i = 0; i < argc; i++) {
-        if (!strcmp(argv[i], "--resume")) {
-            if (i + 1 < argc && strncmp(argv[i + 1], "--", 2)) {
-                v[n++] = "--output.resume";
-                v[n++] = argv[++i];
-            } else {
-                v[n++] = "--output.resume=auto";
-            }
-        } else if (!strcmp(argv[i], "--resume-allow")) {
-            v[n++] = "--output.resume_allow";
-        } else if (!strncmp(argv[i], "--resume-allow=", 15)) {
-            static char allow[4200];
-            snprintf(allow, sizeof allow, "--output.resume_allow=%s", argv[i] + 15);
-            v[n++] = allow;
-        } else if (!strncmp(argv[i], "--resume=", 9)) {
-            static char buf[4200];
-            snprintf(buf, sizeof buf, "--output.resume=%s", argv[i] + 9);
-            v[n++] = buf;
-        } else {
-            v[n++] = argv[i];
-        }
-    }
-    *out_argc = n;
-    return v;
-}
-
-
 static ch_status read_config(job_t *j)
 {
     ch_config_t *c = j->cfg;
@@ -724,7 +690,6 @@ int main(int argc, char **argv)
     o.phase_names = phase_names;
     o.n_phases = PH_N;
     o.preemption = 1;
-    o.rewrite_args = rewrite_args;
     int rc = ch_job_init(&o, argc, argv, &j->job);
     if (rc != CH_JOB_CONTINUE) return ch_job_finalize(j->job, rc);
     if (ch_job_on_finalize(j->job, cleanup, j)) return ch_job_finalize(j->job, CH_EXIT_ERROR);

@@ -5,6 +5,7 @@
 
 #include "tests/harness.h"
 
+#include "framework/core/config_man.h"
 #include "framework/core/configuration.h"
 #include "framework/core/status.h"
 
@@ -705,6 +706,358 @@ static void test_help_tables(void **state)
     free(buf);
 }
 
+/* ------------------------------------------------------------ short options */
+
+/* The shapes of the jobs' short options: --resume [PATH] (cohort-train),
+ * --resume-allow LIST, a bool flag with an implicit value (cohort-farm's
+ * --resume), one-letter options (cohort-bench's -b8, -c). */
+static const ch_config_key_t short_keys[] = {
+    {"output.resume", CH_CFG_STRING, "", CH_CFG_NO_RANGE, "Resume file.", "--resume", "auto"},
+    {"output.resume_allow", CH_CFG_STRLIST, "", CH_CFG_NO_RANGE, "Keys that may differ.",
+     "--resume-allow"},
+    {"farm.again", CH_CFG_BOOL, "false", CH_CFG_NO_RANGE, "Continue.", "--again", "true"},
+    {"bench.bytes", CH_CFG_STRING, "8", CH_CFG_NO_RANGE, "Size.", "-b"},
+    {"bench.check", CH_CFG_BOOL, "true", CH_CFG_NO_RANGE, "Check.", "-c"},
+    {"bench.iters", CH_CFG_INT, "5", 1, 100, "Iterations.", "-n"},
+    {"train.lr", CH_CFG_FLOAT, "0.1", 0, 10, "Learning rate."},
+};
+#define NSHORT ((int)(sizeof short_keys / sizeof short_keys[0]))
+#define LOAD_SHORT(cfg, ...) load_args(cfg, short_keys, NSHORT, __VA_ARGS__, (const char *)NULL)
+
+/* cohort-reduce's shape: bare words are input.files, --op, a bool --resume. */
+static const ch_config_key_t pos_keys[] = {
+    {"input.files", CH_CFG_STRLIST, "", CH_CFG_NO_RANGE, "Inputs.", "--files", NULL, 1},
+    {"reduce.op", CH_CFG_STRING, "sum", CH_CFG_NO_RANGE, "Operation.", "--op"},
+    {"output.resume", CH_CFG_BOOL, "false", CH_CFG_NO_RANGE, "Resume.", "--resume"},
+    {"reduce.ddof", CH_CFG_INT64, "0", 0, 1e18, "ddof.", "--ddof"},
+};
+#define NPOS ((int)(sizeof pos_keys / sizeof pos_keys[0]))
+#define LOAD_POS(cfg, ...) load_args(cfg, pos_keys, NPOS, __VA_ARGS__, (const char *)NULL)
+
+/* string key `key` of cfg is `value`, set by `source` (NULL: not checked) */
+static void check_string(ch_config_t *cfg, const char *key, const char *value,
+                         const char *source)
+{
+    const char *v;
+    assert_ch_ok(ch_config_get_string(cfg, key, &v));
+    assert_string_equal(v, value);
+    if (source) assert_string_equal(ch_config_source(cfg, key), source);
+}
+
+static void check_bool(ch_config_t *cfg, const char *key, int value)
+{
+    int v;
+    assert_ch_ok(ch_config_get_bool(cfg, key, &v));
+    assert_int_equal(v, value);
+}
+
+static void test_alias(void **state)
+{
+    (void)state;
+    ch_config_t *cfg = NULL;
+    /* alone: the implicit value; the source reads as the key's own option */
+    assert_ch_ok(LOAD_SHORT(&cfg, "--resume"));
+    check_string(cfg, "output.resume", "auto", "command line (--output.resume=auto)");
+    ch_config_destroy(cfg);
+    assert_ch_ok(LOAD_SHORT(&cfg, "--resume", "/r/resume.safetensors"));
+    check_string(cfg, "output.resume", "/r/resume.safetensors",
+                 "command line (--output.resume /r/resume.safetensors)");
+    ch_config_destroy(cfg);
+    assert_ch_ok(LOAD_SHORT(&cfg, "--resume=/r/x"));
+    check_string(cfg, "output.resume", "/r/x", "command line (--output.resume=/r/x)");
+    ch_config_destroy(cfg);
+    /* a following option is not its value */
+    double lr;
+    assert_ch_ok(LOAD_SHORT(&cfg, "--resume", "--train.lr", "0.5"));
+    check_string(cfg, "output.resume", "auto", NULL);
+    assert_ch_ok(ch_config_get_double(cfg, "train.lr", &lr));
+    assert_true(lr == 0.5);
+    ch_config_destroy(cfg);
+    /* the key's own option keeps its rules: it needs a value */
+    assert_ch_error(LOAD_SHORT(&cfg, "--output.resume"), CH_ERR_CONFIG,
+                    "--output.resume needs a value (string)");
+    assert_null(cfg);
+    assert_one_line();
+
+    /* an alias without an implicit value: as --NAME */
+    const char *const *items;
+    int n;
+    assert_ch_ok(LOAD_SHORT(&cfg, "--resume-allow", "optimizer.lr,train.epochs"));
+    assert_ch_ok(ch_config_get_strlist(cfg, "output.resume_allow", &items, &n));
+    assert_int_equal(n, 2);
+    assert_string_equal(items[1], "train.epochs");
+    ch_config_destroy(cfg);
+    assert_ch_ok(LOAD_SHORT(&cfg, "--resume-allow=optimizer.lr"));
+    assert_ch_ok(ch_config_get_strlist(cfg, "output.resume_allow", &items, &n));
+    assert_int_equal(n, 1);
+    assert_string_equal(ch_config_source(cfg, "output.resume_allow"),
+                        "command line (--output.resume_allow=optimizer.lr)");
+    ch_config_destroy(cfg);
+    assert_ch_error(LOAD_SHORT(&cfg, "--resume-allow"), CH_ERR_CONFIG,
+                    "--output.resume_allow needs a value (strlist)");
+    /* "--resume-allow" is not "--resume" followed by "-allow" */
+    assert_ch_error(LOAD_SHORT(&cfg, "--resume-allowx"), CH_ERR_CONFIG,
+                    "unknown option '--resume-allowx'");
+
+    /* a bool alias with an implicit value is a flag: it takes no word */
+    assert_ch_ok(LOAD_SHORT(&cfg, "--again"));
+    check_bool(cfg, "farm.again", 1);
+    assert_string_equal(ch_config_source(cfg, "farm.again"), "command line (--farm.again=true)");
+    ch_config_destroy(cfg);
+    assert_ch_ok(LOAD_SHORT(&cfg, "--again=false"));
+    check_bool(cfg, "farm.again", 0);
+    ch_config_destroy(cfg);
+    assert_ch_error(LOAD_SHORT(&cfg, "--again", "false"), CH_ERR_CONFIG,
+                    "unexpected argument 'false'");
+    assert_one_line();
+    assert_ch_ok(LOAD_SHORT(&cfg, "--farm.again", "false")); /* the key's own option */
+    check_bool(cfg, "farm.again", 0);
+    ch_config_destroy(cfg);
+
+    /* one letter: -b V, -bV; a bool letter as a bool key */
+    int iters;
+    assert_ch_ok(LOAD_SHORT(&cfg, "-b64K", "-n", "7", "-c"));
+    check_string(cfg, "bench.bytes", "64K", "command line (--bench.bytes=64K)");
+    assert_ch_ok(ch_config_get_int(cfg, "bench.iters", &iters));
+    assert_int_equal(iters, 7);
+    assert_string_equal(ch_config_source(cfg, "bench.iters"), "command line (--bench.iters 7)");
+    check_bool(cfg, "bench.check", 1);
+    ch_config_destroy(cfg);
+    assert_ch_ok(LOAD_SHORT(&cfg, "-c", "0", "-b", "1M"));
+    check_bool(cfg, "bench.check", 0);
+    check_string(cfg, "bench.bytes", "1M", NULL);
+    ch_config_destroy(cfg);
+    assert_ch_error(LOAD_SHORT(&cfg, "-n0"), CH_ERR_CONFIG,
+                    "--bench.iters=0: bench.iters = 0 is out of range [1, 100]");
+    assert_ch_error(LOAD_SHORT(&cfg, "-b"), CH_ERR_CONFIG, "--bench.bytes needs a value (string)");
+    assert_ch_error(LOAD_SHORT(&cfg, "-x"), CH_ERR_CONFIG, "unexpected argument '-x'");
+    assert_one_line();
+
+    /* aliases are options, not keys: --set and files know only the names */
+    assert_ch_error(LOAD_SHORT(&cfg, "--set", "resume=auto"), CH_ERR_CONFIG,
+                    "unknown key 'resume'");
+    /* later options win, alias or not */
+    assert_ch_ok(LOAD_SHORT(&cfg, "--output.resume=a", "--resume", "b", "--set",
+                            "output.resume=c", "--resume"));
+    check_string(cfg, "output.resume", "auto", NULL);
+    ch_config_destroy(cfg);
+    /* -h stays help */
+    assert_ch_ok(LOAD_SHORT(&cfg, "--resume", "-h"));
+    assert_int_equal(ch_config_help_requested(cfg), 1);
+    ch_config_destroy(cfg);
+}
+
+static void test_positional(void **state)
+{
+    (void)state;
+    ch_config_t *cfg = NULL;
+    const char *const *items;
+    int n;
+    assert_ch_ok(LOAD_POS(&cfg, "a.npy", "--op", "mean", "b.npy"));
+    assert_ch_ok(ch_config_get_strlist(cfg, "input.files", &items, &n));
+    assert_int_equal(n, 2);
+    assert_string_equal(items[0], "a.npy");
+    assert_string_equal(items[1], "b.npy");
+    assert_string_equal(ch_config_source(cfg, "input.files"),
+                        "command line (--input.files=a.npy,b.npy)");
+    check_string(cfg, "reduce.op", "mean", "command line (--reduce.op mean)");
+    ch_config_destroy(cfg);
+    /* the words win over --files, whatever the order (applied last) */
+    assert_ch_ok(LOAD_POS(&cfg, "a.npy", "--files=z.npy", "--set", "input.files=y.npy"));
+    assert_ch_ok(ch_config_get_strlist(cfg, "input.files", &items, &n));
+    assert_int_equal(n, 1);
+    assert_string_equal(items[0], "a.npy");
+    ch_config_destroy(cfg);
+    assert_ch_ok(LOAD_POS(&cfg, "--files", "z.npy"));
+    assert_ch_ok(ch_config_get_strlist(cfg, "input.files", &items, &n));
+    assert_int_equal(n, 1);
+    assert_string_equal(items[0], "z.npy");
+    ch_config_destroy(cfg);
+    /* no words: the default */
+    assert_ch_ok(LOAD_POS(&cfg, "--op=max"));
+    assert_string_equal(ch_config_source(cfg, "input.files"), "default");
+    ch_config_destroy(cfg);
+
+    /* a bool takes the next word only when it is true or false: any other
+     * word is an argument */
+    assert_ch_ok(LOAD_POS(&cfg, "--resume", "x.npy"));
+    check_bool(cfg, "output.resume", 1);
+    assert_ch_ok(ch_config_get_strlist(cfg, "input.files", &items, &n));
+    assert_int_equal(n, 1);
+    ch_config_destroy(cfg);
+    assert_ch_ok(LOAD_POS(&cfg, "--resume", "false", "x.npy"));
+    check_bool(cfg, "output.resume", 0);
+    ch_config_destroy(cfg);
+    assert_ch_ok(LOAD_POS(&cfg, "--output.resume", "yes", "x.npy"));
+    check_bool(cfg, "output.resume", 1);
+    assert_ch_ok(ch_config_get_strlist(cfg, "input.files", &items, &n));
+    assert_int_equal(n, 2);
+    assert_string_equal(items[0], "yes");
+    ch_config_destroy(cfg);
+    /* a non-bool option takes the next word, even one that looks like a file */
+    assert_ch_ok(LOAD_POS(&cfg, "--op", "x.npy"));
+    check_string(cfg, "reduce.op", "x.npy", NULL);
+    ch_config_destroy(cfg);
+
+    /* errors: one line, naming the option */
+    assert_ch_error(LOAD_POS(&cfg, "x.npy", "--op"), CH_ERR_CONFIG,
+                    "--reduce.op needs a value (string)");
+    assert_ch_error(LOAD_POS(&cfg, "--ddof", "zz", "x.npy"), CH_ERR_CONFIG,
+                    "--reduce.ddof zz: reduce.ddof: expected int64 (a decimal integer), got 'zz'");
+    assert_one_line();
+    assert_ch_error(LOAD_POS(&cfg, "-", "x.npy"), CH_ERR_CONFIG, "unexpected argument '-'");
+    assert_ch_error(LOAD_POS(&cfg, "--foo", "x.npy"), CH_ERR_CONFIG, "unknown option '--foo'");
+    /* without a positional key a word stays an error */
+    assert_ch_error(LOAD_SHORT(&cfg, "x.npy"), CH_ERR_CONFIG, "unexpected argument 'x.npy'");
+    assert_one_line();
+}
+
+static void test_bad_alias_tables(void **state)
+{
+    (void)state;
+    ch_config_t *cfg = NULL;
+    static const ch_config_key_t dotted[] = {
+        {"a.b", CH_CFG_INT, "1", CH_CFG_NO_RANGE, "", "--a.b"}};
+    static const ch_config_key_t letters[] = {{"a.b", CH_CFG_INT, "1", CH_CFG_NO_RANGE, "", "-bb"}};
+    static const ch_config_key_t nodash[] = {{"a.b", CH_CFG_INT, "1", CH_CFG_NO_RANGE, "", "b"}};
+    static const ch_config_key_t reserved[] = {
+        {"a.b", CH_CFG_INT, "1", CH_CFG_NO_RANGE, "", "--config"}};
+    static const ch_config_key_t help[] = {{"a.b", CH_CFG_BOOL, "false", CH_CFG_NO_RANGE, "", "-h"}};
+    static const ch_config_key_t keyname[] = {
+        {"a.b", CH_CFG_INT, "1", CH_CFG_NO_RANGE, ""},
+        {"seed", CH_CFG_INT, "1", CH_CFG_NO_RANGE, ""},
+        {"c.d", CH_CFG_INT, "1", CH_CFG_NO_RANGE, "", "--seed"},
+    };
+    static const ch_config_key_t twice[] = {
+        {"a.b", CH_CFG_INT, "1", CH_CFG_NO_RANGE, "", "--b"},
+        {"c.b", CH_CFG_INT, "1", CH_CFG_NO_RANGE, "", "--b"},
+    };
+    static const ch_config_key_t orphan[] = {
+        {"a.b", CH_CFG_STRING, "", CH_CFG_NO_RANGE, "", NULL, "auto"}};
+    static const ch_config_key_t badimplicit[] = {
+        {"a.b", CH_CFG_INT, "1", 1, 5, "", "--b", "9"}};
+    static const ch_config_key_t twopos[] = {
+        {"a.b", CH_CFG_STRLIST, "", CH_CFG_NO_RANGE, "", NULL, NULL, 1},
+        {"a.c", CH_CFG_STRING, "", CH_CFG_NO_RANGE, "", NULL, NULL, 1},
+    };
+    static const ch_config_key_t intpos[] = {{"a.b", CH_CFG_INT, "1", CH_CFG_NO_RANGE, "", NULL, NULL, 1}};
+    assert_ch_error(load_args(&cfg, dotted, 1, (const char *)NULL), CH_ERR_INVALID,
+                    "key a.b: invalid alias '--a.b'");
+    assert_ch_error(load_args(&cfg, letters, 1, (const char *)NULL), CH_ERR_INVALID,
+                    "invalid alias '-bb'");
+    assert_ch_error(load_args(&cfg, nodash, 1, (const char *)NULL), CH_ERR_INVALID,
+                    "invalid alias 'b'");
+    assert_ch_error(load_args(&cfg, reserved, 1, (const char *)NULL), CH_ERR_INVALID,
+                    "alias '--config' is reserved");
+    assert_ch_error(load_args(&cfg, help, 1, (const char *)NULL), CH_ERR_INVALID,
+                    "alias '-h' is reserved");
+    assert_ch_error(load_args(&cfg, keyname, 3, (const char *)NULL), CH_ERR_INVALID,
+                    "alias '--seed' of key c.d is the option of key seed");
+    assert_ch_error(load_args(&cfg, twice, 2, (const char *)NULL), CH_ERR_INVALID,
+                    "alias '--b' is given to keys a.b and c.b");
+    assert_ch_error(load_args(&cfg, orphan, 1, (const char *)NULL), CH_ERR_INVALID,
+                    "key a.b has an implicit value 'auto' but no alias");
+    assert_ch_error(load_args(&cfg, badimplicit, 1, (const char *)NULL), CH_ERR_INVALID,
+                    "implicit value of a.b: a.b = 9 is out of range [1, 5]");
+    assert_ch_error(load_args(&cfg, twopos, 2, (const char *)NULL), CH_ERR_INVALID,
+                    "keys a.b and a.c are both positional");
+    assert_ch_error(load_args(&cfg, intpos, 1, (const char *)NULL), CH_ERR_INVALID,
+                    "key a.b is positional but int");
+    assert_null(cfg);
+    /* across tables: an alias of one table against a key of another */
+    static const ch_config_key_t seed_key[] = {{"seed", CH_CFG_INT, "1", CH_CFG_NO_RANGE, ""}};
+    static const ch_config_key_t seed_alias[] = {
+        {"c.seed", CH_CFG_INT, "1", CH_CFG_NO_RANGE, "", "--seed"}};
+    const ch_config_table_t tables[] = {{"a", seed_key, 1}, {"b", seed_alias, 1}};
+    char *argv[] = {(char *)"x", NULL};
+    assert_ch_error(ch_config_load_tables(tables, 2, NULL, 1, argv, &cfg), CH_ERR_INVALID,
+                    "alias '--seed' of key c.seed is the option of key seed");
+}
+
+static char *help_text(const ch_config_table_t *tables, int n_tables)
+{
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    assert_non_null(f);
+    if (n_tables < 0)
+        ch_config_print_help(tables[0].keys, tables[0].n_keys, "cohort-x", f);
+    else
+        ch_config_print_help_tables(tables, n_tables, "cohort-x", NULL, f);
+    fclose(f);
+    return buf;
+}
+
+static void test_help_aliases(void **state)
+{
+    (void)state;
+    const ch_config_table_t shorts = {"s", short_keys, NSHORT}, pos = {"r", pos_keys, NPOS},
+                            plain = {"p", keys, NKEYS};
+    char *buf = help_text(&shorts, -1);
+    /* one line each, in table order, between the options and the keys */
+    const char *sec = strstr(buf, "\n\nShort options and arguments:\n"
+                                  "  --resume [RESUME]       alias of --output.resume; alone: "
+                                  "--output.resume=auto\n"
+                                  "  --resume-allow RESUME_ALLOW\n"
+                                  "                          alias of --output.resume_allow\n"
+                                  "  --again                 alias of --farm.again; alone: "
+                                  "--farm.again=true\n"
+                                  "  -b BYTES                alias of --bench.bytes\n"
+                                  "  -c [true|false]         alias of --bench.check\n"
+                                  "  -n ITERS                alias of --bench.iters\n\n"
+                                  "Keys (");
+    assert_non_null(sec);
+    assert_true(strstr(buf, "--help-man") < sec);
+    free(buf);
+    /* the alias and the positional words of one key: two lines */
+    const ch_config_table_t two[] = {plain, pos};
+    buf = help_text(two, 2);
+    assert_non_null(strstr(buf, "Short options and arguments:\n"
+                                "  --files FILES           alias of --input.files\n"
+                                "  FILES...                non-option words, as "
+                                "--input.files=A,B,...\n"
+                                "  --op OP                 alias of --reduce.op\n"
+                                "  --resume [true|false]   alias of --output.resume\n"
+                                "  --ddof DDOF             alias of --reduce.ddof\n\n"
+                                "Keys (command line > --config file > default), by owner:\n"));
+    free(buf);
+    /* no aliases: no section, the help as before */
+    buf = help_text(&plain, -1);
+    assert_null(strstr(buf, "Short options"));
+    assert_non_null(strstr(buf, "and exit.\n\nKeys (command line > --config file > default):\n"));
+    free(buf);
+    /* the man page lists them under OPTIONS */
+    buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    assert_non_null(f);
+    const ch_man_page_t page = {.prog = "cohort-x", .tables = two, .n_tables = 2};
+    assert_ch_ok(ch_man_write(f, &page));
+    fclose(f);
+    const char *opts = strstr(buf, ".SH OPTIONS\n"), *keys_sec = strstr(buf, ".SH KEYS\n");
+    const char *files = strstr(buf, ".TP\n\\fB\\-\\-files\\fR \\fIFILES\\fR\n"
+                                    "Alias of \\-\\-input.files.\n"
+                                    ".TP\n\\fIFILES...\\fR\n"
+                                    "Non\\-option words, as \\-\\-input.files=A,B,....\n");
+    assert_non_null(opts);
+    assert_non_null(files);
+    assert_true(opts < files && files < keys_sec);
+    assert_non_null(strstr(buf, ".TP\n\\fB\\-\\-resume\\fR [\\fItrue\\fR|\\fIfalse\\fR]\n"
+                                "Alias of \\-\\-output.resume.\n"));
+    free(buf);
+    const ch_man_page_t page2 = {.prog = "cohort-x", .tables = &shorts, .n_tables = 1};
+    buf = NULL;
+    f = open_memstream(&buf, &len);
+    assert_non_null(f);
+    assert_ch_ok(ch_man_write(f, &page2));
+    fclose(f);
+    assert_non_null(strstr(buf, ".TP\n\\fB\\-\\-resume\\fR [\\fIRESUME\\fR]\n"
+                                "Alias of \\-\\-output.resume; alone: "
+                                "\\-\\-output.resume=auto.\n"));
+    assert_non_null(strstr(buf, ".TP\n\\fB\\-b\\fR \\fIBYTES\\fR\nAlias of \\-\\-bench.bytes.\n"));
+    free(buf);
+}
+
 int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
@@ -729,6 +1082,10 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_compare_dump),
         cmocka_unit_test(test_tables),
         cmocka_unit_test(test_help_tables),
+        cmocka_unit_test(test_alias),
+        cmocka_unit_test(test_positional),
+        cmocka_unit_test(test_bad_alias_tables),
+        cmocka_unit_test(test_help_aliases),
     };
     return ch_test_main(argc, argv, tests, sizeof tests / sizeof tests[0]);
 }

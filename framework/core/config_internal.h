@@ -18,4 +18,15 @@ void ch_config_key_describe(const ch_config_key_t *k, char *buf, size_t len);
  * memory. */
 int *ch_config_sorted_order(const ch_config_key_t *keys, int n);
 
+/* The short form of key k, as --help and the man page show it: with
+ * positional == 0 its alias, with positional == 1 its positional role
+ * (both "" when k has none). `usage` gets how it is written ("--resume
+ * [RESUME]", "-b MIN-BYTES", "--keepdims [true|false]", "FILES..."; the
+ * metavariable is the key's last name component in capitals), `meaning`
+ * what it stands for ("alias of --output.resume; alone:
+ * --output.resume=auto", "non-option words, as
+ * --input.files=A,B,..."); both NUL-terminated, truncated to their len. */
+void ch_config_alias_describe(const ch_config_key_t *k, int positional, char *usage,
+                              size_t usage_len, char *meaning, size_t meaning_len);
+
 #endif

@@ -208,6 +208,24 @@ ch_status ch_man_write(FILE *out, const ch_man_page_t *page)
         put_text(out, config_options[i].help);
     }
 
+    /* the keys' aliases and the positional key, as --help lists them */
+    for (int t = 0; t < page->n_tables; t++) {
+        const ch_config_table_t *tab = &page->tables[t];
+        for (int j = 0; j < 2 * tab->n_keys; j++) {
+            char usage[400], meaning[800];
+            ch_config_alias_describe(&tab->keys[j / 2], j % 2, usage, sizeof usage, meaning,
+                                     sizeof meaning);
+            if (!usage[0]) continue;
+            fputs(".TP\n", out);
+            put_flags(out, usage);
+            fputc('\n', out);
+            meaning[0] = (char)toupper((unsigned char)meaning[0]);
+            size_t ml = strlen(meaning);
+            if (ml + 1 < sizeof meaning) memcpy(meaning + ml, ".", 2);
+            put_text(out, meaning);
+        }
+    }
+
     if (n_keys > 0) {
         fputs(".SH KEYS\nType, default and range of each key, then what it does. Defaults "
               "are given as on the command line.\n",

@@ -4,12 +4,13 @@
  * Every cohort program prints its page with `PROG --help-man` (handled by
  * ch_config_load / ch_config_load_tables, so by ch_job_init too); the build
  * runs that to make PROG.1 and installs it. The page has NAME,
- * SYNOPSIS (direct, mpiexec and srun launches), DESCRIPTION, OPTIONS, KEYS
- * (one subsection per table, keys sorted as in --help, each with type,
- * default, range and its sentence), CONFIGURATION FILES, EXIT STATUS (the
- * codes of framework/runtime/job.h), ENVIRONMENT and SEE ALSO. No date is
- * written, so the page of a given version is the same on every build
- * (reproducible builds).
+ * SYNOPSIS (direct, mpiexec and srun launches), DESCRIPTION, OPTIONS
+ * (those of ch_config_load, then the keys' aliases and positional
+ * arguments, as --help lists them), KEYS (one subsection per table, keys
+ * sorted as in --help, each with type, default, range and its sentence),
+ * CONFIGURATION FILES, EXIT STATUS (the codes of framework/runtime/job.h),
+ * ENVIRONMENT and SEE ALSO. No date is written, so the page of a given
+ * version is the same on every build (reproducible builds).
  */
 #ifndef COHORT_CONFIG_MAN_H
 #define COHORT_CONFIG_MAN_H

@@ -7,6 +7,7 @@
 #include "framework/core/config_internal.h"
 #include "framework/core/config_man.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <libconfig.h>
 #include <limits.h>
@@ -303,6 +304,64 @@ static void suggestion(char *buf, size_t len, const ch_config_t *c, const char *
 
 /* ---------------------------------------------------------------- table */
 
+/* An alias is "--" and a valid name component, or "-" and one letter. */
+static int valid_alias(const char *a)
+{
+    if (a[0] != '-') return 0;
+    if (a[1] == '-') return strlen(a + 2) < NAME_MAX_LEN && valid_component(a + 2, strlen(a + 2));
+    return ((a[1] >= 'A' && a[1] <= 'Z') || (a[1] >= 'a' && a[1] <= 'z')) && !a[2];
+}
+
+/* The alias, implicit value and positional flag of keys[i]: well formed,
+ * no clash with an option of ch_config_load, a key's --NAME or another
+ * alias; at most one positional key. */
+static ch_status check_alias(const ch_config_key_t *keys, int n, int i)
+{
+    static const char *const reserved[] = {"--config", "--set", "--help", "--help-man", "-h"};
+    const ch_config_key_t *k = &keys[i];
+    if (k->positional && k->type != CH_CFG_STRING && k->type != CH_CFG_STRLIST)
+        return CH_ERROR(CH_ERR_INVALID,
+                        "config table: key %s is positional but %s (expected string or strlist)",
+                        k->name, ch_config_type_name(k->type));
+    for (int j = 0; k->positional && j < i; j++)
+        if (keys[j].positional)
+            return CH_ERROR(CH_ERR_INVALID,
+                            "config table: keys %s and %s are both positional (at most one)",
+                            keys[j].name, k->name);
+    if (k->implicit && !k->alias)
+        return CH_ERROR(CH_ERR_INVALID,
+                        "config table: key %s has an implicit value '%s' but no alias", k->name,
+                        k->implicit);
+    if (!k->alias) return CH_OK;
+    if (!valid_alias(k->alias))
+        return CH_ERROR(CH_ERR_INVALID,
+                        "config table: key %s: invalid alias '%s' (expected --NAME with NAME "
+                        "[A-Za-z][-A-Za-z0-9_]*, or -X with one letter X)",
+                        k->name, k->alias);
+    for (size_t r = 0; r < sizeof reserved / sizeof *reserved; r++)
+        if (!strcmp(k->alias, reserved[r]))
+            return CH_ERROR(CH_ERR_INVALID, "config table: key %s: alias '%s' is reserved",
+                            k->name, k->alias);
+    for (int j = 0; j < n; j++) {
+        if (k->alias[1] == '-' && !strcmp(k->alias + 2, keys[j].name))
+            return CH_ERROR(CH_ERR_INVALID,
+                            "config table: alias '%s' of key %s is the option of key %s",
+                            k->alias, k->name, keys[j].name);
+        if (j < i && keys[j].alias && !strcmp(keys[j].alias, k->alias))
+            return CH_ERROR(CH_ERR_INVALID,
+                            "config table: alias '%s' is given to keys %s and %s", k->alias,
+                            keys[j].name, k->name);
+    }
+    if (k->implicit) {
+        char where[NAME_MAX_LEN + 40];
+        snprintf(where, sizeof where, "implicit value of %s", k->name);
+        value_t v;
+        CH_TRY(parse_text(k, k->implicit, &v, CH_ERR_INVALID, where));
+        value_free(&v);
+    }
+    return CH_OK;
+}
+
 static ch_status check_table(const ch_config_key_t *keys, int n)
 {
     static const char *const reserved[] = {"config", "set", "help", "help-man"};
@@ -333,6 +392,8 @@ static ch_status check_table(const ch_config_key_t *keys, int n)
                                 keys[j].name, k->name);
         }
     }
+    /* every name is valid now: aliases may be compared with all of them */
+    for (int i = 0; i < n; i++) CH_TRY(check_alias(keys, n, i));
     return CH_OK;
 }
 
@@ -636,7 +697,8 @@ static ch_status load_file(ch_config_t *c, const char *path)
 typedef struct {
     int slot;
     const char *text;
-    char *where; /* the option as typed */
+    char *where; /* the option as typed (an alias as --NAME, see parse_args) */
+    char *owned; /* the joined positional words (text), or NULL */
 } override_t;
 
 static int is_bool_literal(const char *t)
@@ -656,74 +718,182 @@ static ch_status unknown_option(const ch_config_t *c, const char *arg, const cha
     return CH_ERROR(CH_ERR_CONFIG, "unknown option '%s'%s", arg, sug);
 }
 
+/* The slot whose alias the word a is (-1: none); *attached gets the value
+ * written in the same word (--alias=V, -xV) or NULL. */
+static int find_alias(const ch_config_t *c, const char *a, const char **attached)
+{
+    *attached = NULL;
+    for (int i = 0; i < c->n; i++) {
+        const char *al = c->keys[i].alias;
+        if (!al) continue;
+        if (al[1] == '-') {
+            size_t len = strlen(al);
+            if (!strncmp(a, al, len) && (!a[len] || a[len] == '=')) {
+                if (a[len]) *attached = a + len + 1;
+                return i;
+            }
+        } else if (a[0] == '-' && a[1] == al[1]) {
+            if (a[2]) *attached = a + 2;
+            return i;
+        }
+    }
+    return -1;
+}
+
+static int find_positional(const ch_config_t *c)
+{
+    for (int i = 0; i < c->n; i++)
+        if (c->keys[i].positional) return i;
+    return -1;
+}
+
+/* The value of option argv[*i] for key `slot`: `attached` (--KEY=V), else the
+ * next word, else (a bool) true. `opt` is the option as messages show it:
+ * "--NAME" for an alias too, so that a value's source and errors read as
+ * for the key's own option. With `alias`, the key's implicit value applies
+ * (configuration.h). With a positional key a bool takes the next word
+ * only when it is true or false: any other word is an argument. */
+static ch_status option_value(const ch_config_t *c, int slot, const char *opt,
+                              const char *attached, int alias, int has_positional, int argc,
+                              char *const *argv, int *i, override_t *ov)
+{
+    const ch_config_key_t *k = &c->keys[slot];
+    const char *next = *i + 1 < argc ? argv[*i + 1] : NULL;
+    const char *v;
+    char *where;
+    if (attached) {
+        v = attached;
+        where = dup_printf("%s=%s", opt, attached);
+    } else if (alias && k->implicit &&
+               (k->type == CH_CFG_BOOL || !next || !strncmp(next, "--", 2))) {
+        v = k->implicit;
+        where = dup_printf("%s=%s", opt, k->implicit);
+    } else if (k->type == CH_CFG_BOOL &&
+               !(next && (has_positional ? !strcmp(next, "true") || !strcmp(next, "false")
+                                         : is_bool_literal(next)))) {
+        v = "true";
+        where = dup_printf("%s", opt);
+    } else {
+        if (!next)
+            return CH_ERROR(CH_ERR_CONFIG, "%s needs a value (%s)", opt,
+                            ch_config_type_name(k->type));
+        v = argv[++*i];
+        where = dup_printf("%s %s", opt, v);
+    }
+    if (!where) return CH_ERROR(CH_ERR_NOMEM, "config: out of memory");
+    ov->slot = slot;
+    ov->text = v;
+    ov->where = where;
+    ov->owned = NULL;
+    return CH_OK;
+}
+
 static ch_status parse_args(ch_config_t *c, int argc, char *const *argv, const char **files,
                             int *n_files, override_t *ov, int *n_ov)
 {
-    for (int i = 1; i < argc; i++) {
+    const int pos = find_positional(c);
+    char *words = NULL; /* the positional words, joined by ',' */
+    size_t words_len = 0;
+    ch_status st = CH_OK;
+    for (int i = 1; st == CH_OK && i < argc; i++) {
         const char *a = argv[i];
-        if (strncmp(a, "--", 2) != 0 || !a[2])
-            return CH_ERROR(CH_ERR_CONFIG,
-                            "unexpected argument '%s' (options are --config FILE, --set KEY=VALUE, "
-                            "--KEY=VALUE; see --help)",
-                            a);
+        const char *attached;
+        int slot;
+        if ((slot = find_alias(c, a, &attached)) >= 0) {
+            char opt[NAME_MAX_LEN + 2];
+            snprintf(opt, sizeof opt, "--%s", c->keys[slot].name);
+            st = option_value(c, slot, opt, attached, 1, pos >= 0, argc, argv, &i, &ov[*n_ov]);
+            if (st == CH_OK) (*n_ov)++;
+            continue;
+        }
+        if (pos >= 0 && a[0] != '-') {
+            size_t len = strlen(a);
+            char *w = realloc(words, words_len + len + 2);
+            if (!w) {
+                st = CH_ERROR(CH_ERR_NOMEM, "config: out of memory");
+                break;
+            }
+            words = w;
+            if (words_len) words[words_len++] = ',';
+            memcpy(words + words_len, a, len + 1);
+            words_len += len;
+            continue;
+        }
+        if (strncmp(a, "--", 2) != 0 || !a[2]) {
+            st = CH_ERROR(CH_ERR_CONFIG,
+                          "unexpected argument '%s' (options are --config FILE, --set KEY=VALUE, "
+                          "--KEY=VALUE; see --help)",
+                          a);
+            break;
+        }
         const char *opt = a + 2;
         const char *eq = strchr(opt, '=');
         size_t nlen = eq ? (size_t)(eq - opt) : strlen(opt);
         char name[NAME_MAX_LEN];
-        if (nlen >= sizeof name) return unknown_option(c, a, "");
+        if (nlen >= sizeof name) {
+            st = unknown_option(c, a, "");
+            break;
+        }
         memcpy(name, opt, nlen);
         name[nlen] = 0;
 
         if (!strcmp(name, "config")) {
             const char *v = eq ? eq + 1 : (i + 1 < argc ? argv[++i] : NULL);
-            if (!v || !*v) return CH_ERROR(CH_ERR_CONFIG, "--config needs a file name");
-            files[(*n_files)++] = v;
+            if (!v || !*v) st = CH_ERROR(CH_ERR_CONFIG, "--config needs a file name");
+            else files[(*n_files)++] = v;
         } else if (!strcmp(name, "set")) {
             const char *kv = eq ? eq + 1 : (i + 1 < argc ? argv[++i] : NULL);
-            if (!kv) return CH_ERROR(CH_ERR_CONFIG, "--set needs KEY=VALUE");
+            if (!kv) {
+                st = CH_ERROR(CH_ERR_CONFIG, "--set needs KEY=VALUE");
+                break;
+            }
             const char *e = strchr(kv, '=');
-            if (!e) return CH_ERROR(CH_ERR_CONFIG, "--set %s: expected KEY=VALUE", kv);
+            if (!e) {
+                st = CH_ERROR(CH_ERR_CONFIG, "--set %s: expected KEY=VALUE", kv);
+                break;
+            }
             size_t klen = (size_t)(e - kv);
             char key[NAME_MAX_LEN];
             if (klen >= sizeof key) klen = sizeof key - 1;
             memcpy(key, kv, klen);
             key[klen] = 0;
-            int slot = find_slot(c, key);
+            slot = find_slot(c, key);
             if (slot < 0) {
                 char sug[NAME_MAX_LEN + 48];
                 suggestion(sug, sizeof sug, c, key, "");
-                return CH_ERROR(CH_ERR_CONFIG, "--set %s: unknown key '%s'%s", kv, key, sug);
+                st = CH_ERROR(CH_ERR_CONFIG, "--set %s: unknown key '%s'%s", kv, key, sug);
+                break;
             }
             ov[*n_ov].slot = slot;
             ov[*n_ov].text = e + 1;
+            ov[*n_ov].owned = NULL;
             ov[*n_ov].where = dup_printf("--set %s", kv);
-            if (!ov[(*n_ov)++].where) return CH_ERROR(CH_ERR_NOMEM, "config: out of memory");
+            if (!ov[(*n_ov)++].where) st = CH_ERROR(CH_ERR_NOMEM, "config: out of memory");
         } else {
-            int slot = find_slot(c, name);
-            if (slot < 0) return unknown_option(c, a, name);
-            const char *v;
-            char *where;
-            if (eq) {
-                v = eq + 1;
-                where = dup_printf("%s", a);
-            } else if (c->keys[slot].type == CH_CFG_BOOL &&
-                       !(i + 1 < argc && is_bool_literal(argv[i + 1]))) {
-                v = "true";
-                where = dup_printf("%s", a);
-            } else {
-                if (i + 1 >= argc)
-                    return CH_ERROR(CH_ERR_CONFIG, "%s needs a value (%s)", a,
-                                    ch_config_type_name(c->keys[slot].type));
-                v = argv[++i];
-                where = dup_printf("%s %s", a, v);
+            slot = find_slot(c, name);
+            if (slot < 0) {
+                st = unknown_option(c, a, name);
+                break;
             }
-            if (!where) return CH_ERROR(CH_ERR_NOMEM, "config: out of memory");
-            ov[*n_ov].slot = slot;
-            ov[*n_ov].text = v;
-            ov[(*n_ov)++].where = where;
+            /* the option as typed: --KEY, or --KEY=... up to the '=' */
+            char shown[NAME_MAX_LEN + 2];
+            snprintf(shown, sizeof shown, "--%s", name);
+            st = option_value(c, slot, shown, eq ? eq + 1 : NULL, 0, pos >= 0, argc, argv, &i,
+                              &ov[*n_ov]);
+            if (st == CH_OK) (*n_ov)++;
         }
     }
-    return CH_OK;
+    if (st == CH_OK && words_len > 0) {
+        /* after every other option, as if given last */
+        ov[*n_ov].slot = pos;
+        ov[*n_ov].text = words;
+        ov[*n_ov].owned = words;
+        ov[*n_ov].where = dup_printf("--%s=%s", c->keys[pos].name, words);
+        if (!ov[(*n_ov)++].where) st = CH_ERROR(CH_ERR_NOMEM, "config: out of memory");
+        words = NULL;
+    }
+    free(words);
+    return st;
 }
 
 /* ---------------------------------------------------------------- load */
@@ -785,7 +955,7 @@ static ch_status load(ch_config_t *c, int argc, char *const *argv)
         CH_TRY(assign_text(&c->slots[i], k->def, CH_ERR_INVALID, where, "default"));
     }
 
-    int cap = argc > 0 ? argc : 1;
+    int cap = argc + 1; /* the options, and the positional words' override */
     const char **files = calloc((size_t)cap, sizeof *files);
     override_t *ov = calloc((size_t)cap, sizeof *ov);
     int n_files = 0, n_ov = 0;
@@ -808,7 +978,10 @@ static ch_status load(ch_config_t *c, int argc, char *const *argv)
                          "required key %s (%s) is not set: give it in the --config file or as "
                          "--%s=VALUE",
                          c->keys[i].name, ch_config_type_name(c->keys[i].type), c->keys[i].name);
-    for (int i = 0; i < n_ov; i++) free(ov[i].where);
+    for (int i = 0; i < n_ov; i++) {
+        free(ov[i].where);
+        free(ov[i].owned);
+    }
     free(ov);
     free(files);
     return s;
@@ -1084,6 +1257,55 @@ static void print_usage(FILE *out, const char *prog, const char *summary)
             "  --help-man        Print it as a man page (roff) and exit.\n\n");
 }
 
+void ch_config_alias_describe(const ch_config_key_t *k, int positional, char *usage,
+                              size_t usage_len, char *meaning, size_t meaning_len)
+{
+    usage[0] = meaning[0] = 0;
+    char meta[NAME_MAX_LEN];
+    size_t m = 0;
+    for (const char *p = last_component(k->name); *p && m + 1 < sizeof meta; p++)
+        meta[m++] = (char)toupper((unsigned char)*p);
+    meta[m] = 0;
+    if (positional) {
+        if (!k->positional) return;
+        snprintf(usage, usage_len, "%s...", meta);
+        snprintf(meaning, meaning_len, "non-option words, as --%s=A,B,...",
+                 k->name);
+        return;
+    }
+    if (!k->alias) return;
+    if (k->type == CH_CFG_BOOL)
+        snprintf(usage, usage_len, "%s%s", k->alias, k->implicit ? "" : " [true|false]");
+    else
+        snprintf(usage, usage_len, k->implicit ? "%s [%s]" : "%s %s", k->alias, meta);
+    if (k->implicit)
+        snprintf(meaning, meaning_len, "alias of --%s; alone: --%s=%s", k->name, k->name,
+                 k->implicit);
+    else
+        snprintf(meaning, meaning_len, "alias of --%s", k->name);
+}
+
+/* The keys' aliases and the positional key of tables (in table order), as
+ * a section of --help; nothing when there are none. */
+static void print_aliases(const ch_config_table_t *tables, int n_tables, FILE *out)
+{
+    enum { WIDTH = 22 };
+    int any = 0;
+    for (int t = 0; t < n_tables; t++)
+        for (int j = 0; j < 2 * tables[t].n_keys; j++) {
+            char usage[NAME_MAX_LEN + 40], meaning[3 * NAME_MAX_LEN];
+            ch_config_alias_describe(&tables[t].keys[j / 2], j % 2, usage, sizeof usage, meaning,
+                                     sizeof meaning);
+            if (!usage[0]) continue;
+            if (!any++) fprintf(out, "Short options and arguments:\n");
+            if (strlen(usage) <= WIDTH)
+                fprintf(out, "  %-*s  %s\n", WIDTH, usage, meaning);
+            else
+                fprintf(out, "  %s\n  %-*s  %s\n", usage, WIDTH, "", meaning);
+        }
+    if (any) fputc('\n', out);
+}
+
 /* One entry per key, sorted by name. */
 static void print_keys(const ch_config_key_t *keys, int n_keys, FILE *out)
 {
@@ -1101,6 +1323,8 @@ static void print_keys(const ch_config_key_t *keys, int n_keys, FILE *out)
 void ch_config_print_help(const ch_config_key_t *keys, int n_keys, const char *prog, FILE *out)
 {
     print_usage(out, prog, NULL);
+    const ch_config_table_t all = {NULL, keys, n_keys};
+    print_aliases(&all, 1, out);
     fprintf(out, "Keys (command line > --config file > default):\n");
     print_keys(keys, n_keys, out);
 }
@@ -1109,6 +1333,7 @@ void ch_config_print_help_tables(const ch_config_table_t *tables, int n_tables, 
                                  const char *summary, FILE *out)
 {
     print_usage(out, prog, summary);
+    print_aliases(tables, n_tables, out);
     fprintf(out, "Keys (command line > --config file > default), by owner:\n");
     for (int t = 0; t < n_tables; t++) {
         if (tables[t].n_keys <= 0) continue;

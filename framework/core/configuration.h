@@ -30,7 +30,16 @@
  *     --set KEY=VALUE | --set=KEY=VALUE   override KEY
  *     --KEY=VALUE | --KEY VALUE       the same, for every key in the table;
  *                                     a bool key alone (--train.nesterov)
- *                                     means true
+ *                                     means true; followed by a bool word
+ *                                     it takes that word (where a key is
+ *                                     positional: only "true" or "false",
+ *                                     any other word is an argument)
+ *     ALIAS [VALUE] | ALIAS=VALUE     a key's short option (ch_config_key_t.alias,
+ *                                     e.g. --resume for output.resume), with the
+ *                                     key's implicit value when given alone
+ *     WORD...                         words that are not options: the value of the
+ *                                     positional key (ch_config_key_t.positional),
+ *                                     joined by ','; an error without one
  *     --help | -h                     print the key table, files are not read
  *     --help-man                      print the same as a man page (roff,
  *                                     framework/core/config_man.h)
@@ -89,6 +98,24 @@ typedef struct {
                              required key is an error at load */
     double min, max;      /* inclusive range for numeric keys; 0, 0 = none */
     const char *help;     /* one sentence, shown by --help */
+    /* The fields below are optional (a positional initializer may stop at
+     * help; they are then NULL / 0). */
+    const char *alias;    /* NULL, or a short option standing for --NAME on the
+                             command line, spelled as typed: "--resume" (then
+                             --resume V and --resume=V) or a dash and one
+                             letter, "-b" (then -b V and -bV). Not in files
+                             nor after --set. */
+    const char *implicit; /* with alias: the value of the alias given alone
+                             (no =V): "auto" makes --resume mean --NAME=auto;
+                             a non-bool alias then takes the next word as its
+                             value only when it does not start with "--", a
+                             bool alias never takes it. NULL: the alias works
+                             exactly as --NAME. */
+    int positional;       /* 1: the words of argv that are not options (do not
+                             start with '-') are this key's value, joined by
+                             ',' ("a.npy b.npy" -> "a.npy,b.npy"), applied
+                             after every other option. At most one key;
+                             string or strlist. */
 } ch_config_key_t;
 
 typedef struct ch_config ch_config_t;
@@ -114,7 +141,10 @@ const char *ch_config_type_name(ch_config_type t);
  * destroy the config and exit 0.
  * Errors: CH_ERR_INVALID (bad table: duplicate or malformed name, a name that
  * is both a key and a group, a reserved name config/set/help, a default that
- * does not parse or is out of range), CH_ERR_IO (--config file missing or
+ * does not parse or is out of range; an alias that is malformed, reserved
+ * (--config, --set, --help, --help-man, -h), another key's --NAME or given
+ * twice; an implicit value without an alias or that does not parse; more
+ * than one positional key, or one that is not a string or strlist), CH_ERR_IO (--config file missing or
  * unreadable: names the file and strerror), CH_ERR_CONFIG (malformed file:
  * libconfig's file:line: text; unknown key in a file: file:line, key and the
  * closest known key; unknown option or override key; wrong type;
@@ -140,13 +170,16 @@ void ch_config_destroy(ch_config_t *cfg);
  * printed), else 0. */
 int ch_config_help_requested(const ch_config_t *cfg);
 
-/* Print the generated help: usage line for prog, the options, then one entry
- * per key (name, type, default, range, sentence), sorted by name. */
+/* Print the generated help: usage line for prog, the options, the keys'
+ * aliases and positional arguments ("Short options and arguments:", one
+ * line each, only when there are any), then one entry per key (name, type,
+ * default, range, sentence), sorted by name. */
 void ch_config_print_help(const ch_config_key_t *keys, int n_keys, const char *prog,
                           FILE *out);
 
 /* Help for a list of tables: usage line, summary (if not NULL), the
- * options, then for each table with keys a "<title>:" heading and its
+ * options, the aliases and positional arguments of every table (as
+ * ch_config_print_help, in table order), then for each table with keys a "<title>:" heading and its
  * keys sorted by name. */
 void ch_config_print_help_tables(const ch_config_table_t *tables, int n_tables,
                                  const char *prog, const char *summary, FILE *out);

@@ -6,7 +6,7 @@
 #include <stdint.h>
 
 static const ch_config_key_t farm_keys[] = {
-    {"farm.tasks", CH_CFG_STRING, NULL, CH_CFG_NO_RANGE, "Task file: one shell command a line, #COHORT directives (docs/farm.md); --tasks FILE."},
+    {"farm.tasks", CH_CFG_STRING, NULL, CH_CFG_NO_RANGE, "Task file: one shell command a line, #COHORT directives (docs/farm.md); --tasks FILE.", "--tasks"},
     {"farm.dir", CH_CFG_STRING, "farm-run", CH_CFG_NO_RANGE, "Run directory (seen by every rank): journal/, out/, status.tsv."},
     {"farm.slots_per_rank", CH_CFG_INT, "0", 0, 4096, "Tasks a rank runs at once; 0: the rank's cores / farm.cores_per_task."},
     {"farm.cores_per_task", CH_CFG_INT, "1", 1, 4096, "Cores each task uses (slots and CPU binding)."},
@@ -23,7 +23,7 @@ static const ch_config_key_t farm_keys[] = {
     {"farm.halt_fraction", CH_CFG_FLOAT, "0", 0, 1, "Start no new task once failed/ended reaches this (after 10 ended); 0: off."},
     {"farm.halt_mode", CH_CFG_STRING, "soon", CH_CFG_NO_RANGE, "At a halt, running tasks finish (soon) or are stopped (now)."},
     {"farm.grace", CH_CFG_FLOAT, "60", 0, 86400, "Seconds running tasks may finish after SIGTERM / the warning signal before they are stopped (interrupted, run again on resume)."},
-    {"farm.resume", CH_CFG_BOOL, "false", CH_CFG_NO_RANGE, "Continue the journal in farm.dir (--resume; automatic after a Slurm requeue)."},
+    {"farm.resume", CH_CFG_BOOL, "false", CH_CFG_NO_RANGE, "Continue the journal in farm.dir (--resume; automatic after a Slurm requeue).", "--resume", "true"},
     {"farm.resume_failed", CH_CFG_BOOL, "false", CH_CFG_NO_RANGE, "On resume, run tasks that failed for good again."},
 };
 

@@ -604,16 +604,7 @@ static int init_steps(ch_job_t *job, const ch_job_options_t *opt, int argc, char
     if (ch_job_agree(job, s, NULL)) return CH_EXIT_BAD_INPUT;
 
     /* 4. configuration (prints --help on rank 0) */
-    int nargc = argc;
-    char **nargv = argv;
-    if (opt->rewrite_args) {
-        nargv = opt->rewrite_args(argc, argv, &nargc);
-        if (!nargv) s = CH_ERROR(CH_ERR_NOMEM, "out of memory rewriting the command line");
-    }
-    if (s == CH_OK)
-        s = ch_config_load_tables(opt->tables, opt->n_tables, opt->summary, nargc, nargv,
-                                  &job->cfg);
-    if (nargv != argv) free(nargv);
+    s = ch_config_load_tables(opt->tables, opt->n_tables, opt->summary, argc, argv, &job->cfg);
     if (s == CH_OK && ch_config_help_requested(job->cfg)) return CH_EXIT_OK;
     ch_device_rule rule = CH_DEVICE_RULE_AUTO;
     if (s == CH_OK) s = read_runtime_keys(job, opt, &rule);

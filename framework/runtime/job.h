@@ -104,12 +104,6 @@ enum {
 
 typedef struct ch_job ch_job_t;
 
-/* Rewrites argv before config parsing (e.g. --resume [PATH] into
- * --output.resume=PATH). Returns a malloc'd argv of *out_argc entries (the
- * strings may point into argv or into storage the job keeps alive) or NULL
- * for out of memory. */
-typedef char **(*ch_job_args_fn)(int argc, char **argv, int *out_argc);
-
 typedef struct {
     const char *name;                /* program name, "cohort-train" */
     const char *summary;             /* one line for --help and the man page */
@@ -123,7 +117,6 @@ typedef struct {
     const char *const *phase_names;  /* profiler phases (NULL: no phases) */
     int n_phases;
     int preemption;                  /* 1: SIGTERM + dist.warning_signal handlers */
-    ch_job_args_fn rewrite_args;     /* NULL: argv as given */
     const char *threads_key;         /* with compute: int key of the CPU thread count
                                         (ch_compute_options_t.num_threads, e.g.
                                         "train.threads"); NULL: the runtime's default */

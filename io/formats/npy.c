@@ -530,14 +530,14 @@ ch_status ch_npy_parse_shape(const char *text, int *ndim, int64_t *shape)
 
 static const ch_config_key_t input_keys[] = {
     {"input.files", CH_CFG_STRLIST, "", CH_CFG_NO_RANGE,
-     "Input .npy files or globs (several: shards stacked along axis 0), or one raw binary file."},
+     "Input .npy files or globs (several: shards stacked along axis 0), or one raw binary file.", "--files", NULL, 1},
     {"input.dtype", CH_CFG_STRING, "", CH_CFG_NO_RANGE,
-     "Raw input: element dtype (float64, f4, int16, ...); empty: the inputs are .npy files."},
-    {"input.shape", CH_CFG_STRING, "", CH_CFG_NO_RANGE, "Raw input: shape, e.g. 20000x20000."},
-    {"input.order", CH_CFG_STRING, "C", CH_CFG_NO_RANGE, "Raw input: memory order, C or F."},
+     "Raw input: element dtype (float64, f4, int16, ...); empty: the inputs are .npy files.", "--dtype"},
+    {"input.shape", CH_CFG_STRING, "", CH_CFG_NO_RANGE, "Raw input: shape, e.g. 20000x20000.", "--shape"},
+    {"input.order", CH_CFG_STRING, "C", CH_CFG_NO_RANGE, "Raw input: memory order, C or F.", "--order"},
     {"input.byteorder", CH_CFG_STRING, "native", CH_CFG_NO_RANGE,
-     "Raw input: byte order, little, big or native."},
-    {"input.offset", CH_CFG_INT64, "0", 0, 1e18, "Raw input: bytes before the first element."},
+     "Raw input: byte order, little, big or native.", "--byteorder"},
+    {"input.offset", CH_CFG_INT64, "0", 0, 1e18, "Raw input: bytes before the first element.", "--offset"},
 };
 ch_config_table_t ch_file_source_config_table(void)
 {

@@ -24,10 +24,12 @@ static const ch_config_key_t ch_train_output_config_keys[] = {
     {"output.save_every", CH_CFG_INT, "1", 0, 1e6,
      "Write model-<epoch>.safetensors every N epochs (0: only at the end)."},
     {"output.resume", CH_CFG_STRING, "", CH_CFG_NO_RANGE,
-     "Resume file to continue from; 'auto' = <output.dir>/resume.safetensors when present."},
+     "Resume file to continue from; 'auto' = <output.dir>/resume.safetensors when present.",
+     "--resume", "auto"},
     {"output.resume_allow", CH_CFG_STRLIST, "", CH_CFG_NO_RANGE,
      "Keys that may differ from the resumed run's saved configuration (intended changes, "
-     "e.g. optimizer.lr); any other key that changes the result must match."},
+     "e.g. optimizer.lr); any other key that changes the result must match.",
+     "--resume-allow"},
 };
 
 ch_config_table_t ch_train_output_config_table(void)
