@@ -8,7 +8,9 @@
  *         same description, and every element must read back (the bytes
  *         after data_offset).
  *   odd:  the rest is a dims text for ch_npy_parse_shape (input.shape):
- *         a success gives 1..CH_REDUCE_MAX_DIMS dims, none negative.
+ *         a success gives 1..CH_REDUCE_MAX_DIMS dims, none negative, and a
+ *         raw float64 source of that shape over an empty file
+ *         (ch_raw_source_open) opens only when the shape has no element.
  * Never a crash, leak or hang. */
 #include "config.h"
 
@@ -44,6 +46,20 @@ static void check_shape_text(const uint8_t *data, size_t size)
         if (ndim < 1 || ndim > CH_REDUCE_MAX_DIMS) abort();
         for (int i = 0; i < ndim; i++)
             if (shape[i] < 0) abort();
+        /* as a raw float64 input over an empty file: fits only when empty */
+        ch_array_desc_t d;
+        memset(&d, 0, sizeof d);
+        d.dtype = CH_DT_FLOAT64;
+        d.ndim = ndim;
+        memcpy(d.shape, shape, sizeof shape);
+        ch_file_source_t *fs = NULL;
+        if (write_file(path, "", 0)) abort();
+        if (ch_raw_source_open(path, &d, 0, &fs) == CH_OK) {
+            if (ch_array_desc_count(&ch_file_source_get(fs)->seg[0]) != 0) abort();
+            ch_file_source_destroy(fs);
+        } else if (fs || !strstr(ch_error_message(), path)) {
+            abort();
+        }
     }
     ch_error_clear();
     free(text);
