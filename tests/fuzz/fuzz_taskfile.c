@@ -19,7 +19,7 @@
 /* REPEAT N makes N tasks: a valid file of REPEAT 1000000000 takes memory in
  * proportion, which is not a bug. Skip inputs whose REPEAT counts add up to
  * more than this (parsed as the reader does: strtoll after the word). */
-#define MAX_REPEAT_TASKS 100000
+#define MAX_REPEAT_TASKS 4096
 
 static int too_many_repeats(const char *text)
 {
