@@ -96,14 +96,22 @@ static void make_file(const char *path)
 }
 #endif
 
+static char h5_path[96];
+
+static void cleanup(void)
+{
+    unlink(h5_path);
+    rmdir(dir);
+}
+
 static void setup(void)
 {
     snprintf(dir, sizeof dir, "/tmp/cohort-fuzz-h5-%d", (int)getpid());
+    snprintf(h5_path, sizeof h5_path, "%s/d.h5", dir);
     mkdir(dir, 0777);
+    atexit(cleanup);
 #ifdef HAVE_HDF5
-    char path[96];
-    snprintf(path, sizeof path, "%s/d.h5", dir);
-    make_file(path);
+    make_file(h5_path);
 #endif
 }
 

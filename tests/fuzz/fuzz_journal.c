@@ -87,6 +87,12 @@ static void check(const ch_journal_state_t *st, int64_t n_tasks, int n_files, in
     }
 }
 
+static void cleanup(void)
+{
+    rmdir(jdir);
+    rmdir(dir);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (!dir[0]) {
@@ -94,6 +100,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         snprintf(jdir, sizeof jdir, "%s/journal", dir);
         mkdir(dir, 0777);
         mkdir(jdir, 0777);
+        atexit(cleanup);
     }
     if (size == 0 || size > 1 << 18) return 0;
     uint8_t mode = data[0];
