@@ -130,6 +130,12 @@ static void test_errors(void **state)
     expect_error("#COHORT REPEAT 0 x\n", "tasks.txt:1: #COHORT REPEAT wants a count >= 1");
     expect_error("#COHORT REPEAT many\n", "tasks.txt:1: #COHORT REPEAT wants a count");
     expect_error("#COHORT REPEAT 2 start x\n", "'start' wants an integer");
+    /* found by tests/fuzz/fuzz_taskfile: start + i*step overflowed int64 (UB) */
+    expect_error("#COHORT REPEAT 2 start 9223372036854775807 echo\n",
+                 "tasks.txt:1: #COHORT REPEAT 2 start 9223372036854775807 step 1: the last "
+                 "COHORT_REPEAT_INDEX overflows");
+    expect_error("#COHORT REPEAT 3 start -2 step -4611686018427387904\n", "overflows");
+    expect_error("#COHORT REPEAT 4 step 4611686018427387904\n", "overflows");
     expect_error("a\n#COHORT ENV NOVALUE\n", "tasks.txt:2: #COHORT ENV wants NAME=VALUE");
     expect_error("#COHORT ENV 1A=2\n", "tasks.txt:1: #COHORT ENV");
     expect_error("#COHORT BARRIER now\n", "tasks.txt:1: #COHORT BARRIER takes no arguments");

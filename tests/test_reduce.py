@@ -283,6 +283,13 @@ open(path("trunc.npy"), "wb").write(raw[:len(raw) - 100])
 expect_bad("truncated .npy", ["--op", "sum", path("trunc.npy")], "truncated", 2)
 open(path("extra.npy"), "wb").write(raw + b"\0" * 8)
 expect_bad("header disagrees with the file size", ["--op", "sum", path("extra.npy")], "extra bytes")
+# found by tests/fuzz/fuzz_npy: the shape's element count overflowed int64
+# (undefined behaviour) although the zero dim makes the array empty
+hdr = b"{'descr': '<f8', 'fortran_order': False, 'shape': (4294967296, 4294967296, 0), }"
+hdr += b" " * (-(10 + len(hdr) + 1) % 64) + b"\n"
+open(path("too_big.npy"), "wb").write(b"\x93NUMPY\x01\x00" + len(hdr).to_bytes(2, "little") + hdr)
+expect_bad("a shape of more than 2^63 bytes", ["--op", "sum", path("too_big.npy")],
+           "more than 2^63 - 1 bytes (numpy: array is too big)")
 np.save(path("obj.npy"), np.array([1, "a"], dtype=object), allow_pickle=True)
 expect_bad("object dtype", ["--op", "sum", path("obj.npy")], "Python objects", 2)
 np.save(path("rec.npy"), np.zeros(3, dtype=[("a", "f8"), ("b", "i4")]))

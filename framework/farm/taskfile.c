@@ -215,6 +215,12 @@ static ch_status directive(ch_taskfile_t *tf, int line, const char *rest, const 
                 return FMT_ERR("%s:%d: #COHORT REPEAT: '%s' wants an integer", name, line,
                                is_start ? "start" : "step");
         }
+        /* the last index start + (n-1)*step fits in int64, then so does every one */
+        int64_t last;
+        if (__builtin_mul_overflow(n - 1, step, &last) || __builtin_add_overflow(start, last, &last))
+            return FMT_ERR("%s:%d: #COHORT REPEAT %" PRId64 " start %" PRId64 " step %" PRId64
+                           ": the last COHORT_REPEAT_INDEX overflows a 64-bit integer", name, line,
+                           n, start, step);
         char *cmd;
         CH_TRY(concat3(tf, *prefix, p, strlen(p), *suffix, &cmd));
         for (int64_t i = 0; i < n; i++)

@@ -20,9 +20,10 @@
  *       #COHORT REPEAT N [start S] [step T] [command]
  *                              N tasks (N >= 1), task i with
  *                              COHORT_REPEAT_INDEX = S + i*T (default S 0,
- *                              T 1); their command is PREFIX + command +
- *                              SUFFIX (without a command: PREFIX + SUFFIX,
- *                              as disBatch)
+ *                              T 1; the last index must fit in int64);
+ *                              their command is PREFIX + command + SUFFIX
+ *                              (without a command: PREFIX + SUFFIX, as
+ *                              disBatch)
  *       #COHORT BARRIER        no task after it starts before every task
  *                              before it has ended (successfully or not)
  *   - Any other line is one task: PREFIX + line + SUFFIX, run by /bin/sh -c.

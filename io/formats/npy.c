@@ -44,6 +44,23 @@ static ch_status pread_full(int fd, void *buf, size_t n, int64_t off, size_t *go
 
 /* ------------------------------------------------------------------ header */
 
+/* Data bytes of an array of desc's dtype and shape. As numpy ("array is too
+ * big"), the nonzero dims times the item size must fit in 2^63 - 1 bytes,
+ * even when a zero dim makes the array empty: element counts and strides
+ * computed from the shape (ch_array_desc_count, the reducer) then fit in
+ * int64. *too_big: 1 when they do not (the result is then meaningless). */
+static __int128 shape_bytes(const ch_array_desc_t *d, int *too_big)
+{
+    __int128 bytes = (__int128)ch_array_dtype_size(d->dtype);
+    int empty = 0;
+    *too_big = 0;
+    for (int i = 0; i < d->ndim && !*too_big; i++) {
+        if (d->shape[i] == 0) empty = 1;
+        else *too_big = (bytes *= d->shape[i]) > INT64_MAX; /* below 2^126: no overflow */
+    }
+    return empty ? 0 : bytes;
+}
+
 /* Text of the value of 'key' in the header dict (points into hdr). */
 static const char *dict_value(const char *hdr, const char *key)
 {
@@ -213,8 +230,8 @@ ch_status ch_npy_read_header(const char *path, ch_npy_header_t *out)
     }
     if ((s = parse_shape_tuple(path, v_shape, &out->desc)) != CH_OK) goto done;
     {
-        __int128 bytes = (__int128)ch_array_dtype_size(out->desc.dtype);
-        for (int i = 0; i < out->desc.ndim; i++) bytes *= out->desc.shape[i];
+        int too_big;
+        __int128 bytes = shape_bytes(&out->desc, &too_big);
         __int128 have = (__int128)sb.st_size - out->data_offset;
         char shp[256];
         int len = 0;
@@ -222,7 +239,11 @@ ch_status ch_npy_read_header(const char *path, ch_npy_header_t *out)
         for (int i = 0; i < out->desc.ndim && len < 200; i++)
             len += snprintf(shp + len, sizeof shp - (size_t)len, "%s%lld", i ? ", " : "",
                             (long long)out->desc.shape[i]);
-        if (have < bytes)
+        if (too_big)
+            s = CH_ERROR(CH_ERR_FORMAT, "%s: the header's shape (%s) %s is more than 2^63 - 1 "
+                         "bytes (numpy: array is too big)", path, shp,
+                         ch_array_dtype_name(out->desc.dtype));
+        else if (have < bytes)
             s = CH_ERROR(CH_ERR_FORMAT, "%s: truncated: the header says shape (%s) %s = %lld data "
                          "bytes from offset %lld, the file holds %lld", path, shp,
                          ch_array_dtype_name(out->desc.dtype), (long long)bytes,
@@ -472,7 +493,14 @@ ch_status ch_raw_source_open(const char *path, const ch_array_desc_t *desc, int6
     CH_REQUIRE(offset >= 0, "%s: raw offset %lld < 0", path, (long long)offset);
     struct stat sb;
     if (stat(path, &sb)) return CH_ERROR(CH_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-    __int128 bytes = (__int128)ch_array_desc_count(desc) * (__int128)ch_array_dtype_size(desc->dtype);
+    int too_big;
+    __int128 bytes = shape_bytes(desc, &too_big);
+    if (too_big) {
+        char shp[256];
+        shape_text(desc, 0, shp, sizeof shp);
+        return CH_ERROR(CH_ERR_FORMAT, "%s: raw %s array of shape %s is more than 2^63 - 1 bytes",
+                        path, ch_array_dtype_name(desc->dtype), shp);
+    }
     if ((__int128)sb.st_size != offset + bytes) {
         char shp[256];
         shape_text(desc, 0, shp, sizeof shp);

@@ -37,8 +37,9 @@ typedef struct {
  * CH_ERR_FORMAT naming the file and what was expected (no magic, version
  * other than 1-3, a header cut short or not a dict with descr /
  * fortran_order / shape, a file shorter than the header says: "truncated",
- * or longer: "extra bytes"), CH_ERR_UNSUPPORTED for object, structured and
- * other non-numeric dtypes. */
+ * or longer: "extra bytes"; a shape whose nonzero dims make more than
+ * 2^63 - 1 bytes, as numpy's "array is too big", even with a zero dim),
+ * CH_ERR_UNSUPPORTED for object, structured and other non-numeric dtypes. */
 ch_status ch_npy_read_header(const char *path, ch_npy_header_t *out);
 
 /* Write data (ch_array_desc_count(desc) elements of desc->dtype, this
@@ -64,7 +65,8 @@ ch_status ch_npy_source_open(const char *const *paths, int n, ch_file_source_t *
 /* A raw binary file: ndim dims of shape, dtype, byte order (byteswap: 1
  * when the file's is not this host's), C or Fortran order, starting at
  * byte offset. CH_ERR_FORMAT when the file's size is not offset + the
- * array's bytes (naming both). */
+ * array's bytes (naming both), or when the shape's nonzero dims make more
+ * than 2^63 - 1 bytes. */
 ch_status ch_raw_source_open(const char *path, const ch_array_desc_t *desc, int64_t offset,
                              ch_file_source_t **out);
 
