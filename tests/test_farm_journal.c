@@ -9,6 +9,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <zlib.h>
 
 static char dir[512];
 
@@ -184,6 +185,62 @@ static void test_corrupt_record(void **state)
     assert_ch_error(ch_journal_scan(dir, 7, 3, &st), CH_ERR_FORMAT, wantp);
 }
 
+/* Append `body` as a record with its valid checksum (what journal.c writes). */
+static void append_record(const char *path, const char *body)
+{
+    char line[512];
+    unsigned long crc = crc32(0L, (const Bytef *)body, (uInt)strlen(body)) & 0xffffffffUL;
+    snprintf(line, sizeof line, "%s *%08lx\n", body, crc);
+    append_raw(path, line);
+}
+
+/* Numbers beyond their field's range (an int field of 2^32 + 1, a number
+ * beyond long long, a kind out of range) are bad records, not truncated
+ * (sscanf's %d on them was undefined behaviour). */
+static void test_numbers_out_of_range(void **state)
+{
+    (void)state;
+    static const char *const bad[] = {
+        "E 1 4294967297 0 0 0 0 5 6 0 0",             /* attempt beyond int */
+        "E 1 1 0 0 0 99999999999 5 6 0 0",            /* code beyond int */
+        "E 1 1 0 0 7 0 5 6 0 0",                      /* kind out of range */
+        "E 1 1 0 0 0 0 99999999999999999999 6 0 0",   /* beyond long long */
+        "S 1 1 0 0 host 1 -5 2 3 4",                  /* negative start time */
+        "S 1 1 0 0 host 1 2 3 4",                     /* a field missing */
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        farm_rm_rf(dir);
+        ch_journal_t *j;
+        assert_ch_ok(ch_journal_open(dir, 7, 3, "t", CH_JOURNAL_SYNC_ALL, &j));
+        char path[2048], want[2400];
+        snprintf(path, sizeof path, "%s", ch_journal_path(j));
+        ch_journal_close(j);
+        append_record(path, bad[i]);
+        snprintf(want, sizeof want, "%s:2: bad %s record", path, bad[i][0] == 'S' ? "start" : "end");
+        ch_journal_state_t *st = NULL;
+        const char *wantp = want;
+        assert_ch_error(ch_journal_scan(dir, 7, 3, &st), CH_ERR_FORMAT, wantp);
+        assert_null(st);
+    }
+    /* the same records in range are read */
+    farm_rm_rf(dir);
+    ch_journal_t *j;
+    assert_ch_ok(ch_journal_open(dir, 7, 3, "t", CH_JOURNAL_SYNC_ALL, &j));
+    char path[2048];
+    snprintf(path, sizeof path, "%s", ch_journal_path(j));
+    ch_journal_close(j);
+    append_record(path, "S 1 2147483647 0 0 host 1 18446744073709551615 3 4 5");
+    append_record(path, "E 1 2147483647 0 0 0 -2147483648 5 6 0 0");
+    ch_journal_state_t *st = NULL;
+    assert_ch_ok(ch_journal_scan(dir, 7, 3, &st));
+    assert_int_equal(st->n_starts, 1);
+    assert_int_equal(st->starts[0].attempt, 2147483647);
+    assert_true(st->starts[0].sup_start == 18446744073709551615ULL);
+    assert_int_equal(st->n_ends, 1);
+    assert_int_equal(st->ends[0].code, -2147483648);
+    ch_journal_state_destroy(st);
+}
+
 static void test_batch_sync(void **state)
 {
     (void)state;
@@ -227,6 +284,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_other_task_list, setup, teardown),
         cmocka_unit_test_setup_teardown(test_torn_tail_is_kept_and_reported, setup, teardown),
         cmocka_unit_test_setup_teardown(test_corrupt_record, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_numbers_out_of_range, setup, teardown),
         cmocka_unit_test_setup_teardown(test_batch_sync, setup, teardown),
         cmocka_unit_test(test_proc_start_time),
     };

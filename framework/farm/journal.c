@@ -1,10 +1,12 @@
 /* cohort: cohort-farm's journal (see journal.h for the format and rules). */
 #include "framework/farm/journal.h"
 
+#include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -302,6 +304,46 @@ static ch_status check_crc(const char *file, int ln, char *line)
     return CH_OK;
 }
 
+/* Fields of a record, separated by blanks (what sscanf's %lld/%llu/%s read,
+ * but range-checked: a number out of [lo, hi] or beyond long long is a bad
+ * record, not undefined behaviour). Each returns 1 and advances *p, or 0. */
+static int field_ll(const char **p, long long lo, long long hi, long long *out)
+{
+    char *end;
+    errno = 0;
+    long long v = strtoll(*p, &end, 10);
+    if (end == *p || errno == ERANGE || v < lo || v > hi) return 0;
+    *p = end;
+    *out = v;
+    return 1;
+}
+static int field_ull(const char **p, unsigned long long *out)
+{
+    const char *q = *p;
+    while (isspace((unsigned char)*q)) q++;
+    if (*q == '-') return 0;
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(q, &end, 10);
+    if (end == q || errno == ERANGE) return 0;
+    *p = end;
+    *out = v;
+    return 1;
+}
+static int field_word(const char **p, char *out, size_t size)
+{
+    const char *q = *p;
+    while (isspace((unsigned char)*q)) q++;
+    size_t n = 0;
+    while (q[n] && !isspace((unsigned char)q[n])) n++;
+    if (n == 0) return 0;
+    if (n >= size) n = size - 1; /* as %63s: the rest is the next field */
+    memcpy(out, q, n);
+    out[n] = 0;
+    *p = q + n;
+    return 1;
+}
+
 static ch_status parse_line(scan_t *sc, const char *file, int ln, char *line, uint64_t checksum)
 {
     ch_journal_state_t *st = sc->st;
@@ -322,13 +364,19 @@ static ch_status parse_line(scan_t *sc, const char *file, int ln, char *line, ui
     }
     if (line[0] == 'S' && line[1] == ' ') {
         ch_journal_start_t r = {0};
-        long long id, sp, tp, t0;
+        const char *p = line + 2;
+        long long v[4], sp, tp, t0;
         unsigned long long ss, ts;
-        int n = sscanf(line + 2, "%lld %d %d %d %63s %lld %llu %lld %llu %lld", &id, &r.attempt,
-                       &r.rank, &r.slot, r.host, &sp, &ss, &tp, &ts, &t0);
-        if (n != 10 || id < 0 || id >= st->n_tasks || r.attempt < 1)
-            return BAD("%s:%d: bad start record: '%.80s'", file, ln, line);
-        r.id = id;
+        int ok = field_ll(&p, 0, st->n_tasks - 1, &v[0]) && field_ll(&p, 1, INT_MAX, &v[1]) &&
+                 field_ll(&p, INT_MIN, INT_MAX, &v[2]) && field_ll(&p, INT_MIN, INT_MAX, &v[3]) &&
+                 field_word(&p, r.host, sizeof r.host) && field_ll(&p, LLONG_MIN, LLONG_MAX, &sp) &&
+                 field_ull(&p, &ss) && field_ll(&p, LLONG_MIN, LLONG_MAX, &tp) &&
+                 field_ull(&p, &ts) && field_ll(&p, LLONG_MIN, LLONG_MAX, &t0);
+        if (!ok) return BAD("%s:%d: bad start record: '%.80s'", file, ln, line);
+        r.id = v[0];
+        r.attempt = (int)v[1];
+        r.rank = (int)v[2];
+        r.slot = (int)v[3];
         r.sup_pid = sp;
         r.sup_start = ss;
         r.task_pid = tp;
@@ -338,13 +386,21 @@ static ch_status parse_line(scan_t *sc, const char *file, int ln, char *line, ui
     }
     if (line[0] == 'E' && line[1] == ' ') {
         ch_journal_end_t r = {0};
-        long long id, t0, t1, ob, eb;
-        int n = sscanf(line + 2, "%lld %d %d %d %d %d %lld %lld %lld %lld", &id, &r.attempt,
-                       &r.rank, &r.slot, &r.kind, &r.code, &t0, &t1, &ob, &eb);
-        if (n != 10 || id < 0 || id >= st->n_tasks || r.attempt < 1 || r.kind < 0 ||
-            r.kind >= CH_END_KIND_COUNT_)
-            return BAD("%s:%d: bad end record: '%.80s'", file, ln, line);
-        r.id = id;
+        const char *p = line + 2;
+        long long v[6], t0, t1, ob, eb;
+        int ok = field_ll(&p, 0, st->n_tasks - 1, &v[0]) && field_ll(&p, 1, INT_MAX, &v[1]) &&
+                 field_ll(&p, INT_MIN, INT_MAX, &v[2]) && field_ll(&p, INT_MIN, INT_MAX, &v[3]) &&
+                 field_ll(&p, 0, CH_END_KIND_COUNT_ - 1, &v[4]) &&
+                 field_ll(&p, INT_MIN, INT_MAX, &v[5]) && field_ll(&p, LLONG_MIN, LLONG_MAX, &t0) &&
+                 field_ll(&p, LLONG_MIN, LLONG_MAX, &t1) && field_ll(&p, LLONG_MIN, LLONG_MAX, &ob) &&
+                 field_ll(&p, LLONG_MIN, LLONG_MAX, &eb);
+        if (!ok) return BAD("%s:%d: bad end record: '%.80s'", file, ln, line);
+        r.id = v[0];
+        r.attempt = (int)v[1];
+        r.rank = (int)v[2];
+        r.slot = (int)v[3];
+        r.kind = (int)v[4];
+        r.code = (int)v[5];
         r.start_ns = t0;
         r.end_ns = t1;
         r.out_bytes = ob;
