@@ -107,6 +107,7 @@ for f in $(for p in $programs; do echo "$prefix/bin/$p $datadir/man/man1/$p.1"; 
     "$libdir/pkgconfig/cohort.pc" "$pkgdatadir/train.cfg" "$pkgdatadir/slurm/README.md" \
     "$pkgdatadir/slurm/cpu-1node.sbatch" "$pkgdatadir/slurm/gpu-1node.sbatch" \
     "$pkgdatadir/slurm/multinode.sbatch" "$pkgdatadir/slurm/testcluster" \
+    "$pkgdatadir/slurm/farm.sbatch" "$pkgdatadir/slurm/reduce.sbatch" \
     "$pkgdatadir/examples/sampler_allreduce.c" "$pkgdatadir/examples/Makefile" \
     "$datadir/man/man1/cohort-train.1" "$datadir/man/man1/cohort-bench.1" \
     "$datadir/man/man7/cohort.7" "$datadir/modulefiles/cohort/$version.lua" \
@@ -221,12 +222,12 @@ check_tree() {
         [ "$(grep -E '^(setenv|prepend_path)\(' "$lua" | grep '"/' | grep -c -v -F ", \"$dir")" = 0 ] &&
         grep -q -F "prepend_path(\"LD_LIBRARY_PATH\", \"$lib\")" "$lua" && [ -z "$bad" ]
     ok $? "$how: cohort.pc (prefix=$dir) and the modulefile name $dir${bad:+ (also named:$bad)}"
-    for t in cpu-1node gpu-1node multinode; do
-        f=$root$pkgdata/slurm/$t.sbatch
-        grep -q -x "COHORT_DEFAULT_BIN=$dir/bin/cohort-train" "$f" &&
-            grep -q -F "sbatch $pkgdata/slurm/$t.sbatch" "$f" || tpl_ok=1
+    for t in cpu-1node:train gpu-1node:train multinode:train farm:farm reduce:reduce; do
+        f=$root$pkgdata/slurm/${t%%:*}.sbatch
+        grep -q -x "COHORT_DEFAULT_BIN=$dir/bin/cohort-${t#*:}" "$f" && bash -n "$f" &&
+            grep -q -F "sbatch $pkgdata/slurm/${t%%:*}.sbatch" "$f" || tpl_ok=1
     done
-    ok $tpl_ok "$how: the sbatch templates run $dir/bin/cohort-train and name $pkgdata/slurm/"
+    ok $tpl_ok "$how: the sbatch templates run $dir/bin/cohort-train (farm.sbatch, reduce.sbatch: cohort-farm, cohort-reduce) and name $pkgdata/slurm/"
     sed 's/\\://g' "$man7" | grep -q -x ".I $dir/bin" &&
         sed 's/\\://g' "$man7" | grep -q -x ".I $lib/pkgconfig/cohort.pc" &&
         sed 's/\\://g' "$man7" | grep -q -x ".I $pkgdata/slurm/"
