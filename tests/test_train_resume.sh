@@ -8,7 +8,7 @@
 #    good checkpoint still loads.
 . "${COHORT_SRCDIR:-.}/tests/train_lib.sh"
 need_data
-echo "1..9"
+echo "1..10"
 args="--model.arch=smallcnn --data.train_subset=512 --data.test_subset=200 --schedule.epochs=2 --train.batch_size=16"
 
 train 2 "$tmp/straight" $args || show "$tmp/straight.log"
