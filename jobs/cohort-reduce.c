@@ -85,6 +85,7 @@ typedef struct {
     const char *dir;
     ch_reduce_ckpt_t cur;
     double every, last;
+    long long chunks; /* chunks done, all passes (the test hold point) */
 } hook_t;
 
 /* After every chunk: progress, the agreed stop, the checkpoint clock. */
@@ -97,6 +98,7 @@ static int step_hook(void *arg, const ch_reduce_step_t *st)
              ch_job_world_size(h->job) * st->bytes_done / 1e9,
              ch_job_world_size(h->job) * st->bytes_done / 1e9 / (s + 1e-9));
     ch_job_progress(h->job, "reduce", st->step + 1, st->steps, 16, text);
+    ch_job_test_hold(h->job, "chunk", ++h->chunks); /* tests only */
     int stop = ch_job_stop_agree(h->job, 0);
     if (stop || ch_reduce_checkpoint_due(ch_job_pg(h->job), &h->last, h->every)) {
         h->cur.pass = st->pass;
@@ -126,7 +128,7 @@ int main(int argc, char **argv)
     const char *out = NULL, *edges_out = NULL, *sdir = NULL;
     ch_reduce_spec_t spec;
     ch_reduce_run_options_t ro;
-    hook_t h = {job, NULL, NULL, {ch_job_world_size(job), ch_job_rank(job), 0, 0, 0}, 0, ch_time_now()};
+    hook_t h = {job, NULL, NULL, {ch_job_world_size(job), ch_job_rank(job), 0, 0, 0}, 0, ch_time_now(), 0};
     int resume = 0;
     ch_status s = ch_reduce_from_config(cfg, &spec, &ro, &h.every);
     if (!s) s = ch_config_get_string(cfg, "output.out", &out);

@@ -253,7 +253,9 @@ int ch_job_stop_signal(const ch_job_t *job);
  * read from the variable is executed. Unset: returns at once (a pointer
  * test). The jobs name their points, e.g. cohort-train "step" with the
  * global step number just completed (before the step's stop check) and
- * "epoch" with the epoch whose checkpoints were just written. */
+ * "epoch" with the epoch whose checkpoints were just written; cohort-reduce
+ * "chunk" with the number of chunks done (all passes, from 1), before the
+ * chunk's stop agreement. */
 void ch_job_test_hold(ch_job_t *job, const char *kind, long long n);
 
 /* Requeue the Slurm job (scontrol requeue $SLURM_JOB_ID) when dist.requeue
