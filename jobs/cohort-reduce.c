@@ -35,6 +35,7 @@ typedef struct {
     double every, last;
     int save_failed; /* a state save failed (printed): the run ends with exit 1 */
     int64_t shown;   /* steps done at the last progress line */
+    long long syncs; /* agreement points passed, all passes (the test hold point) */
 } hook_t;
 
 /* At every agreement point: progress, the agreed stop, the checkpoint clock. */
@@ -50,6 +51,7 @@ static int step_hook(void *arg, const ch_reduce_step_t *st)
     /* a line per 16 steps passed (the agreement points fall anywhere) */
     ch_job_progress(h->job, "reduce", done, st->steps, done / 16 != h->shown / 16 || done < h->shown, text);
     h->shown = done;
+    ch_job_test_hold(h->job, "sync", ++h->syncs); /* tests only: the first is after chunk 1 */
     int stop = ch_job_stop_agree(h->job, 0);
     /* all work read: finish and write the result rather than ask for a requeue */
     if (stop && st->pass + 1 == st->passes && done == st->steps) {
@@ -96,7 +98,7 @@ int main(int argc, char **argv)
     const char *out = NULL, *edges_out = NULL, *sdir = NULL;
     ch_reduce_spec_t spec;
     ch_reduce_run_options_t ro;
-    hook_t h = {job, NULL, NULL, {ch_job_world_size(job), ch_job_rank(job), 0, 0, 0, NULL}, 0, ch_time_now(), 0, 0};
+    hook_t h = {job, NULL, NULL, {ch_job_world_size(job), ch_job_rank(job), 0, 0, 0, NULL}, 0, ch_time_now(), 0, 0, 0};
     int resume = 0;
     ch_status s = ch_reduce_options_from_config(cfg, &spec, &ro, &h.every);
     if (!s) s = ch_config_get_string(cfg, "output.out", &out);

@@ -357,6 +357,7 @@ static int end_step(job_t *j, int epoch, int64_t step, int64_t steps, float loss
      * rank set it (an OR over ranks inside the SUM all-reduce) */
     double v[1 + STOP_BITS], out[1 + STOP_BITS];
     ch_job_heartbeat(j->job); /* dist.timeout: a step boundary */
+    ch_job_test_hold(j->job, "step", (long long)j->global_step); /* tests only */
     int local = ch_job_stop_local(j->job, 0), agreed = 0;
     v[0] = loss;
     for (int k = 0; k < STOP_BITS; k++) v[1 + k] = (local >> k) & 1;
@@ -704,8 +705,11 @@ int main(int argc, char **argv)
     j->prof = ch_job_profiler(j->job);
     rc = setup(j);
     if (rc == CH_JOB_CONTINUE) describe(j);
-    for (int epoch = j->start_epoch; rc == CH_JOB_CONTINUE && epoch < j->sched.epochs; epoch++)
+    for (int epoch = j->start_epoch; rc == CH_JOB_CONTINUE && epoch < j->sched.epochs; epoch++) {
         rc = run_epoch(j, epoch);
+        /* tests only: after the epoch's checkpoints */
+        if (rc == CH_JOB_CONTINUE) ch_job_test_hold(j->job, "epoch", epoch);
+    }
     if (rc == CH_JOB_CONTINUE) {
         ch_log_info("training finished: %d epochs", j->sched.epochs);
         rc = CH_EXIT_OK;

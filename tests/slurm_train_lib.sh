@@ -92,67 +92,42 @@ close_to() {
         'BEGIN { d = x - y; if (d < 0) d = -d; a = y < 0 ? -y : y; exit !(d <= r * a) }'
 }
 
-# rank_pids RUNDIR: PIDs of the cohort-train ranks writing RUNDIR (not srun,
-# whose command line holds it too).
-rank_pids() {
-    local p
-    for p in $(pgrep -f -- "output.dir=$1\$" ; pgrep -f -- "output.dir=$1 "); do
-        case "$(cat /proc/"$p"/comm 2>/dev/null)" in
-            cohort-train | lt-cohort-train) echo "$p" ;;
-        esac
-    done | sort -u
+# Holding a job where a case needs it (COHORT_TEST_HOLD, see ch_job_test_hold
+# in framework/runtime/job.h): the ranks themselves wait at a named point
+# (cohort-train: "step:G", after global step G, before that step's stop
+# check; "epoch:E", after epoch E's model and resume files), so "the job is
+# still running there" holds however fast the machine, and a signal that
+# arrives during the hold is acted on at the point's next stop check.
+#
+# new_hold KIND N: a fresh hold directory; sets hold (its path) and
+# hold_env (COHORT_TEST_HOLD's value) for the job's environment.
+hold_seq=0
+new_hold() {
+    hold_seq=$((hold_seq + 1))
+    hold=$PWD/hold-$hold_seq
+    rm -rf "$hold" && mkdir -p "$hold"
+    hold_env=$1:$2:$hold
 }
 
-# signal_pending PID SIGNUM: the signal is pending for the (stopped) process.
-signal_pending() {
-    local mask
-    for mask in $(sed -n 's/^\(ShdPnd\|SigPnd\):[[:space:]]*//p' /proc/"$1"/status 2>/dev/null); do
-        [ $(( 0x$mask >> ($2 - 1) & 1 )) = 1 ] && return 0
-    done
-    return 1
-}
-
-# wait_file FILE SECONDS: return as soon as FILE exists (polled every 10 ms).
-wait_file() {
+# hold_wait WHAT SECONDS: wait until both ranks have written $hold/WHAT.0
+# and $hold/WHAT.1 (WHAT: held, or signal for a preemption signal received
+# while held); 1 (and a diag line) after SECONDS.
+hold_wait() {
     local t0=$SECONDS
-    while [ ! -e "$1" ]; do
-        [ $((SECONDS - t0)) -ge "$2" ] && return 1
-        sleep 0.01
-    done
-}
-
-# stop_ranks_at RUNDIR FILE: wait (<= 90 s each) until both cohort-train
-# ranks writing RUNDIR are up and RUNDIR holds FILE (written by rank 0 with
-# no delay, unlike the output, which comes through Slurm's I/O forwarding),
-# then stop them (SIGSTOP, by PID) at lowest CPU priority. Sets pids.
-stop_ranks_at() {
-    local t0=$SECONDS
-    while :; do
-        pids=$(rank_pids "$1")
-        [ "$(echo $pids | wc -w)" = 2 ] || [ $((SECONDS - t0)) -ge 90 ] && break
+    until [ -e "$hold/$1.0" ] && [ -e "$hold/$1.1" ]; do
+        if [ $((SECONDS - t0)) -ge "$2" ]; then
+            echo "no $1.0 and $1.1 in $hold after $2 s: $(ls "$hold" | tr '\n' ' ')" | diag
+            return 1
+        fi
         sleep 0.05
     done
-    # shellcheck disable=SC2086
-    [ -n "$pids" ] && renice -n 19 -p $pids >/dev/null
-    wait_file "$1/$2" 90 || echo "no $1/$2" | diag
-    # shellcheck disable=SC2086
-    [ -n "$pids" ] && kill -STOP $pids
+    [ "$1" = signal ] && echo "signal received while held: rank 0 $(cat "$hold/signal.0"), rank 1 $(cat "$hold/signal.1")" | diag
+    return 0
 }
 
-# wait_pending SECONDS SIGNUM...: wait until one of the signals is pending
-# on every process of $pids (or the process is gone).
-wait_pending() {
-    local limit=$1 t0=$SECONDS p s found
-    shift
-    for p in $pids; do
-        while :; do
-            found=
-            for s in "$@"; do signal_pending "$p" "$s" && found=1; done
-            [ -n "$found" ] || [ ! -e /proc/"$p" ] || [ $((SECONDS - t0)) -ge "$limit" ] && break
-            sleep 0.05
-        done
-        [ -n "$found" ] || echo "none of signals $* pending on rank process $p" | diag
-    done
+# hold_release: let the held ranks go on.
+hold_release() {
+    : >"$hold/release"
 }
 
 # epochs_once CSV EPOCHS: the metrics file has exactly one row for each epoch

@@ -461,13 +461,23 @@ tap(had_state and r2.returncode == 0 and same_bits(got, ref) and not os.path.exi
 if os.path.exists(path("big_out.npy")):
     os.unlink(path("big_out.npy"))
 log = open(path("term.log"), "w+")
-p = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
-# the first log line (the identity) comes after the preemption handlers are
-# installed: a fixed sleep lost that race on a loaded machine (exit -15)
-deadline = time.time() + 60
-while time.time() < deadline and p.poll() is None and not open(path("term.log")).read():
-    time.sleep(0.01)
+# the run holds at its first agreement point, after its first chunk
+# (COHORT_TEST_HOLD, ch_job_test_hold in
+# framework/runtime/job.h) while SIGTERM is sent, so the signal lands in the
+# running reduction however fast or slow the machine is (a fast one finished
+# it before a signal sent at its first log line)
+hold = path("hold")
+os.makedirs(hold, exist_ok=True)
+env = dict(os.environ, COHORT_TEST_HOLD="sync:1:" + hold)
+p = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=env)
+def hold_wait(name):
+    deadline = time.time() + 60
+    while time.time() < deadline and p.poll() is None and not os.path.exists(os.path.join(hold, name)):
+        time.sleep(0.01)
+hold_wait("held.0")
 p.send_signal(signal.SIGTERM)
+hold_wait("signal.0")
+open(os.path.join(hold, "release"), "w").close()
 p.wait()
 out = open(path("term.log")).read()[-1500:]
 r2 = run(args[1:] + ["--resume"], check=False) if p.returncode == 3 else None

@@ -7,16 +7,18 @@
 # resume file, the job exits 3, the template requeues it, and the rerun
 # (output.resume=auto) continues from the resume point to final parameters
 # bitwise equal to an uninterrupted run of the same length:
-#  - mid-epoch (signal once epoch 0's model file exists: the ranks stop at
-#    step 1 of 32 of epoch 1), the log naming the resume point and the
-#    learning rate at the start and after the resume;
+#  - mid-epoch (the signal while the ranks are held after global step 33:
+#    they stop at step 1 of 32 of epoch 1), the log naming the resume point
+#    and the learning rate at the start and after the resume;
 #  - with one step per epoch, so that the stop is agreed at an epoch's last
-#    step: that epoch is finished and the rerun starts at the next one.
+#    step (held after global step 5: epoch 4): that epoch is finished and the
+#    rerun starts at the next one.
 # Prints TAP; SKIPs where Slurm is not installed or usable (not root) or the
 # data set is missing. The cluster is always torn down. While the signal
-# travels (scancel -> slurmd -> batch shell -> srun -> ranks), the ranks are
-# held with SIGSTOP, so the stop lands at the step the test chose however
-# fast the machine is.
+# travels (scancel -> slurmd -> batch shell -> srun -> ranks), the ranks hold
+# themselves at the step the test chose (COHORT_TEST_HOLD, see
+# tests/slurm_train_lib.sh), so the stop lands there however fast or slow
+# the machine is.
 set -u
 . "${COHORT_SRCDIR:-$(dirname "$0")/..}/tests/test_slurm_lib.sh"
 . "$srcdir/tests/slurm_train_lib.sh"
@@ -36,29 +38,24 @@ ok $? "reference: uninterrupted mpiexec -n 2 run, 30 epochs of 1 step"
 cluster_up c --nodes 1 --cpus 4
 ok $? "1-node cluster (4 CPUs) comes up"
 
-# preempt_run CONFIG FILE [OVERRIDES...]: submit cpu-1node with the job; once
-# the run directory holds FILE (written by rank 0 at the end of an epoch,
-# with no delay, unlike the output, which comes through Slurm's I/O
-# forwarding), stop both ranks (SIGSTOP, by PID), send USR2 to the batch
-# shell (scancel -b), wait until the template's forwarding has made USR2
-# pending on both ranks, and let them continue (SIGCONT): without the pause
-# a fast machine can finish this small job before the signal arrives. Then
-# let the template requeue the job, release it, wait for the end. Sets jid,
-# job_state, outfile, rundir.
+# preempt_run CONFIG STEP [OVERRIDES...]: submit cpu-1node with the job, its
+# ranks held after global step STEP (before that step's stop check); once
+# both hold, send USR2 to the batch shell (scancel -b), wait until the
+# template's forwarding has brought USR2 to both ranks, and let them go on:
+# they stop at that step. Then let the template requeue the job, release
+# it, wait for the end. Sets jid, job_state, outfile, rundir.
 preempt_run() {
-    local cfg=$1 trigger=$2 usr2
+    local cfg=$1 step=$2
     shift 2
-    usr2=$(kill -l USR2)
-    jid=$(COHORT_BIN=$train_prog submit "$srcdir/slurm/cpu-1node.sbatch" "$cfg" \
+    new_hold step "$step"
+    jid=$(COHORT_TEST_HOLD=$hold_env COHORT_BIN=$train_prog submit "$srcdir/slurm/cpu-1node.sbatch" "$cfg" \
           --set train.log_every=1 "$@")
     outfile=$w/cohort-cpu-$jid.out
     rundir=$w/runs/cohort-cpu-$jid
-    stop_ranks_at "$rundir" "$trigger"
-    echo "ranks $(echo $pids) stopped after '$(grep '^epoch [0-9]* step ' "$outfile" | tail -n 1)'" | diag
+    hold_wait held 90
     scancel -b -s USR2 "$jid"
-    wait_pending 30 "$usr2"
-    # shellcheck disable=SC2086
-    [ -n "$pids" ] && kill -CONT $pids
+    hold_wait signal 30
+    hold_release
     wait_file_line "$outfile" '^warning signal received: requeueing' 60 \
         || echo "the template did not requeue the job" | diag
     # Requeued, the job waits for its old credential to expire (10 s on the
@@ -69,14 +66,14 @@ preempt_run() {
 }
 
 # ---- mid-epoch
-preempt_run "$w/mid.cfg" model-0.safetensors
+preempt_run "$w/mid.cfg" 33
 stop=$(sed -n 's/^preemption signal [0-9]*: stopping at epoch \([0-9]*\) step \([0-9]*\) .*/\1 \2/p' "$outfile")
 stop_end=$(sed -n 's/^preemption signal [0-9]* at the end of epoch \([0-9]*\) .*/\1/p' "$outfile")
 echo "stopped at (epoch step): '$stop', at the end of epoch: '$stop_end'" | diag
-{ [ -n "$stop" ] || [ -n "$stop_end" ]; } \
+[ "$stop" = "1 1" ] && [ -z "$stop_end" ] \
     && grep -q '^srun: error: .*Exited with exit code 3$' "$outfile" \
     && [ "$(grep -c "^warning signal received: requeueing job $jid" "$outfile")" = 1 ]
-ok $? "USR2 to the batch shell: the ranks stop together, write the resume file, exit 3, and the template requeues (job $jid)"
+ok $? "USR2 to the batch shell: the ranks stop together at epoch 1 step 1, write the resume file, exit 3, and the template requeues (job $jid)"
 [ "$job_state" = COMPLETED ] && [ "$(job_field "$jid" Restarts)" = 1 ] \
     && [ "$(job_field "$jid" ExitCode)" = 0:0 ] && grep -q "^job $jid (restart 1) on" "$outfile" \
     && [ "$(grep -c '^training finished: 3 epochs' "$outfile")" = 1 ]
@@ -103,10 +100,10 @@ same_model "$rundir/model-2.safetensors" "$w/ref-mid/model-2.safetensors"
 ok $? "preempted + requeued + resumed == uninterrupted (bitwise)"
 
 # ---- stop agreed at an epoch's last step (one step per epoch)
-preempt_run "$w/end.cfg" resume.safetensors --set output.save_every=0
+preempt_run "$w/end.cfg" 5 --set output.save_every=0
 stop_end=$(sed -n 's/^preemption signal [0-9]* at the end of epoch \([0-9]*\) .*/\1/p' "$outfile")
 echo "stopped at the end of epoch '$stop_end'" | diag
-[ -n "$stop_end" ] && [ "$stop_end" -lt 29 ] \
+[ "$stop_end" = 4 ] \
     && grep -q '^srun: error: .*Exited with exit code 3$' "$outfile" \
     && grep -q "^resumed from $rundir/resume.safetensors at epoch $((stop_end + 1)), step 0 of the epoch" "$outfile" \
     && [ "$job_state" = COMPLETED ] && [ "$(job_field "$jid" Restarts)" = 1 ] \

@@ -18,8 +18,10 @@
 #  - the warning signal arriving after the last epoch's model file (training
 #    done): the job ends COMPLETED and is not requeued;
 #  - scancel while the job trains: CANCELLED, not requeued.
-# The ranks are held with SIGSTOP while a signal travels, so that the stop
-# lands mid-run however fast the machine is. Prints TAP; SKIPs where Slurm is
+# The ranks hold themselves where a case needs them (COHORT_TEST_HOLD, see
+# tests/slurm_train_lib.sh) while a signal travels or a second job is
+# submitted, so that each case meets a running job at one chosen step
+# however fast or slow the machine is. Prints TAP; SKIPs where Slurm is
 # not installed or usable (not root) or the data set is missing.
 set -u
 . "${COHORT_SRCDIR:-$(dirname "$0")/..}/tests/test_slurm_lib.sh"
@@ -32,14 +34,13 @@ cd "$w" || exit 1
 write_cfg "$w/mid.cfg" 1024 200 3    # 2 ranks x 16 = 32 per step: 32 steps per epoch
 ref_run 2 "$w/mid.cfg" "$w/ref"
 ok $? "reference: uninterrupted mpiexec -n 2 run, 3 epochs of 32 steps"
-term=$(kill -l TERM)
-usr2=$(kill -l USR2)
 ended="COMPLETED FAILED CANCELLED TIMEOUT NODE_FAIL OUT_OF_MEMORY PREEMPTED"
 
-# submit_train [OVERRIDES...]: cpu-1node with cohort-train; sets jid,
-# outfile, rundir.
+# submit_train [OVERRIDES...]: cpu-1node with cohort-train, held as
+# $hold_env says (new_hold; empty: no hold); sets jid, outfile, rundir.
+hold_env=
 submit_train() {
-    jid=$(COHORT_BIN=$train_prog submit "$srcdir/slurm/cpu-1node.sbatch" "$w/mid.cfg" \
+    jid=$(COHORT_TEST_HOLD=$hold_env COHORT_BIN=$train_prog submit "$srcdir/slurm/cpu-1node.sbatch" "$w/mid.cfg" \
           --set train.log_every=1 "$@")
     outfile=$PWD/cohort-cpu-$jid.out
     rundir=$PWD/runs/cohort-cpu-$jid
@@ -87,30 +88,31 @@ consistent() {
     fi
 }
 
-# preempt_case WHAT SIGNAL LINE: submit, hold the ranks once epoch 0's model file
-# exists, submit a `high` job that needs every CPU (Slurm preempts this one),
-# wait until the preemption signal is pending on the ranks (Slurm's SIGCONT
-# may already have resumed them), let them go, wait for the end. SIGNAL:
-# the signal the ranks must report; LINE: the template's line expected in the
-# output ("" for none).
+# preempt_case WHAT SIGNAL LINE: submit, the ranks held after global step 33
+# (epoch 1, step 1 of 32: epoch 0's model file written), submit a `high` job
+# that needs every CPU (Slurm preempts this one), wait until the preemption
+# signal has reached both held ranks, let them go (they stop at that step),
+# wait for the end. SIGNAL: the signal the ranks must report; LINE: the
+# template's line expected in the output ("" for none).
 preempt_case() {
     local what=$1 sig=$2 line=$3 hj said
+    new_hold step 33
     submit_train
-    stop_ranks_at "$rundir" model-0.safetensors
+    hold_wait held 90
     hj=$(submit -p high -n 4 -o /dev/null --wrap 'sleep 1')
-    wait_pending 30 "$term" "$usr2"
-    # shellcheck disable=SC2086
-    [ -n "$pids" ] && kill -CONT $pids 2>/dev/null
+    hold_wait signal 30
+    hold_release
+    hold_env=
     release_requeued
     wait_job_state "$hj" 60 COMPLETED FAILED CANCELLED
     sed -n 's/^\(preemption signal [0-9]*[^;]*\).*/\1/p' "$outfile" | diag
     said="Slurm requeues (the template does not)"
     [ -n "$line" ] && said="the template says '$line' and requeues"
-    grep -q "^preemption signal $(kill -l "$sig"): stopping at epoch" "$outfile" \
+    grep -q "^preemption signal $(kill -l "$sig"): stopping at epoch 1 step 1 (global step 33); writing $rundir/resume.safetensors\$" "$outfile" \
         && grep -q '^srun: error: .*Exited with exit code 3$' "$outfile" \
         && if [ -n "$line" ]; then [ "$(grep -c "^$line: requeueing job $jid to resume from $rundir\$" "$outfile")" = 1 ]
            else ! grep -q ': requeueing job' "$outfile"; fi
-    ok $? "$what: the ranks stop on SIG$sig, write the resume file, exit 3; $said (job $jid)"
+    ok $? "$what: the ranks stop on SIG$sig at epoch 1 step 1, write the resume file, exit 3; $said (job $jid)"
     consistent "$what"
 }
 
@@ -120,10 +122,11 @@ ok $? "cluster: GraceTime=10, PreemptMode=REQUEUE, without preempt_send_user_sig
 preempt_case "GraceTime=10 without the user signal" TERM "preempted (SIGTERM to the ranks only)"
 
 # ---- two jobs, one run directory: the second refused at once
+new_hold step 33
 submit_train
+hold_env=
 a_jid=$jid a_out=$outfile a_dir=$rundir
-stop_ranks_at "$a_dir" model-0.safetensors
-a_pids=$pids
+hold_wait held 90
 jid=$(RUN_DIR=$a_dir COHORT_BIN=$train_prog submit "$srcdir/slurm/cpu-1node.sbatch" "$w/mid.cfg" \
       --set optimizer.lr=0.02)
 wait_job_state "$jid" 60 $ended
@@ -132,8 +135,7 @@ diag <"$PWD/cohort-cpu-$jid.out"
     && [ "$(job_field "$jid" Restarts)" = 0 ] \
     && grep -q "^cohort-train: rank 0: output directory: output.dir: '$a_dir' is in use by another run: host=[^ ]* job=$a_jid pid=[0-9]* holds its lock $a_dir/cohort.lock" "$PWD/cohort-cpu-$jid.out"
 ok $? "a second job into the run directory of job $a_jid is refused at once, naming the holder (job $jid, $job_state)"
-# shellcheck disable=SC2086
-kill -CONT $a_pids
+hold_release
 jid=$a_jid outfile=$a_out rundir=$a_dir
 wait_job_state "$jid" 180 $ended
 [ "$job_state" = COMPLETED ] && [ "$(job_field "$jid" Restarts)" = 0 ] \
@@ -141,12 +143,13 @@ wait_job_state "$jid" 180 $ended
 ok $? "the first job is unharmed: COMPLETED, its model the uninterrupted run's, one metrics row per epoch (job $jid)"
 
 # ---- the warning after the last epoch: not requeued
+new_hold epoch 2    # the last epoch's model and resume files written
 submit_train
-stop_ranks_at "$rundir" model-2.safetensors
+hold_env=
+hold_wait held 90
 scancel -b -s USR2 "$jid"
-wait_pending 30 "$usr2"
-# shellcheck disable=SC2086
-kill -CONT $pids
+hold_wait signal 30
+hold_release
 wait_job_state "$jid" 120 $ended
 sleep 1
 grep -v '^ \|^epoch [0-9]* step ' "$outfile" 2>/dev/null | diag
@@ -155,11 +158,13 @@ grep -v '^ \|^epoch [0-9]* step ' "$outfile" 2>/dev/null | diag
     && ! grep -q 'requeueing' "$outfile" && [ "$(job_field "$jid" JobState)" = COMPLETED ]
 ok $? "the warning signal after training finished: exit 0, COMPLETED, not requeued (job $jid, $job_state)"
 # ---- scancel while training: the batch shell gets SIGTERM too, no requeue
+new_hold step 33
 submit_train
-stop_ranks_at "$rundir" model-0.safetensors
+hold_env=
+hold_wait held 90
 scancel "$jid"
-# shellcheck disable=SC2086
-kill -CONT $pids 2>/dev/null
+hold_wait signal 30
+hold_release
 wait_job_state "$jid" 60 $ended
 sleep 3    # a requeue would show now as PENDING and Restarts=1
 grep -v '^ \|^epoch [0-9]* step ' "$outfile" 2>/dev/null | diag

@@ -8,7 +8,7 @@
 #    good checkpoint still loads.
 . "${COHORT_SRCDIR:-.}/tests/train_lib.sh"
 need_data
-echo "1..9"
+echo "1..10"
 args="--model.arch=smallcnn --data.train_subset=512 --data.test_subset=200 --schedule.epochs=2 --train.batch_size=16"
 
 train 2 "$tmp/straight" $args || show "$tmp/straight.log"
@@ -20,26 +20,28 @@ grep -q "resumed from .* at epoch 1, step 0" "$tmp/split.log" || show "$tmp/spli
 check "2 epochs straight == 1 epoch + --resume + 1 epoch (bitwise)" \
   "$STCMP" --bitwise "$tmp/split/model-1.safetensors" "$tmp/straight/model-1.safetensors"
 
-# preemption mid-epoch: SIGUSR2 to every rank of the run (under load the stop
-# may land later in the epoch, or at its end: then the job finishes the epoch
-# and resumes at the next one's step 0)
-# (a longer run, 1536 steps per epoch, so the signal lands inside it even on
-# an idle machine: 128 steps ran in 0.1 s, and the whole run was over before
-# the signal was sent; the ranks are stopped while the signal is sent)
+# preemption mid-epoch: SIGUSR2 to every rank of the run while the ranks
+# hold after global step 6 (COHORT_TEST_HOLD): they stop at epoch 0 step 6
+# however fast or slow the machine is (1536 steps per epoch)
 pargs="--model.arch=smallcnn --data.train_subset=24576 --data.test_subset=200 --schedule.epochs=2 --train.batch_size=8"
 train 2 "$tmp/straight2" $pargs || show "$tmp/straight2.log"
 out="$tmp/pre"
-"$MPIEXEC" -n 2 "$TRAIN" --output.dir="$out" --data.workers=1 --train.threads=1 $pargs \
+new_hold step 6
+COHORT_TEST_HOLD=$hold_env "$MPIEXEC" -n 2 "$TRAIN" --output.dir="$out" --data.workers=1 --train.threads=1 $pargs \
   --train.log_every=1 > "$out.log" 2>&1 &
 pid=$!
-wait_line "$out.log" "epoch 0 step 6/" $pid
+hold_wait held 2 $pid
 pids=$(rank_pids "$out")
-[ -n "$pids" ] && kill -STOP $pids && kill -USR2 $pids && kill -CONT $pids
+[ -n "$pids" ] && kill -USR2 $pids
+hold_wait signal 2 $pid
+hold_release
 wait $pid
 rc=$?
 grep -q "preemption signal" "$out.log" || show "$out.log"
 check "a preemption signal stops every rank at one step boundary with exit 3 (got $rc)" \
   test "$rc" = 3 -a -f "$out/resume.safetensors"
+check "the stop is at the held step: epoch 0 step 6 (global step 6)" \
+  grep -q "^preemption signal [0-9]*: stopping at epoch 0 step 6 (global step 6); writing " "$out.log"
 "$MPIEXEC" -n 2 "$TRAIN" --output.dir="$out" --data.workers=1 --train.threads=1 $pargs \
   --resume >> "$out.log" 2>&1
 rc=$?
@@ -48,17 +50,19 @@ check "the resumed run finishes (exit $rc) and names its resume point" \
 check "preempted + resumed == uninterrupted (bitwise)" \
   "$STCMP" --bitwise "$out/model-1.safetensors" "$tmp/straight2/model-1.safetensors"
 
-# a rank dies (SIGKILL) in the middle of epoch 1: the job ends non-zero
-# within 60 s, and the checkpoint of epoch 0 still loads.
+# a rank dies (SIGKILL) in the middle of epoch 1 (the ranks held after its
+# step 3, global step 1539): the job ends non-zero within 60 s, and the
+# checkpoint of epoch 0 still loads.
 out="$tmp/kill"
-"$MPIEXEC" -n 2 "$TRAIN" --output.dir="$out" --data.workers=1 --train.threads=1 $pargs \
+new_hold step 1539
+COHORT_TEST_HOLD=$hold_env "$MPIEXEC" -n 2 "$TRAIN" --output.dir="$out" --data.workers=1 --train.threads=1 $pargs \
   --schedule.epochs=3 --train.log_every=1 > "$out.log" 2>&1 &
 pid=$!
-wait_line "$out.log" "epoch 1 step 3/" $pid
+hold_wait held 2 $pid
 victim=$(rank_pids "$out" | tail -n 1)
-[ -n "$victim" ] && kill -STOP "$victim"  # it dies mid-step, not after the run
 t1=$(date +%s)
-[ -n "$victim" ] && kill -9 "$victim"
+[ -n "$victim" ] && kill -9 "$victim"  # it dies mid-run, not after it
+hold_release
 wait $pid
 rc=$?
 dt=$(($(date +%s) - t1))

@@ -28,22 +28,27 @@ train 1 "$tmp/two-b" $args --resume || show "$tmp/two-b.log"
 check "two such continuations agree (bitwise)" \
   "$STCMP" --bitwise "$tmp/two/model-1.safetensors" "$tmp/two-b/model-1.safetensors"
 
-# mid-epoch: stop 2 ranks inside epoch 0 with the warning signal
-pargs="--model.arch=smallcnn --data.train_subset=24576 --data.test_subset=200 --schedule.epochs=2 --train.batch_size=8"  # 1536 steps per epoch: 128 ran in 0.1 s
+# mid-epoch: stop 2 ranks inside epoch 0 with the warning signal, sent while
+# they hold after global step 6 (COHORT_TEST_HOLD): the stop is at step 6
+# however fast or slow the machine is
+pargs="--model.arch=smallcnn --data.train_subset=24576 --data.test_subset=200 --schedule.epochs=2 --train.batch_size=8"  # 1536 steps per epoch
 out="$tmp/mid"
-"$MPIEXEC" -n 2 "$TRAIN" --output.dir="$out" --data.workers=1 --train.threads=1 $pargs \
+new_hold step 6
+COHORT_TEST_HOLD=$hold_env "$MPIEXEC" -n 2 "$TRAIN" --output.dir="$out" --data.workers=1 --train.threads=1 $pargs \
   --train.log_every=1 > "$out.log" 2>&1 &
 pid=$!
-wait_line "$out.log" "epoch 0 step 6/" $pid
+hold_wait held 2 $pid
 pids=$(rank_pids "$out")
-[ -n "$pids" ] && kill -STOP $pids && kill -USR2 $pids && kill -CONT $pids
+[ -n "$pids" ] && kill -USR2 $pids
+hold_wait signal 2 $pid
+hold_release
 wait $pid
 prc=$?
 "$MPIEXEC" -n 1 "$TRAIN" --output.dir="$out" --data.workers=1 --train.threads=1 $pargs \
   --resume > "$out.resume.log" 2>&1
 rc=$?
-if ! grep -q "stopping at epoch 0 step" "$out.log"; then
-  skip "a mid-epoch file is refused with 1 rank" "the signal landed at the epoch's end (exit $prc)"
+if ! grep -q "stopping at epoch 0 step 6 (global step 6)" "$out.log"; then
+  show "$out.log"; not_ok "the held ranks stop at epoch 0 step 6 on the warning signal (exit $prc)"
 elif [ "$rc" = 2 ] && [ "$(grep -c 'written mid-epoch (epoch 0, step [0-9]*) by 2 ranks; resuming it with 1 rank' "$out.resume.log")" = 1 ] \
     && ! grep -q "^epoch " "$out.resume.log"; then
   ok "a mid-epoch file is refused with 1 rank, once, with the reason (exit $rc)"

@@ -35,6 +35,34 @@ rank_pids() {
     case "$(cat /proc/"$p"/comm 2>/dev/null)" in cohort-train|lt-cohort-train) echo "$p" ;; esac
   done
 }
+# Holding the ranks at a chosen step (COHORT_TEST_HOLD, ch_job_test_hold in
+# framework/runtime/job.h; cohort-train "step:G": after global step G,
+# before that step's stop check), so that a case meets the running job there
+# however fast or slow the machine is.
+# new_hold KIND N: a fresh hold directory; sets hold (its path) and hold_env
+# (the variable's value; pass it as COHORT_TEST_HOLD=$hold_env).
+hold_seq=0
+new_hold() {
+  hold_seq=$((hold_seq + 1))
+  hold=$tmp/hold-$hold_seq
+  mkdir -p "$hold"
+  hold_env=$1:$2:$hold
+}
+# hold_wait WHAT NP PID: wait (<= 120 s, while PID lives) until ranks 0..NP-1
+# have written $hold/WHAT.RANK (WHAT: held; signal: a preemption signal
+# received while held)
+hold_wait() {
+  local t0 r; t0=$(date +%s)
+  for r in $(seq 0 $(($2 - 1))); do
+    while [ ! -e "$hold/$1.$r" ]; do
+      [ $(($(date +%s) - t0)) -gt 120 ] && { echo "no $hold/$1.$r after 120 s" >&2; return 1; }
+      kill -0 "$3" 2>/dev/null || { echo "no $hold/$1.$r: the run ended" >&2; return 1; }
+      sleep 0.05
+    done
+  done
+}
+# hold_release: let the held ranks go on
+hold_release() { : > "$hold/release"; }
 # wait_line FILE REGEX PID: wait (<= 120 s) for a line in FILE while PID lives
 wait_line() {
   local t0; t0=$(date +%s)

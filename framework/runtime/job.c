@@ -76,6 +76,10 @@ struct ch_job {
     double progress_t0;
     int64_t progress_done0, progress_last;
     int progress_open; /* a bar without its final newline is on the terminal */
+    /* COHORT_TEST_HOLD=KIND:N:DIR (ch_job_test_hold); hold_kind NULL: unset */
+    char *hold_kind, *hold_dir;
+    long long hold_n;
+    int hold_done;
 };
 
 /* ------------------------------------------------------------------ keys */
@@ -559,6 +563,65 @@ static int setup_output_dir(ch_job_t *job, const ch_job_options_t *opt)
     return CH_JOB_CONTINUE;
 }
 
+/* COHORT_TEST_HOLD=KIND:N:DIR (a test hook, see ch_job_test_hold): unset
+ * or empty leaves hold_kind NULL. KIND is letters and '_', N a
+ * non-negative integer, DIR an existing directory. */
+static ch_status read_test_hold(ch_job_t *job)
+{
+    const char *v = getenv("COHORT_TEST_HOLD");
+    if (!v || !*v) return CH_OK;
+    const char *c1 = strchr(v, ':');
+    const char *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
+    int ok = c1 && c2 && c1 > v && c2 > c1 + 1 && c2[1];
+    for (const char *p = v; ok && p < c1; p++) ok = (*p >= 'a' && *p <= 'z') || *p == '_';
+    for (const char *p = c1 ? c1 + 1 : v; ok && p < c2; p++) ok = *p >= '0' && *p <= '9';
+    struct stat st;
+    if (ok) ok = stat(c2 + 1, &st) == 0 && S_ISDIR(st.st_mode);
+    if (!ok)
+        return CH_ERROR(CH_ERR_INVALID, "COHORT_TEST_HOLD: '%s': expected KIND:N:DIR (e.g. "
+                        "step:33:/tmp/hold, DIR an existing directory)", v);
+    job->hold_kind = strndup(v, (size_t)(c1 - v));
+    job->hold_dir = strdup(c2 + 1);
+    job->hold_n = strtoll(c1 + 1, NULL, 10);
+    if (!job->hold_kind || !job->hold_dir) return CH_ERROR(CH_ERR_NOMEM, "COHORT_TEST_HOLD");
+    return CH_OK;
+}
+
+/* DIR/NAME.RANK created (contents: text, may be ""); errors only logged. */
+static void hold_mark(ch_job_t *job, const char *name, const char *text)
+{
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "%s/%s.%d", job->hold_dir, name, job->rank);
+    FILE *f = fopen(path, "w");
+    if (!f || fputs(text, f) == EOF || fclose(f) != 0)
+        ch_log_warn("COHORT_TEST_HOLD: cannot write %s (%s)", path, strerror(errno));
+}
+
+void ch_job_test_hold(ch_job_t *job, const char *kind, long long n)
+{
+    if (!job || !job->hold_kind || job->hold_done || n != job->hold_n ||
+        strcmp(kind, job->hold_kind) != 0)
+        return;
+    job->hold_done = 1;
+    char release[PATH_MAX];
+    snprintf(release, sizeof release, "%s/release", job->hold_dir);
+    ch_log_debug("COHORT_TEST_HOLD: held at %s %lld until %s exists", kind, n, release);
+    hold_mark(job, "held", "");
+    int marked = 0;
+    while (access(release, F_OK) != 0) {
+        int sig = ch_preempt_pending();
+        if (sig && !marked) {
+            char text[16];
+            snprintf(text, sizeof text, "%d\n", sig);
+            hold_mark(job, "signal", text);
+            marked = 1;
+        }
+        struct timespec ts = {0, 10 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    ch_log_debug("COHORT_TEST_HOLD: released at %s %lld", kind, n);
+}
+
 static int init_steps(ch_job_t *job, const ch_job_options_t *opt, int argc, char **argv)
 {
     ch_status s;
@@ -608,6 +671,7 @@ static int init_steps(ch_job_t *job, const ch_job_options_t *opt, int argc, char
     if (s == CH_OK && ch_config_help_requested(job->cfg)) return CH_EXIT_OK;
     ch_device_rule rule = CH_DEVICE_RULE_AUTO;
     if (s == CH_OK) s = read_runtime_keys(job, opt, &rule);
+    if (s == CH_OK) s = read_test_hold(job);
     if (ch_job_agree(job, s, NULL)) return CH_EXIT_BAD_INPUT;
     /* the preemption handlers as soon as the signal is known: a preemption
      * during the device, NCCL and output-directory setup (seconds on GPUs)
@@ -931,6 +995,8 @@ int ch_job_finalize(ch_job_t *job, int exit_code)
     ch_config_destroy(job->cfg);
     if (job->env_ok) ch_env_finalize(&job->env);
     free(job->stop_file);
+    free(job->hold_kind);
+    free(job->hold_dir);
     unlock_output_dir(job->lock_fd);
     const int started = job->mpi_started, lost = job->peer_lost;
     free(job);

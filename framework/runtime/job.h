@@ -232,6 +232,25 @@ void ch_job_heartbeat(ch_job_t *job);
 int ch_job_stop_reasons(const ch_job_t *job);
 int ch_job_stop_signal(const ch_job_t *job);
 
+/* Test hook (for the test suite; not a configuration key): a hold point
+ * that makes "the job is still running at X" deterministic, however fast
+ * the machine. When the environment variable COHORT_TEST_HOLD is
+ * KIND:N:DIR (read once by ch_job_init; a malformed value or a DIR that is
+ * not a directory fails the init with exit 2 and one line) and this call's
+ * kind and n are KIND and N, for the first such call only: the rank creates
+ * DIR/held.RANK, then waits (polling every 10 ms, no signal used, so a
+ * Slurm SIGCONT does not end the wait) until DIR/release exists; a
+ * preemption signal received meanwhile is recorded as DIR/signal.RANK
+ * (its number) and, as always, acted on at the next stop check. The wait
+ * is no step boundary (no ch_job_heartbeat): dist.timeout still runs. Nothing
+ * read from the variable is executed. Unset: returns at once (a pointer
+ * test). The jobs name their points, e.g. cohort-train "step" with the
+ * global step number just completed (before the step's stop check) and
+ * "epoch" with the epoch whose checkpoints were just written; cohort-reduce
+ * "sync" with the number of the ranks' agreement points passed (all passes,
+ * from 1; the first comes after the first chunk), before that agreement. */
+void ch_job_test_hold(ch_job_t *job, const char *kind, long long n);
+
 /* Requeue the Slurm job (scontrol requeue $SLURM_JOB_ID) when dist.requeue
  * is on; rank 0 only (other ranks: no-op). Logs what it did. */
 void ch_job_requeue(ch_job_t *job);
