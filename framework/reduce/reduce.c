@@ -11,76 +11,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* ------------------------------------------------------------------ dtypes */
-
-static const struct {
-    const char *name, *code;
-    size_t size;
-} dtype_info[CH_DT_COUNT_] = {
-    [CH_DT_BOOL] = {"bool", "b1", 1},       [CH_DT_INT8] = {"int8", "i1", 1},
-    [CH_DT_INT16] = {"int16", "i2", 2},     [CH_DT_INT32] = {"int32", "i4", 4},
-    [CH_DT_INT64] = {"int64", "i8", 8},     [CH_DT_UINT8] = {"uint8", "u1", 1},
-    [CH_DT_UINT16] = {"uint16", "u2", 2},   [CH_DT_UINT32] = {"uint32", "u4", 4},
-    [CH_DT_UINT64] = {"uint64", "u8", 8},   [CH_DT_FLOAT16] = {"float16", "f2", 2},
-    [CH_DT_FLOAT32] = {"float32", "f4", 4}, [CH_DT_FLOAT64] = {"float64", "f8", 8},
-};
-
-size_t ch_array_dtype_size(ch_array_dtype dt)
-{
-    return (unsigned)dt < CH_DT_COUNT_ ? dtype_info[dt].size : 0;
-}
-
-const char *ch_array_dtype_name(ch_array_dtype dt)
-{
-    return (unsigned)dt < CH_DT_COUNT_ ? dtype_info[dt].name : "?";
-}
-
-ch_status ch_array_dtype_from_name(const char *name, ch_array_dtype *out)
-{
-    for (int i = 0; i < CH_DT_COUNT_; i++)
-        if (!strcmp(name, dtype_info[i].name) || !strcmp(name, dtype_info[i].code)) {
-            *out = (ch_array_dtype)i;
-            return CH_OK;
-        }
-    return CH_ERROR(CH_ERR_INVALID,
-                    "unknown dtype '%s' (expected bool, int8, int16, int32, int64, uint8, uint16, "
-                    "uint32, uint64, float16, float32, float64 or a code like f8)",
-                    name);
-}
-
-double ch_half_to_double(uint16_t h)
-{
-    int e = (h >> 10) & 0x1f;
-    double m = (double)(h & 0x3ff);
-    double v = e == 0 ? ldexp(m, -24) : e == 31 ? (m ? NAN : INFINITY) : ldexp(m + 1024.0, e - 25);
-    return (h & 0x8000) ? -v : v;
-}
-
-uint16_t ch_double_to_half(double x)
-{
-    uint16_t sign = signbit(x) ? 0x8000 : 0;
-    double a = fabs(x);
-    if (isnan(x)) return 0x7e00;
-    if (a >= 65520.0) return sign | 0x7c00; /* rounds to inf */
-    if (a < 0x1p-14) {                      /* subnormal grid 2^-24 */
-        double q = nearbyint(a * 0x1p24);   /* ties to even (default mode) */
-        return sign | (uint16_t)q;
-    }
-    int e;
-    double f = frexp(a, &e);                /* a = f 2^e, f in [0.5, 1) */
-    double m = nearbyint(ldexp(f, 11));     /* 11 significant bits */
-    if (m >= 2048.0) { m /= 2; e++; }
-    if (e + 14 > 30) return sign | 0x7c00;
-    return sign | (uint16_t)((e + 14) << 10) | (uint16_t)((int)m - 1024);
-}
-
-int64_t ch_array_desc_count(const ch_array_desc_t *d)
-{
-    int64_t n = 1;
-    for (int i = 0; i < d->ndim; i++) n *= d->shape[i];
-    return n;
-}
-
 /* --------------------------------------------------------------- op names */
 
 static const char *const kind_names[CH_ROP_COUNT_] = {
@@ -447,7 +377,7 @@ static void convert(const unsigned char *raw, ch_array_dtype dt, int swap, int64
     double *od = outp;
     int64_t *oi = outp;
     uint64_t *ou = outp;
-    size_t sz = dtype_info[dt].size;
+    size_t sz = ch_array_dtype_size(dt);
     for (int64_t i = 0; i < n; i++) {
         const unsigned char *p = raw + (size_t)i * sz;
         uint64_t u = 0;
@@ -932,7 +862,7 @@ ch_status ch_reducer_feed(ch_reducer_t *r, const ch_array_desc_t *seg, int64_t r
         rem /= dm.len[k];
     }
     int f = dm.n - 1;
-    size_t sz = dtype_info[r->in.dtype].size;
+    size_t sz = ch_array_dtype_size(r->in.dtype);
     int direct = (r->cls == VC_F64 && r->in.dtype == CH_DT_FLOAT64 && !seg->byteswap) ||
                  (r->cls == VC_I64 && r->in.dtype == CH_DT_INT64 && !seg->byteswap) ||
                  (r->cls == VC_U64 && r->in.dtype == CH_DT_UINT64 && !seg->byteswap);
@@ -1098,8 +1028,8 @@ static void store_f(ch_reducer_t *r, int64_t i, double v)
 
 static void store_int(ch_reducer_t *r, int64_t i, uint64_t v)
 {
-    unsigned char *p = (unsigned char *)r->result + (size_t)i * dtype_info[r->rtype].size;
-    switch (dtype_info[r->rtype].size) {
+    unsigned char *p = (unsigned char *)r->result + (size_t)i * ch_array_dtype_size(r->rtype);
+    switch (ch_array_dtype_size(r->rtype)) {
     case 1: *p = (unsigned char)v; break;
     case 2: { uint16_t w = (uint16_t)v; memcpy(p, &w, 2); break; }
     case 4: { uint32_t w = (uint32_t)v; memcpy(p, &w, 4); break; }
@@ -1118,7 +1048,7 @@ static ch_status make_result(ch_reducer_t *r)
 {
     ch_reduce_kind op = r->spec.op, b = base_op(op);
     int64_t n = op == CH_ROP_HISTOGRAM ? r->spec.bins : r->nout;
-    r->result = calloc((size_t)(n ? n : 1), dtype_info[r->rtype].size);
+    r->result = calloc((size_t)(n ? n : 1), ch_array_dtype_size(r->rtype));
     if (!r->result) return CH_ERROR(CH_ERR_NOMEM, "reduce result of %lld elements", (long long)n);
     ch_array_desc_t *d = &r->rdesc;
     memset(d, 0, sizeof *d);

@@ -10,9 +10,9 @@
  *                  (C or Fortran, either byte order). ch_reducer_end_pass
  *                  merges the partial states of all ranks (collective), and
  *                  ch_reducer_result gives the numpy-typed result.
- *   ch_array_source_t  where the elements come from (a callback that reads
- *                  elements of a segment; io/formats/npy.h makes them for .npy files,
- *                  shards and raw binary).
+ *   ch_array_source_t  where the elements come from (io/formats/array.h: a
+ *                  callback that reads elements of a segment; io/formats/npy.h
+ *                  makes them for .npy files, shards and raw binary).
  *   ch_reduce_run  the chunked pipeline over a source: each rank takes an
  *                  equal share of the elements (in storage order), reads it
  *                  in chunks of opt->chunk_bytes with a reader thread
@@ -65,6 +65,7 @@
 #include "framework/core/status.h"
 #include "framework/dist/dist.h"
 #include "framework/reduce/xsum.h"
+#include "io/formats/array.h"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -73,40 +74,8 @@
 extern "C" {
 #endif
 
-#define CH_REDUCE_MAX_DIMS 32
+#define CH_REDUCE_MAX_DIMS CH_ARRAY_MAX_DIMS
 
-/* Element types (numpy names). */
-typedef enum {
-    CH_DT_BOOL = 0,
-    CH_DT_INT8, CH_DT_INT16, CH_DT_INT32, CH_DT_INT64,
-    CH_DT_UINT8, CH_DT_UINT16, CH_DT_UINT32, CH_DT_UINT64,
-    CH_DT_FLOAT16, CH_DT_FLOAT32, CH_DT_FLOAT64,
-    CH_DT_COUNT_
-} ch_array_dtype;
-
-/* Bytes per element (0 for an unknown dtype); numpy name ("float32"; "?"). */
-size_t ch_array_dtype_size(ch_array_dtype dt);
-const char *ch_array_dtype_name(ch_array_dtype dt);
-/* From a numpy name ("float32", "f4", "int64", "bool", ...). CH_ERR_INVALID
- * naming the text and the accepted names. */
-ch_status ch_array_dtype_from_name(const char *name, ch_array_dtype *out);
-
-/* float16 <-> float64 (IEEE binary16; the conversion to half rounds to
- * nearest even). */
-double ch_half_to_double(uint16_t h);
-uint16_t ch_double_to_half(double x);
-
-/* An N-d array as stored: dtype, byte order, memory order, shape. */
-typedef struct {
-    ch_array_dtype dtype;
-    int byteswap; /* 1: elements are in the other byte order than this host's */
-    int fortran;  /* 1: Fortran (column-major) order, else C order */
-    int ndim;     /* 0 (a scalar) .. CH_REDUCE_MAX_DIMS */
-    int64_t shape[CH_REDUCE_MAX_DIMS];
-} ch_array_desc_t;
-
-/* Number of elements (product of the shape; 1 for ndim 0). */
-int64_t ch_array_desc_count(const ch_array_desc_t *d);
 
 typedef enum {
     CH_ROP_SUM = 0, CH_ROP_MEAN, CH_ROP_VAR, CH_ROP_STD, CH_ROP_MIN, CH_ROP_MAX,
@@ -198,18 +167,6 @@ ch_status ch_reducer_state_load(ch_reducer_t *r, const void *buf, size_t size);
 
 /* ------------------------------------------------------------ sources */
 
-/* A (possibly sharded) array: segments stacked along axis 0, each with its
- * own order and byte order. read() copies elements [e0, e0+n) of segment
- * seg (storage order) into dst (n * itemsize bytes); it is called from the
- * reader thread of ch_reduce_run, one call at a time. */
-typedef struct {
-    ch_array_desc_t desc;         /* the whole array (shape[0] = all rows) */
-    int nseg;
-    const ch_array_desc_t *seg;   /* nseg segment descriptions */
-    const int64_t *seg_row0;      /* first row of each segment */
-    ch_status (*read)(void *ctx, int seg, int64_t e0, int64_t n, void *dst);
-    void *ctx;
-} ch_array_source_t;
 
 /* What a step hook sees after each chunk. */
 typedef struct {

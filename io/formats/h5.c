@@ -40,7 +40,7 @@ struct ch_h5_dataset {
     const char *path; /* points after the ':' in file's allocation */
     hid_t fid, did, memtype;
     int ndim;
-    hsize_t dims[CH_REDUCE_MAX_DIMS];
+    hsize_t dims[CH_ARRAY_MAX_DIMS];
 };
 
 /* The innermost message of HDF5's error stack (the cause), for our errors. */
@@ -178,9 +178,9 @@ ch_status ch_h5_open(const char *spec, ch_array_desc_t *desc, ch_h5_dataset_t **
         d->ndim = H5Sget_simple_extent_ndims(space);
         if (d->ndim < 0)
             s = CH_ERROR(CH_ERR_FORMAT, "%s:%s: not a simple dataspace", d->file, d->path);
-        else if (d->ndim > CH_REDUCE_MAX_DIMS)
+        else if (d->ndim > CH_ARRAY_MAX_DIMS)
             s = CH_ERROR(CH_ERR_RANGE, "%s:%s: %d dims, at most %d are supported", d->file, d->path,
-                         d->ndim, CH_REDUCE_MAX_DIMS);
+                         d->ndim, CH_ARRAY_MAX_DIMS);
         else if (H5Sget_simple_extent_dims(space, d->dims, NULL) < 0)
             s = CH_ERROR(CH_ERR_FORMAT, "%s:%s: cannot read the shape: %s", d->file, d->path,
                          hdf5_cause(cause));
@@ -272,7 +272,7 @@ ch_status ch_h5_read(ch_h5_dataset_t *d, int64_t e0, int64_t n, void *dst)
     herr_t rc = fspace < 0 ? -1 : 0;
     char *p = dst;
     if (rc >= 0 && d->ndim > 0) {
-        hsize_t start[CH_REDUCE_MAX_DIMS], count[CH_REDUCE_MAX_DIMS];
+        hsize_t start[CH_ARRAY_MAX_DIMS], count[CH_ARRAY_MAX_DIMS];
         rc = read_range(d, fspace, 0, start, count, (hsize_t)e0, (hsize_t)n, &p);
     } else if (rc >= 0) { /* a 0-d (scalar) dataset: its one element */
         rc = H5Dread(d->did, d->memtype, H5S_ALL, H5S_ALL, H5P_DEFAULT, dst);

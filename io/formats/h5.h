@@ -16,7 +16,7 @@
 #define COHORT_IO_H5_H
 
 #include "framework/core/status.h"
-#include "framework/reduce/reduce.h"
+#include "io/formats/array.h"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -40,7 +40,7 @@ typedef struct ch_h5_dataset ch_h5_dataset_t;
  * dataset in it (names both), CH_ERR_INVALID for a spec without a
  * dataset path, CH_ERR_UNSUPPORTED for a dataset type above
  * that is refused (names file, path and the HDF5 type class and size) or a
- * build without HDF5, CH_ERR_RANGE for more than CH_REDUCE_MAX_DIMS dims. */
+ * build without HDF5, CH_ERR_RANGE for more than CH_ARRAY_MAX_DIMS dims. */
 ch_status ch_h5_open(const char *spec, ch_array_desc_t *desc, ch_h5_dataset_t **out);
 
 /* Copy elements [e0, e0+n) of the dataset (C order) into dst

@@ -148,9 +148,9 @@ static ch_status parse_shape_tuple(const char *path, const char *v, ch_array_des
         if (*v == ')') break;
         if (!isdigit((unsigned char)*v))
             return CH_ERROR(CH_ERR_FORMAT, "%s: header 'shape' holds a non-integer", path);
-        if (d->ndim == CH_REDUCE_MAX_DIMS)
+        if (d->ndim == CH_ARRAY_MAX_DIMS)
             return CH_ERROR(CH_ERR_UNSUPPORTED, "%s: more than %d dimensions", path,
-                            CH_REDUCE_MAX_DIMS);
+                            CH_ARRAY_MAX_DIMS);
         char *end;
         errno = 0;
         long long n = strtoll(v, &end, 10);
@@ -544,8 +544,8 @@ ch_status ch_npy_parse_shape(const char *text, int *ndim, int64_t *shape)
         long long v = strtoll(p, &end, 10);
         if (end == p || errno || v < 0)
             return CH_ERROR(CH_ERR_INVALID, "shape '%s': expected sizes like 20000x20000 or 3,4", text);
-        if (n == CH_REDUCE_MAX_DIMS)
-            return CH_ERROR(CH_ERR_INVALID, "shape '%s': more than %d dims", text, CH_REDUCE_MAX_DIMS);
+        if (n == CH_ARRAY_MAX_DIMS)
+            return CH_ERROR(CH_ERR_INVALID, "shape '%s': more than %d dims", text, CH_ARRAY_MAX_DIMS);
         shape[n++] = v;
         p = end;
     }

@@ -18,7 +18,7 @@
 
 #include "framework/core/configuration.h"
 #include "framework/core/status.h"
-#include "framework/reduce/reduce.h"
+#include "io/formats/array.h"
 
 #include <stdint.h>
 

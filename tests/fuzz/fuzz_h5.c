@@ -152,7 +152,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         ch_error_clear();
     } else {
         if (no_path || !d) abort();
-        if (desc.ndim < 0 || desc.ndim > CH_REDUCE_MAX_DIMS) abort();
+        if (desc.ndim < 0 || desc.ndim > CH_ARRAY_MAX_DIMS) abort();
         if ((int)desc.dtype < 0 || desc.dtype >= CH_DT_COUNT_) abort();
         int64_t n = 1;
         for (int i = 0; i < desc.ndim; i++) {

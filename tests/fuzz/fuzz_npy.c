@@ -2,13 +2,13 @@
  *   even: the rest is a .npy file (written to a temporary file, as the reader
  *         takes a path). ch_npy_read_header either fails with a message or
  *         gives a header whose invariants hold: version 1-3, 0 <= ndim <=
- *         CH_REDUCE_MAX_DIMS, no negative dim, a known dtype, and
+ *         CH_ARRAY_MAX_DIMS, no negative dim, a known dtype, and
  *         data_offset + elements * itemsize == the file's size. A header
  *         that parses must open as a source (ch_npy_source_open) with the
  *         same description, and every element must read back (the bytes
  *         after data_offset).
  *   odd:  the rest is a dims text for ch_npy_parse_shape (input.shape):
- *         a success gives 1..CH_REDUCE_MAX_DIMS dims, none negative, and a
+ *         a success gives 1..CH_ARRAY_MAX_DIMS dims, none negative, and a
  *         raw float64 source of that shape over an empty file
  *         (ch_raw_source_open) opens only when the shape has no element.
  * Never a crash, leak or hang. */
@@ -39,11 +39,11 @@ static void check_shape_text(const uint8_t *data, size_t size)
     memcpy(text, data, size);
     text[size] = 0;
     int ndim = -1;
-    int64_t shape[CH_REDUCE_MAX_DIMS];
+    int64_t shape[CH_ARRAY_MAX_DIMS];
     if (ch_npy_parse_shape(text, &ndim, shape) != CH_OK) {
         if (!ch_error_message()[0]) abort();
     } else {
-        if (ndim < 1 || ndim > CH_REDUCE_MAX_DIMS) abort();
+        if (ndim < 1 || ndim > CH_ARRAY_MAX_DIMS) abort();
         for (int i = 0; i < ndim; i++)
             if (shape[i] < 0) abort();
         /* as a raw float64 input over an empty file: fits only when empty */
@@ -77,7 +77,7 @@ static void check_file(const uint8_t *data, size_t size)
     }
     const ch_array_desc_t *d = &h.desc;
     if (h.major < 1 || h.major > 3) abort();
-    if (d->ndim < 0 || d->ndim > CH_REDUCE_MAX_DIMS) abort();
+    if (d->ndim < 0 || d->ndim > CH_ARRAY_MAX_DIMS) abort();
     if ((int)d->dtype < 0 || d->dtype >= CH_DT_COUNT_) abort();
     size_t isz = ch_array_dtype_size(d->dtype);
     if (isz == 0) abort();
