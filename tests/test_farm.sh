@@ -3,7 +3,7 @@
 # exit status, retries, timeouts, resume after completion, bad input (exit
 # 2 naming the file and line).
 . "${COHORT_SRCDIR:-.}/tests/farm_lib.sh"
-echo "1..17"
+echo "1..20"
 
 "$FARM" --help > "$tmp/help" 2>&1
 check "--help exits 0 and lists the farm keys from the key table" \
@@ -58,6 +58,17 @@ expect_bad "a task file that does not exist" "task file $tmp/nonexistent" --task
 expect_bad "an empty task file" "$tmp/empty: no tasks" --tasks "$tmp/empty"
 printf 'true\n#COHORT PERFIX x\n' > "$tmp/typo"
 expect_bad "an unknown directive names file and line" "$tmp/typo:2: unknown directive" --tasks "$tmp/typo"
+# #23: limits and directive look-alikes are refused at parse time (exit 2, FILE:LINE)
+printf 'true\n#COHORT REPEAT 99999999999 echo x\n' > "$tmp/huge"
+expect_bad "a REPEAT beyond the task limit names file and line (was 11.6 GB, OOM)" \
+  "$tmp/huge:2: #COHORT REPEAT 99999999999: more than the farm's limit of 10000000 tasks" --tasks "$tmp/huge"
+{ echo true; printf '#COHORT PREFIX : \ntrue #%0131064d\n' 0; } > "$tmp/long"
+expect_bad "a command over MAX_ARG_STRLEN (after PREFIX) names file, line and the limit" \
+  "$tmp/long:3: the task's command (after PREFIX and SUFFIX) is 131072 bytes, more than the kernel's limit of 131071" \
+  --tasks "$tmp/long"
+printf 'true\n#cohort prefix echo\n' > "$tmp/lower"
+expect_bad "a lowercase #cohort line is an error, not a comment" "$tmp/lower:2: '#cohort' is not a directive" \
+  --tasks "$tmp/lower"
 echo "true" > "$tmp/other"
 farm 2 "$tmp/np2/run" --tasks "$tmp/other" --resume; rc=$?
 check "a journal of another task list: exit 2 naming the journal file" \
