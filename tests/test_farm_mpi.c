@@ -281,6 +281,33 @@ static void test_halt(void **state)
     ch_taskfile_destroy(tf);
 }
 
+/* #23: a halt hands back what the slots hold queued (farm.prefetch): no task
+ * starts after the halt decision. Task 0 fails at once; the others sleep.
+ * Every slot of every rank gets one running and one queued task; the one
+ * queued behind task 0 starts before rank 0 hears of the failure; every
+ * other queued task comes back unstarted (before: they ran after the halt). */
+static void test_halt_drops_queued(void **state)
+{
+    (void)state;
+    int w = ch_test_world_size(), n = 4 * w + 4;
+    char text[40 * 24] = "false\n";
+    for (int i = 1; i < n; i++) strcat(text, "sleep 1\n");
+    ch_taskfile_t *tf = tasks_from(text);
+    ch_farm_options_t o;
+    options(&o, tf);
+    o.halt_after = 1;
+    ch_farm_summary_t sum;
+    assert_ch_ok(run_farm(&o, &sum));
+    assert_int_equal(sum.stop, CH_FARM_HALTED);
+    if (sum.attempts != 2 * w + 1)
+        fail_msg("%" PRId64 " attempts after a halt at the first failure, wanted %d (the %d running "
+                 "and the one queued behind the failed task)", sum.attempts, 2 * w + 1, 2 * w);
+    assert_int_equal(sum.failed, 1);
+    assert_int_equal(sum.done, 2 * w);
+    assert_int_equal(sum.not_run, n - 2 * w - 1);
+    ch_taskfile_destroy(tf);
+}
+
 static void test_timeout_median(void **state)
 {
     (void)state;
@@ -475,6 +502,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_timeout, setup, teardown),
         cmocka_unit_test_setup_teardown(test_barrier, setup, teardown),
         cmocka_unit_test_setup_teardown(test_halt, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_halt_drops_queued, setup, teardown),
         cmocka_unit_test_setup_teardown(test_stop_request_interrupts, setup, teardown),
         cmocka_unit_test_setup_teardown(test_timeout_median, setup, teardown),
         cmocka_unit_test_setup_teardown(test_output_files_only_when_written, setup, teardown),

@@ -176,6 +176,7 @@ static void broadcast_ctrl(disp_t *d, int ctrl)
     for (int w = 1; w < d->f->size; w++)
         if (d->f->conns[w].fd >= 0) (void)ch_farm_write_frame_(d->f->conns[w].fd, MSG_CTRL, &c, sizeof c);
     if (ctrl == CTRL_KILL) ch_farm_interrupt_local_(d->f);
+    if (ctrl == CTRL_DROP) ch_farm_drop_queued_local_(d->f);
 }
 
 static void add_slowest(ch_farm_summary_t *s, int64_t id, double sec)
@@ -203,6 +204,8 @@ static void halt(disp_t *d)
     if (d->f->o.halt_now && !d->killed) {
         d->killed = 1;
         broadcast_ctrl(d, CTRL_KILL);
+    } else if (!d->killed) {
+        broadcast_ctrl(d, CTRL_DROP); /* the prefetched tasks come back unstarted */
     }
 }
 
@@ -421,6 +424,7 @@ ch_status ch_farm_dispatcher_(ch_farm_t *f, ch_farm_summary_t *sum)
                 d.grace_deadline = ch_farm_mono_ns_() + (int64_t)(o->preempt_grace * 1e9);
                 ch_log_warn("stop requested: no new tasks start; %" PRId64 " running tasks get "
                             "%.0f s to finish", d.in_flight, o->preempt_grace);
+                if (!d.killed) broadcast_ctrl(&d, CTRL_DROP); /* the queued ones do not start */
             }
             if (d.stopping && !d.killed && d.in_flight > 0 && ch_farm_mono_ns_() >= d.grace_deadline) {
                 ch_log_warn("grace time over: stopping %" PRId64 " running tasks (recorded as "

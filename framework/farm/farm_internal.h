@@ -28,7 +28,7 @@ extern "C" {
 
 /* Frames on the rank-0 <-> worker streams: a header, then len bytes. */
 enum { MSG_RESULT = 1, MSG_ERROR = 2, MSG_ASSIGN = 3, MSG_CTRL = 4 };
-enum { CTRL_FINISH = 1, CTRL_KILL = 2 };
+enum { CTRL_FINISH = 1, CTRL_KILL = 2, CTRL_DROP = 3 }; /* DROP: hand back the queued tasks */
 typedef struct {
     uint32_t type, len;
 } frame_t;
@@ -108,6 +108,8 @@ ch_status ch_farm_connect_ranks_(ch_farm_t *f);
 void ch_farm_run_local_(ch_farm_t *f, const assign_t *a, int n, error_msg_t *e);
 /* Interrupt the running tasks of this rank's live slots. */
 void ch_farm_interrupt_local_(ch_farm_t *f);
+/* Have this rank's live slots hand back their queued (prefetched) tasks. */
+void ch_farm_drop_queued_local_(ch_farm_t *f);
 /* Read what the supervisors whose fds are ready in p[0..slots) say: ended
  * attempts into res (returns their count); a failure into *e. */
 int ch_farm_collect_(ch_farm_t *f, const struct pollfd *p, result_t *res, error_msg_t *e);

@@ -41,6 +41,12 @@ void ch_farm_interrupt_local_(ch_farm_t *f)
         if (f->slot_busy[k] && !f->slot_dead[k]) (void)ch_supervisor_interrupt(f->sup[k]);
 }
 
+void ch_farm_drop_queued_local_(ch_farm_t *f)
+{
+    for (int k = 0; k < f->slots; k++)
+        if (f->slot_busy[k] > 1 && !f->slot_dead[k]) (void)ch_supervisor_drop_queued(f->sup[k]);
+}
+
 /* Read what the supervisors whose fds are ready in p[0..slots) say: ended
  * attempts into res (returns their count); a failure into *e. */
 int ch_farm_collect_(ch_farm_t *f, const struct pollfd *p, result_t *res, error_msg_t *e)
@@ -123,6 +129,7 @@ ch_status ch_farm_worker_loop_(ch_farm_t *f)
                     int32_t ctrl;
                     memcpy(&ctrl, body, sizeof ctrl);
                     if (ctrl == CTRL_KILL) ch_farm_interrupt_local_(f);
+                    if (ctrl == CTRL_DROP) ch_farm_drop_queued_local_(f);
                     if (ctrl == CTRL_FINISH) finished = 1;
                 }
             }
