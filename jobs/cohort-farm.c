@@ -32,6 +32,14 @@ static char **rewrite(int argc, char **argv, int *out_argc)
     return v;
 }
 
+/* The farm's keys, checked before the run directory is made: a bad choice
+ * (--farm.output=all) leaves no farm.dir/cohort.lock behind. */
+static ch_status check_keys(const ch_config_t *c)
+{
+    ch_farm_options_t o;
+    return ch_farm_options_from_config(c, &o);
+}
+
 static int stop_requested(void *job) { return ch_job_stop_local(job, 0) != 0; }
 
 static void show_progress(void *job, int64_t ended, int64_t total, const char *text)
@@ -72,6 +80,7 @@ int main(int argc, char **argv)
     jo.output_dir_key = "farm.dir";
     jo.preemption = 1;
     jo.rewrite_args = rewrite;
+    jo.check_config = check_keys;
     ch_job_t *job;
     int rc = ch_job_init(&jo, argc, argv, &job);
     if (rc != CH_JOB_CONTINUE) return ch_job_finalize(job, rc);

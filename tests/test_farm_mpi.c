@@ -308,6 +308,61 @@ static void test_halt_drops_queued(void **state)
     ch_taskfile_destroy(tf);
 }
 
+/* #23: the progress text leaves the ETA to the progress line
+ * (ch_job_progress prints its own: it was there twice). */
+typedef struct {
+    int calls, midway, eta;
+} progress_rec_t;
+
+static void record_progress(void *arg, int64_t ended, int64_t total, const char *text)
+{
+    progress_rec_t *r = arg;
+    r->calls++;
+    r->midway += ended > 0 && ended < total;
+    r->eta += strstr(text, "ETA") != NULL;
+}
+
+static void test_progress_text(void **state)
+{
+    (void)state;
+    char text[24 * 12 + 1] = "";
+    for (int i = 0; i < 24; i++) strcat(text, "sleep 0.15\n");
+    ch_taskfile_t *tf = tasks_from(text);
+    ch_farm_options_t o;
+    options(&o, tf);
+    o.slots_per_rank = 1;
+    progress_rec_t r = {0, 0, 0};
+    o.progress = record_progress;
+    o.cb_arg = &r;
+    ch_farm_summary_t sum;
+    assert_ch_ok(run_farm(&o, &sum));
+    assert_int_equal(sum.done, 24);
+    if (ch_test_rank() == 0) {
+        assert_true(r.calls >= 2);
+        if (ch_test_world_size() == 1) assert_true(r.midway >= 1); /* 3.6 s: redraws midway */
+        assert_int_equal(r.eta, 0);
+    }
+    ch_taskfile_destroy(tf);
+}
+
+/* #23: the summary's exit codes count a timeout as a timeout (not a signal)
+ * and a task that could not start as spawn-failed. */
+static void test_summary_ends(void **state)
+{
+    (void)state;
+    ch_taskfile_t *tf = tasks_from("sleep 30\nkill -9 $$\n#COHORT CWD /nonexistent-cohort-dir\ntrue\n");
+    ch_farm_options_t o;
+    options(&o, tf);
+    o.timeout = 0.5;
+    ch_farm_summary_t sum;
+    assert_ch_ok(run_farm(&o, &sum));
+    assert_int_equal(sum.timed_out, 1);
+    assert_int_equal(sum.exit_codes[256], 1); /* kill -9 only */
+    assert_int_equal(sum.spawn_failed, 1);
+    assert_int_equal(sum.failed, 3);
+    ch_taskfile_destroy(tf);
+}
+
 static void test_timeout_median(void **state)
 {
     (void)state;
@@ -503,6 +558,8 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_barrier, setup, teardown),
         cmocka_unit_test_setup_teardown(test_halt, setup, teardown),
         cmocka_unit_test_setup_teardown(test_halt_drops_queued, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_progress_text, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_summary_ends, setup, teardown),
         cmocka_unit_test_setup_teardown(test_stop_request_interrupts, setup, teardown),
         cmocka_unit_test_setup_teardown(test_timeout_median, setup, teardown),
         cmocka_unit_test_setup_teardown(test_output_files_only_when_written, setup, teardown),

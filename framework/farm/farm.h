@@ -131,12 +131,14 @@ typedef struct {
     int64_t retried;      /* attempts in this run that were retries */
     int64_t timed_out;    /* attempts in this run killed by the timeout */
     int64_t interrupted;  /* attempts in this run stopped by preemption or halt */
+    int64_t spawn_failed; /* attempts in this run that could not start (spawn-failed) */
     int64_t waited;       /* attempts of an earlier run still running at start, waited for */
     int64_t rerun_lost;   /* open attempts of an earlier run whose processes were gone */
     int stop;             /* CH_FARM_FINISHED / _PREEMPTED / _HALTED */
     int world_size, slots_per_rank;
     double seconds;       /* wall time of the dispatch */
-    int64_t exit_codes[257]; /* attempts ending with exit status c (256: by a signal) */
+    int64_t exit_codes[257]; /* attempts ending with exit status c (256: killed by a
+                                signal, not by the timeout: see timed_out) */
     int64_t slowest_id[CH_FARM_SLOWEST];
     double slowest_s[CH_FARM_SLOWEST];
 } ch_farm_summary_t;

@@ -218,7 +218,8 @@ static void on_result(disp_t *d, const ch_journal_end_t *r)
     d->free_slots[r->rank]++;
     double sec = (double)(r->end_ns - r->start_ns) / 1e9;
     if (r->kind == CH_END_EXIT) s->exit_codes[r->code & 255]++;
-    else if (r->kind == CH_END_SIGNAL || r->kind == CH_END_TIMEOUT) s->exit_codes[256]++;
+    else if (r->kind == CH_END_SIGNAL) s->exit_codes[256]++;
+    else if (r->kind == CH_END_SPAWN_FAILED) s->spawn_failed++;
     add_slowest(s, id, sec);
     if (r->kind == CH_END_EXIT && r->code == 0) {
         d->ended_run++;
@@ -273,12 +274,8 @@ static void progress(disp_t *d, int force, int64_t t0, int64_t *last)
     }
     double el = (double)(now - t0) / 1e9;
     double rate = el > 0 ? (double)d->ended_run / el : 0;
-    char text[160];
-    if (rate > 0 && ended < d->n)
-        snprintf(text, sizeof text, "%.1f tasks/s, ETA %.0f s, %" PRId64 " failed", rate,
-                 (double)(d->n - ended) / rate, failed);
-    else
-        snprintf(text, sizeof text, "%.1f tasks/s, %" PRId64 " failed", rate, failed);
+    char text[160]; /* the ETA is the progress line's own (ch_job_progress) */
+    snprintf(text, sizeof text, "%.1f tasks/s, %" PRId64 " failed", rate, failed);
     o->progress(o->cb_arg, ended, d->n, text);
 }
 
