@@ -372,6 +372,45 @@ static void test_summary_ends(void **state)
     ch_taskfile_destroy(tf);
 }
 
+/* #23: prefetch leaves no slot idle while a task waits behind a running
+ * one. Two long tasks (sleep 1.5) and short ones on 2 slots in all (2 ranks
+ * x 1 slot, or 1 rank x 2): the second long task is queued behind the
+ * first; once the short ones are done the idle slot must get it (before:
+ * both long ones ran back to back on one slot, 3+ s instead of 1.5). */
+static void test_prefetch_balance(void **state)
+{
+    (void)state;
+    int w = ch_test_world_size();
+    ch_taskfile_t *tf = tasks_from("sleep 1.5\nsleep 0.05\nsleep 1.5\nsleep 0.05\nsleep 0.05\n"
+                                   "sleep 0.05\n");
+    ch_farm_options_t o;
+    options(&o, tf);
+    o.slots_per_rank = w == 1 ? 2 : 1;
+    assert_int_equal(o.prefetch, 1); /* the default */
+    double t0 = MPI_Wtime();
+    ch_farm_summary_t sum;
+    assert_ch_ok(run_farm(&o, &sum));
+    double el = MPI_Wtime() - t0;
+    assert_int_equal(sum.done, 6);
+    if (ch_test_rank() == 0) {
+        /* where the long tasks ran: status.tsv columns id, attempt, rank, slot */
+        char path[700], buf[4096];
+        snprintf(path, sizeof path, "%s/status.tsv", dir);
+        farm_read_text(path, 0, buf, sizeof buf);
+        int where[6] = {-1, -1, -1, -1, -1, -1};
+        for (char *line = strchr(buf, '\n'); line && line[1]; line = strchr(line + 1, '\n')) {
+            int id, att, rank, slot;
+            if (sscanf(line + 1, "%d\t%d\t%d\t%d", &id, &att, &rank, &slot) == 4 && id >= 0 && id < 6)
+                where[id] = rank * 16 + slot;
+        }
+        if (where[0] < 0 || where[0] == where[2])
+            fail_msg("both long tasks ran on rank %d slot %d, one after the other (%.2f s)",
+                     where[0] / 16, where[0] % 16, el);
+        if (el > 2.9) fail_msg("the sweep took %.2f s (the long tasks side by side: ~1.6 s)", el);
+    }
+    ch_taskfile_destroy(tf);
+}
+
 /* ---- strangers at rank 0's door (#23 item 9) */
 
 /* Armed on one rank: the farm's connect to rank 0 (this test interposes
@@ -686,6 +725,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_halt_drops_queued, setup, teardown),
         cmocka_unit_test_setup_teardown(test_progress_text, setup, teardown),
         cmocka_unit_test_setup_teardown(test_strangers_refused, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_prefetch_balance, setup, teardown),
         cmocka_unit_test_setup_teardown(test_summary_ends, setup, teardown),
         cmocka_unit_test_setup_teardown(test_stop_request_interrupts, setup, teardown),
         cmocka_unit_test_setup_teardown(test_timeout_median, setup, teardown),
