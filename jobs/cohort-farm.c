@@ -16,6 +16,13 @@
 #include <string.h>
 #include <limits.h>
 
+/* The farm's keys, checked before the run directory is made: a bad choice
+ * (--farm.output=all) leaves no farm.dir/cohort.lock behind. */
+static ch_status check_keys(const ch_config_t *c)
+{
+    ch_farm_options_t o;
+    return ch_farm_options_from_config(c, &o);
+}
 
 static int stop_requested(void *job) { return ch_job_stop_local(job, 0) != 0; }
 
@@ -56,6 +63,7 @@ int main(int argc, char **argv)
     jo.n_tables = 2;
     jo.output_dir_key = "farm.dir";
     jo.preemption = 1;
+    jo.check_config = check_keys;
     ch_job_t *job;
     int rc = ch_job_init(&jo, argc, argv, &job);
     if (rc != CH_JOB_CONTINUE) return ch_job_finalize(job, rc);

@@ -3,7 +3,7 @@
 # exit status, retries, timeouts, resume after completion, bad input (exit
 # 2 naming the file and line).
 . "${COHORT_SRCDIR:-.}/tests/farm_lib.sh"
-echo "1..17"
+echo "1..23"
 
 "$FARM" --help > "$tmp/help" 2>&1
 check "--help exits 0 and lists the farm keys from the key table" \
@@ -41,6 +41,8 @@ farm 2 "$d/run" --tasks "$d/tasks" --farm.timeout=0.5 --farm.kill_after=0.5; rc=
 el=$(($(date +%s) - t0))
 check "farm.timeout: TERM, then KILL for a task that ignores TERM; exit 1 in ${el} s" \
   sh -c "[ $rc = 1 ] && [ $el -lt 20 ] && [ \$(awk -F'\t' '\$9 == \"timeout\"' '$d/run/status.tsv' | wc -l) = 2 ]"
+check "the summary counts the timeouts as timeouts, not signals" \
+  sh -c "grep -q '^  exit codes: timeout x2\$' '$d/run.log'"
 
 # bad input: exit 2 before any task runs, the message names the file (and line)
 expect_bad() {
@@ -58,6 +60,29 @@ expect_bad "a task file that does not exist" "task file $tmp/nonexistent" --task
 expect_bad "an empty task file" "$tmp/empty: no tasks" --tasks "$tmp/empty"
 printf 'true\n#COHORT PERFIX x\n' > "$tmp/typo"
 expect_bad "an unknown directive names file and line" "$tmp/typo:2: unknown directive" --tasks "$tmp/typo"
+# #23: limits and directive look-alikes are refused at parse time (exit 2, FILE:LINE)
+printf 'true\n#COHORT REPEAT 99999999999 echo x\n' > "$tmp/huge"
+expect_bad "a REPEAT beyond the task limit names file and line (was 11.6 GB, OOM)" \
+  "$tmp/huge:2: #COHORT REPEAT 99999999999: more than the farm's limit of 10000000 tasks" --tasks "$tmp/huge"
+{ echo true; printf '#COHORT PREFIX : \ntrue #%0131064d\n' 0; } > "$tmp/long"
+expect_bad "a command over MAX_ARG_STRLEN (after PREFIX) names file, line and the limit" \
+  "$tmp/long:3: the task's command (after PREFIX and SUFFIX) is 131072 bytes, more than the kernel's limit of 131071" \
+  --tasks "$tmp/long"
+printf 'true\n#cohort prefix echo\n' > "$tmp/lower"
+expect_bad "a lowercase #cohort line is an error, not a comment" "$tmp/lower:2: '#cohort' is not a directive" \
+  --tasks "$tmp/lower"
+# #23: a bad farm.* choice is a config error (no "task file:" prefix) found
+# before the run directory is made (no farm.dir/cohort.lock left behind)
+d=$tmp/badkey; mkdir -p "$d"
+farm 2 "$d/run" --tasks "$tmp/np2/tasks" --farm.output=all; rc=$?
+check "a bad farm.output: exit 2, one config error, no farm.dir or cohort.lock made (exit $rc)" \
+  sh -c "[ $rc = 2 ] && grep -q \"farm.output = 'all' is not one of: files, merged, none\" '$d/run.log' && \
+         ! grep -q 'task file:' '$d/run.log' && [ ! -e '$d/run' ]"
+: > "$d/afile"
+farm 2 "$d/afile" --tasks "$tmp/np2/tasks"; rc=$?
+check "farm.dir a file: exit 2, the message names farm.dir, not a checkpoint directory (exit $rc)" \
+  sh -c "[ $rc = 2 ] && grep -q \"farm.dir: '$d/afile' is not a directory\" '$d/afile.log' && \
+         ! grep -q 'checkpoint' '$d/afile.log'"
 echo "true" > "$tmp/other"
 farm 2 "$tmp/np2/run" --tasks "$tmp/other" --resume; rc=$?
 check "a journal of another task list: exit 2 naming the journal file" \

@@ -1,12 +1,21 @@
 /* Tests of the task farm over MPI ranks (framework/farm/farm.h): every task
  * runs exactly once, retries, timeouts, barriers, halts, resume, outputs.
  * Runs at 1, 2 and 4 ranks (tests.am: -np2.mpi / -np4.mpi). */
+#define _GNU_SOURCE /* dladdr */
 #include "tests/farm_testutil.h"
 
 #include "framework/farm/farm.h"
 
+#include <arpa/inet.h>
+#include <dlfcn.h>
+#include <errno.h>
+#include <ifaddrs.h>
 #include <inttypes.h>
 #include <mpi.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -281,6 +290,244 @@ static void test_halt(void **state)
     ch_taskfile_destroy(tf);
 }
 
+/* #23: a halt hands back what the slots hold queued (farm.prefetch): no task
+ * starts after the halt decision. Task 0 fails at once; the others sleep.
+ * Every slot of every rank gets one running and one queued task; the one
+ * queued behind task 0 starts before rank 0 hears of the failure; every
+ * other queued task comes back unstarted (before: they ran after the halt). */
+static void test_halt_drops_queued(void **state)
+{
+    (void)state;
+    int w = ch_test_world_size(), n = 4 * w + 4;
+    char text[40 * 24] = "false\n";
+    for (int i = 1; i < n; i++) strcat(text, "sleep 1\n");
+    ch_taskfile_t *tf = tasks_from(text);
+    ch_farm_options_t o;
+    options(&o, tf);
+    o.halt_after = 1;
+    ch_farm_summary_t sum;
+    assert_ch_ok(run_farm(&o, &sum));
+    assert_int_equal(sum.stop, CH_FARM_HALTED);
+    if (sum.attempts != 2 * w + 1)
+        fail_msg("%" PRId64 " attempts after a halt at the first failure, wanted %d (the %d running "
+                 "and the one queued behind the failed task)", sum.attempts, 2 * w + 1, 2 * w);
+    assert_int_equal(sum.failed, 1);
+    assert_int_equal(sum.done, 2 * w);
+    assert_int_equal(sum.not_run, n - 2 * w - 1);
+    ch_taskfile_destroy(tf);
+}
+
+/* #23: the progress text leaves the ETA to the progress line
+ * (ch_job_progress prints its own: it was there twice). */
+typedef struct {
+    int calls, midway, eta;
+} progress_rec_t;
+
+static void record_progress(void *arg, int64_t ended, int64_t total, const char *text)
+{
+    progress_rec_t *r = arg;
+    r->calls++;
+    r->midway += ended > 0 && ended < total;
+    r->eta += strstr(text, "ETA") != NULL;
+}
+
+static void test_progress_text(void **state)
+{
+    (void)state;
+    char text[24 * 12 + 1] = "";
+    for (int i = 0; i < 24; i++) strcat(text, "sleep 0.15\n");
+    ch_taskfile_t *tf = tasks_from(text);
+    ch_farm_options_t o;
+    options(&o, tf);
+    o.slots_per_rank = 1;
+    progress_rec_t r = {0, 0, 0};
+    o.progress = record_progress;
+    o.cb_arg = &r;
+    ch_farm_summary_t sum;
+    assert_ch_ok(run_farm(&o, &sum));
+    assert_int_equal(sum.done, 24);
+    if (ch_test_rank() == 0) {
+        assert_true(r.calls >= 2);
+        if (ch_test_world_size() == 1) assert_true(r.midway >= 1); /* 3.6 s: redraws midway */
+        assert_int_equal(r.eta, 0);
+    }
+    ch_taskfile_destroy(tf);
+}
+
+/* #23: the summary's exit codes count a timeout as a timeout (not a signal)
+ * and a task that could not start as spawn-failed. */
+static void test_summary_ends(void **state)
+{
+    (void)state;
+    ch_taskfile_t *tf = tasks_from("sleep 30\nkill -9 $$\n#COHORT CWD /nonexistent-cohort-dir\ntrue\n");
+    ch_farm_options_t o;
+    options(&o, tf);
+    o.timeout = 0.5;
+    ch_farm_summary_t sum;
+    assert_ch_ok(run_farm(&o, &sum));
+    assert_int_equal(sum.timed_out, 1);
+    assert_int_equal(sum.exit_codes[256], 1); /* kill -9 only */
+    assert_int_equal(sum.spawn_failed, 1);
+    assert_int_equal(sum.failed, 3);
+    ch_taskfile_destroy(tf);
+}
+
+/* #23: prefetch leaves no slot idle while a task waits behind a running
+ * one. Two long tasks (sleep 1.5) and short ones on 2 slots in all (2 ranks
+ * x 1 slot, or 1 rank x 2): the second long task is queued behind the
+ * first; once the short ones are done the idle slot must get it (before:
+ * both long ones ran back to back on one slot, 3+ s instead of 1.5). */
+static void test_prefetch_balance(void **state)
+{
+    (void)state;
+    int w = ch_test_world_size();
+    ch_taskfile_t *tf = tasks_from("sleep 1.5\nsleep 0.05\nsleep 1.5\nsleep 0.05\nsleep 0.05\n"
+                                   "sleep 0.05\n");
+    ch_farm_options_t o;
+    options(&o, tf);
+    o.slots_per_rank = w == 1 ? 2 : 1;
+    assert_int_equal(o.prefetch, 1); /* the default */
+    double t0 = MPI_Wtime();
+    ch_farm_summary_t sum;
+    assert_ch_ok(run_farm(&o, &sum));
+    double el = MPI_Wtime() - t0;
+    assert_int_equal(sum.done, 6);
+    if (ch_test_rank() == 0) {
+        /* where the long tasks ran: status.tsv columns id, attempt, rank, slot */
+        char path[700], buf[4096];
+        snprintf(path, sizeof path, "%s/status.tsv", dir);
+        farm_read_text(path, 0, buf, sizeof buf);
+        int where[6] = {-1, -1, -1, -1, -1, -1};
+        for (char *line = strchr(buf, '\n'); line && line[1]; line = strchr(line + 1, '\n')) {
+            int id, att, rank, slot;
+            if (sscanf(line + 1, "%d\t%d\t%d\t%d", &id, &att, &rank, &slot) == 4 && id >= 0 && id < 6)
+                where[id] = rank * 16 + slot;
+        }
+        if (where[0] < 0 || where[0] == where[2])
+            fail_msg("both long tasks ran on rank %d slot %d, one after the other (%.2f s)",
+                     where[0] / 16, where[0] % 16, el);
+        if (el > 2.9) fail_msg("the sweep took %.2f s (the long tasks side by side: ~1.6 s)", el);
+    }
+    ch_taskfile_destroy(tf);
+}
+
+/* ---- strangers at rank 0's door (#23 item 9) */
+
+/* Armed on one rank: the farm's connect to rank 0 (this test interposes
+ * connect(2); only a call from the farm's code counts) is preceded by
+ * three strangers' connections to the same address and port: one sends
+ * garbage, one nothing, one a hello with rank 1 and a wrong secret; and by
+ * a probe of the same port on the host's first address that is not
+ * loopback (rank 0 should listen on loopback only: every rank is on its host). */
+static int stranger_armed;
+static int stranger_fd[3] = {-1, -1, -1};
+static int outside_probe = -1; /* -1 not tried, 0 refused, 1 connected */
+static char farm_addr[INET6_ADDRSTRLEN];
+
+static int raw_connect(int fd, const struct sockaddr *a, socklen_t l)
+{
+    return (int)syscall(SYS_connect, fd, a, l);
+}
+
+static int stranger(const struct sockaddr *a, socklen_t l, const void *msg, size_t n)
+{
+    int fd = socket(a->sa_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) return -1;
+    if (raw_connect(fd, a, l) != 0) {
+        close(fd);
+        return -1;
+    }
+    if (n) (void)send(fd, msg, n, MSG_NOSIGNAL);
+    return fd;
+}
+
+static void probe_outside(const struct sockaddr *a)
+{
+    struct ifaddrs *ifs = NULL;
+    if (getifaddrs(&ifs) != 0) return;
+    int port = ntohs(a->sa_family == AF_INET ? ((const struct sockaddr_in *)(const void *)a)->sin_port
+                                             : ((const struct sockaddr_in6 *)(const void *)a)->sin6_port);
+    for (struct ifaddrs *i = ifs; i; i = i->ifa_next) {
+        if (!i->ifa_addr || i->ifa_addr->sa_family != AF_INET) continue;
+        struct sockaddr_in o = *(struct sockaddr_in *)(void *)i->ifa_addr;
+        if ((ntohl(o.sin_addr.s_addr) >> 24) == 127) continue;
+        o.sin_port = htons((uint16_t)port);
+        int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (fd < 0) break;
+        outside_probe = raw_connect(fd, (struct sockaddr *)&o, sizeof o) == 0;
+        close(fd);
+        break;
+    }
+    freeifaddrs(ifs);
+}
+
+int connect(int fd, const struct sockaddr *a, socklen_t l);
+int connect(int fd, const struct sockaddr *a, socklen_t l)
+{
+    Dl_info info;
+    if (stranger_armed && (a->sa_family == AF_INET || a->sa_family == AF_INET6) &&
+        dladdr(__builtin_return_address(0), &info) && info.dli_sname &&
+        strncmp(info.dli_sname, "ch_farm", 7) == 0) {
+        stranger_armed = 0;
+        if (a->sa_family == AF_INET)
+            inet_ntop(AF_INET, &((const struct sockaddr_in *)(const void *)a)->sin_addr, farm_addr,
+                      sizeof farm_addr);
+        else
+            inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)(const void *)a)->sin6_addr, farm_addr,
+                      sizeof farm_addr);
+        static const char junk[] = "GET / HTTP/1.0\r\nHost: farm\r\n\r\n0123456789abcdef0123456789";
+        stranger_fd[0] = stranger(a, l, junk, sizeof junk - 1);
+        stranger_fd[1] = stranger(a, l, NULL, 0);
+        int32_t hello[10] = {0x4d524643, 1}; /* the right form, a wrong (zero) secret */
+        stranger_fd[2] = stranger(a, l, hello, sizeof hello);
+        probe_outside(a);
+    }
+    return raw_connect(fd, a, l);
+}
+
+/* 1 when rank 0 closed the stranger's connection (within 15 s). */
+static int closed_by_peer(int fd)
+{
+    struct pollfd p = {fd, POLLIN, 0};
+    if (poll(&p, 1, 15000) != 1) return 0;
+    char b[64];
+    ssize_t r = recv(fd, b, sizeof b, 0);
+    return r == 0 || (r < 0 && errno == ECONNRESET);
+}
+
+static void test_strangers_refused(void **state)
+{
+    (void)state;
+    int n = 40;
+    char *text = id_tasks(n, "");
+    ch_taskfile_t *tf = tasks_from(text);
+    free(text);
+    ch_farm_options_t o;
+    options(&o, tf);
+    stranger_armed = ch_test_rank() == 1;
+    ch_farm_summary_t sum;
+    assert_ch_ok(run_farm(&o, &sum));
+    assert_int_equal(sum.done, n);
+    if (ch_test_rank() == 0) {
+        int counts[40];
+        count_ids(n, counts);
+        for (int i = 0; i < n; i++)
+            if (counts[i] != 1) fail_msg("task %d ran %d times", i, counts[i]);
+    }
+    if (ch_test_rank() == 1) {
+        assert_int_equal(stranger_armed, 0); /* the farm did connect through connect(2) */
+        assert_string_equal(farm_addr, "127.0.0.1");
+        for (int i = 0; i < 3; i++) {
+            if (stranger_fd[i] < 0) fail_msg("stranger %d could not connect", i);
+            if (!closed_by_peer(stranger_fd[i])) fail_msg("stranger %d was not shown the door", i);
+            close(stranger_fd[i]);
+            stranger_fd[i] = -1;
+        }
+        if (outside_probe == 1) fail_msg("rank 0 took a connection on a non-loopback address");
+    }
+    ch_taskfile_destroy(tf);
+}
+
 static void test_timeout_median(void **state)
 {
     (void)state;
@@ -475,6 +722,11 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_timeout, setup, teardown),
         cmocka_unit_test_setup_teardown(test_barrier, setup, teardown),
         cmocka_unit_test_setup_teardown(test_halt, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_halt_drops_queued, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_progress_text, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_strangers_refused, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_prefetch_balance, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_summary_ends, setup, teardown),
         cmocka_unit_test_setup_teardown(test_stop_request_interrupts, setup, teardown),
         cmocka_unit_test_setup_teardown(test_timeout_median, setup, teardown),
         cmocka_unit_test_setup_teardown(test_output_files_only_when_written, setup, teardown),

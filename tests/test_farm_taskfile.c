@@ -147,6 +147,67 @@ static void test_errors(void **state)
                     "bin:2: NUL byte");
 }
 
+/* #23: a REPEAT count or a task list beyond the limit is refused while
+ * parsing, before any task is built (99999999999 tasks took 11.6 GB). */
+static void test_task_limit(void **state)
+{
+    (void)state;
+    expect_error("#COHORT REPEAT 99999999999 echo x\n",
+                 "tasks.txt:1: #COHORT REPEAT 99999999999: more than the farm's limit of 10000000 tasks");
+    char text[128];
+    snprintf(text, sizeof text, "a\nb\n#COHORT REPEAT %d x\n", CH_TASKFILE_MAX_TASKS - 1);
+    expect_error(text, "tasks.txt:3: #COHORT REPEAT 9999999: more than the farm's limit");
+    expect_error("#COHORT REPEAT 9223372036854775807\n", "tasks.txt:1: #COHORT REPEAT");
+}
+
+/* #23: a command longer than one execve argument may be (MAX_ARG_STRLEN,
+ * 128 KiB with its NUL) is refused at parse time, PREFIX and SUFFIX counted. */
+static void test_command_limit(void **state)
+{
+    (void)state;
+    size_t n = CH_TASKFILE_MAX_COMMAND;
+    char *text = malloc(n + 64);
+    assert_non_null(text);
+    memset(text, 'x', n);
+    strcpy(text + n, "\n");
+    ch_taskfile_t *tf = parse(text); /* exactly at the limit */
+    assert_int_equal(strlen(ch_taskfile_task(tf, 0)->command), n);
+    ch_taskfile_destroy(tf);
+    strcpy(text + n, "y\n");
+    expect_error(text, "tasks.txt:1: the task's command (after PREFIX and SUFFIX) is 131072 bytes, "
+                       "more than the kernel's limit of 131071 bytes");
+    /* PREFIX + line at the limit + SUFFIX: the full command counts */
+    const char *head = "echo\n#COHORT PREFIX a\n";
+    size_t hl = strlen(head);
+    memmove(text + hl, text, n);
+    memcpy(text, head, hl);
+    strcpy(text + hl + n, "\n");
+    expect_error(text, "tasks.txt:3: the task's command (after PREFIX and SUFFIX) is 131072 bytes");
+    strcpy(text, "#COHORT SUFFIX ");
+    memset(text + 15, 'x', n);
+    strcpy(text + 15 + n, "\n#COHORT REPEAT 2 y\n");
+    expect_error(text, "tasks.txt:2: the task's command (after PREFIX and SUFFIX) is 131072 bytes");
+    free(text);
+}
+
+/* #23: "#COHORTX" and "#cohort prefix" were silent comments. */
+static void test_directive_case(void **state)
+{
+    (void)state;
+    expect_error("a\n#COHORTX PREFIX x\n", "tasks.txt:2: '#COHORTX' is not a directive");
+    expect_error("#cohort prefix x\na\n", "tasks.txt:1: '#cohort' is not a directive");
+    expect_error("a\n  #Cohort\n", "tasks.txt:2: '#Cohort' is not a directive");
+    expect_error("#cohorts of patients\na\n", "tasks.txt:1: '#cohorts' is not a directive");
+    expect_error("#COHORT prefix x\na\n",
+                 "tasks.txt:1: unknown directive '#COHORT prefix': directive names are upper case "
+                 "('#COHORT PREFIX')");
+    /* other comments stay comments */
+    ch_taskfile_t *tf = parse("# COHORT PREFIX x\n#cohor\n#\n#!/bin/sh\na\n");
+    assert_int_equal(ch_taskfile_count(tf), 1);
+    assert_string_equal(ch_taskfile_task(tf, 0)->command, "a");
+    ch_taskfile_destroy(tf);
+}
+
 static void test_load_file(void **state)
 {
     (void)state;
@@ -173,7 +234,8 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_plain_lines),     cmocka_unit_test(test_prefix_suffix),
         cmocka_unit_test(test_repeat),          cmocka_unit_test(test_barrier_cwd_env),
         cmocka_unit_test(test_checksum),        cmocka_unit_test(test_errors),
-        cmocka_unit_test(test_load_file),
+        cmocka_unit_test(test_load_file),       cmocka_unit_test(test_task_limit),
+        cmocka_unit_test(test_command_limit),   cmocka_unit_test(test_directive_case),
     };
     return ch_test_main(argc, argv, tests, sizeof tests / sizeof tests[0]);
 }

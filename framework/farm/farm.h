@@ -12,7 +12,9 @@
  *
  * Transport. MPI carries the setup and the final summary; during the
  * dispatch rank 0 and each worker rank talk over one TCP stream (rank 0
- * listens on a port of its host, told to the others by MPI_Bcast), because
+ * listens on a port of its host, loopback when every rank is there; the
+ * address, port and a random secret each worker must send first are told
+ * by MPI_Bcast, and a connection without the secret is refused), because
  * a blocking MPI receive spins a core in MPICH (ch4) and Open MPI, which on
  * a node full of tasks takes the core from them (measured: 60 tasks/s of
  * `true` with blocking MPI receives against 700 by bare posix_spawn on our
@@ -69,7 +71,9 @@ typedef struct {
                                    signal srun passes to every process), 0: none */
     int prefetch;               /* tasks queued at each slot behind its running one
                                    (0..CH_SUP_QUEUE): the next starts without a round
-                                   trip to rank 0; only once every slot is busy */
+                                   trip to rank 0; only once every slot is busy, and
+                                   taken back for a slot that goes idle with nothing
+                                   else to start; handed back at a halt or stop */
     ch_farm_output output;
     ch_journal_sync sync;
     int retries;                /* extra attempts after a failed one (>= 0) */
@@ -131,12 +135,14 @@ typedef struct {
     int64_t retried;      /* attempts in this run that were retries */
     int64_t timed_out;    /* attempts in this run killed by the timeout */
     int64_t interrupted;  /* attempts in this run stopped by preemption or halt */
+    int64_t spawn_failed; /* attempts in this run that could not start (spawn-failed) */
     int64_t waited;       /* attempts of an earlier run still running at start, waited for */
     int64_t rerun_lost;   /* open attempts of an earlier run whose processes were gone */
     int stop;             /* CH_FARM_FINISHED / _PREEMPTED / _HALTED */
     int world_size, slots_per_rank;
     double seconds;       /* wall time of the dispatch */
-    int64_t exit_codes[257]; /* attempts ending with exit status c (256: by a signal) */
+    int64_t exit_codes[257]; /* attempts ending with exit status c (256: killed by a
+                                signal, not by the timeout: see timed_out) */
     int64_t slowest_id[CH_FARM_SLOWEST];
     double slowest_s[CH_FARM_SLOWEST];
 } ch_farm_summary_t;

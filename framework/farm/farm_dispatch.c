@@ -34,7 +34,9 @@ typedef struct {
     int64_t cursor;
     retry_t *retry;
     int64_t n_retry;
-    int *free_slots;
+    int *held;                 /* [w * slots + k]: tasks slot k of rank w holds (0..depth) */
+    unsigned char *reclaiming; /* [w * slots + k]: asked to hand back its queue, no answer yet */
+    unsigned char *gone;       /* [w]: rank w's stream ended */
     int64_t in_flight, final_failed_run, ended_run;
     double *dur;
     int64_t n_dur, dur_cap;
@@ -128,7 +130,7 @@ static void lost_rank(disp_t *d, int w)
             lost++;
         }
     d->in_flight -= lost;
-    d->free_slots[w] = 0;
+    d->gone[w] = 1;
     error_msg_t e = {.id = -1};
     snprintf(e.msg, sizeof e.msg, "rank %d is gone (its stream to rank 0 ended) with %" PRId64
              " running tasks: their supervisors finish and record them; the farm stops, "
@@ -136,25 +138,50 @@ static void lost_rank(disp_t *d, int w)
     on_error(d, &e);
 }
 
-/* Fill free capacity: first every idle slot of every rank (so that a few
- * tasks spread over the ranks), then the prefetch queues. */
+static int *held_at(disp_t *d, int w, int k) { return &d->held[w * d->f->slots + k]; }
+
+/* Ask slot k of rank w to hand back its queued tasks (they come back as
+ * unstarted results and go to the idle slots). */
+static void reclaim(disp_t *d, int w, int k)
+{
+    ch_farm_t *f = d->f;
+    d->reclaiming[w * f->slots + k] = 1;
+    if (w == 0) {
+        ch_farm_drop_queued_local_(f, k);
+        return;
+    }
+    int32_t c[2] = {CTRL_DROP_SLOT, k};
+    if (ch_farm_write_frame_(f->conns[w].fd, MSG_CTRL, c, sizeof c)) lost_rank(d, w);
+}
+
+/* Fill free capacity level by level: first every idle slot of every rank
+ * (so that a few tasks spread over the ranks), then one queued task per
+ * busy slot (farm.prefetch), and so on: a task is queued behind a running
+ * one only when no slot anywhere is idle. When idle slots stay idle because
+ * nothing is left to start, the tasks queued behind running ones are
+ * reclaimed for them (the tail of a run, a barrier, a retry's backoff):
+ * prefetch never leaves a task waiting while a slot idles. */
 static void dispatch(disp_t *d, assign_t *buf)
 {
     ch_farm_t *f = d->f;
     int64_t now = ch_farm_mono_ns_();
-    int cap = f->slots * f->depth;
-    for (int pass = 0; pass < 2; pass++) {
-        for (int w = 0; w < f->size; w++) {
+    int starved = 0;
+    for (int level = 0; level < f->depth && !starved; level++) {
+        for (int w = 0; w < f->size && !starved; w++) {
+            if (d->gone[w]) continue;
             int n = 0;
-            int floor = pass == 0 ? cap - f->slots : 0; /* pass 0: leave the queues empty */
-            while (d->free_slots[w] > floor) {
+            for (int k = 0; k < f->slots; k++) {
+                if (*held_at(d, w, k) > level) continue;
                 int64_t id = next_task(d, now);
-                if (id < 0) break;
+                if (id < 0) {
+                    starved = 1;
+                    break;
+                }
                 d->state[id] = T_RUNNING;
                 d->where[id] = w;
                 if (d->failures[id] > 0) d->sum->retried++;
-                buf[n++] = (assign_t){id, ++d->attempt[id], 0, task_timeout(d)};
-                d->free_slots[w]--;
+                buf[n++] = (assign_t){id, ++d->attempt[id], k, task_timeout(d)};
+                (*held_at(d, w, k))++;
                 d->in_flight++;
                 d->sum->attempts++;
             }
@@ -168,6 +195,16 @@ static void dispatch(disp_t *d, assign_t *buf)
             }
         }
     }
+    if (!starved) return;
+    int idle = 0;
+    for (int w = 0; w < f->size; w++)
+        for (int k = 0; !d->gone[w] && k < f->slots; k++) idle += *held_at(d, w, k) == 0;
+    for (int w = 0; idle > 0 && w < f->size; w++)
+        for (int k = 0; idle > 0 && !d->gone[w] && k < f->slots; k++)
+            if (*held_at(d, w, k) > 1 && !d->reclaiming[w * f->slots + k]) {
+                idle -= *held_at(d, w, k) - 1;
+                reclaim(d, w, k);
+            }
 }
 
 static void broadcast_ctrl(disp_t *d, int ctrl)
@@ -176,6 +213,7 @@ static void broadcast_ctrl(disp_t *d, int ctrl)
     for (int w = 1; w < d->f->size; w++)
         if (d->f->conns[w].fd >= 0) (void)ch_farm_write_frame_(d->f->conns[w].fd, MSG_CTRL, &c, sizeof c);
     if (ctrl == CTRL_KILL) ch_farm_interrupt_local_(d->f);
+    if (ctrl == CTRL_DROP) ch_farm_drop_queued_local_(d->f, -1);
 }
 
 static void add_slowest(ch_farm_summary_t *s, int64_t id, double sec)
@@ -203,7 +241,19 @@ static void halt(disp_t *d)
     if (d->f->o.halt_now && !d->killed) {
         d->killed = 1;
         broadcast_ctrl(d, CTRL_KILL);
+    } else if (!d->killed) {
+        broadcast_ctrl(d, CTRL_DROP); /* the prefetched tasks come back unstarted */
     }
+}
+
+/* An attempt ended or came back: its slot holds one task less. */
+static void slot_freed(disp_t *d, const ch_journal_end_t *r)
+{
+    ch_farm_t *f = d->f;
+    int w = d->where[r->id], k = r->slot;
+    if (k < 0 || k >= f->slots) return;
+    if (*held_at(d, w, k) > 0) (*held_at(d, w, k))--;
+    d->reclaiming[w * f->slots + k] = 0;
 }
 
 static void on_result(disp_t *d, const ch_journal_end_t *r)
@@ -212,10 +262,11 @@ static void on_result(disp_t *d, const ch_journal_end_t *r)
     const ch_farm_options_t *o = &d->f->o;
     int64_t id = r->id;
     d->in_flight--;
-    d->free_slots[r->rank]++;
+    slot_freed(d, r);
     double sec = (double)(r->end_ns - r->start_ns) / 1e9;
     if (r->kind == CH_END_EXIT) s->exit_codes[r->code & 255]++;
-    else if (r->kind == CH_END_SIGNAL || r->kind == CH_END_TIMEOUT) s->exit_codes[256]++;
+    else if (r->kind == CH_END_SIGNAL) s->exit_codes[256]++;
+    else if (r->kind == CH_END_SPAWN_FAILED) s->spawn_failed++;
     add_slowest(s, id, sec);
     if (r->kind == CH_END_EXIT && r->code == 0) {
         d->ended_run++;
@@ -270,12 +321,8 @@ static void progress(disp_t *d, int force, int64_t t0, int64_t *last)
     }
     double el = (double)(now - t0) / 1e9;
     double rate = el > 0 ? (double)d->ended_run / el : 0;
-    char text[160];
-    if (rate > 0 && ended < d->n)
-        snprintf(text, sizeof text, "%.1f tasks/s, ETA %.0f s, %" PRId64 " failed", rate,
-                 (double)(d->n - ended) / rate, failed);
-    else
-        snprintf(text, sizeof text, "%.1f tasks/s, %" PRId64 " failed", rate, failed);
+    char text[160]; /* the ETA is the progress line's own (ch_job_progress) */
+    snprintf(text, sizeof text, "%.1f tasks/s, %" PRId64 " failed", rate, failed);
     o->progress(o->cb_arg, ended, d->n, text);
 }
 
@@ -287,7 +334,7 @@ static int handle(disp_t *d, const result_t *res)
     if (r->id < 0 || r->id >= d->n || d->state[r->id] != T_RUNNING) return 0;
     if (!res->started) { /* handed back unstarted (a stop): as if never dispatched */
         d->in_flight--;
-        d->free_slots[d->where[r->id]]++;
+        slot_freed(d, r);
         d->attempt[r->id]--;
         d->sum->attempts--;
         if (d->failures[r->id] > 0) d->sum->retried--;
@@ -314,19 +361,21 @@ ch_status ch_farm_dispatcher_(ch_farm_t *f, ch_farm_summary_t *sum)
     d.failures = calloc((size_t)d.n, sizeof(int));
     d.unresolved = calloc((size_t)d.n_epochs, sizeof(int64_t));
     d.retry = calloc((size_t)d.n, sizeof(retry_t));
-    d.free_slots = calloc((size_t)f->size, sizeof(int));
+    d.held = calloc((size_t)f->size * (size_t)f->slots, sizeof(int));
+    d.reclaiming = calloc((size_t)f->size * (size_t)f->slots, 1);
+    d.gone = calloc((size_t)f->size, 1);
     struct pollfd *pfd = calloc((size_t)(f->slots + f->size), sizeof *pfd);
     result_t *res = calloc((size_t)f->slots * (CH_SUP_QUEUE + 1), sizeof *res);
     assign_t *abuf = malloc(sizeof *abuf * (size_t)f->slots * (size_t)f->depth);
     ch_status st = CH_OK;
-    if (!d.state || !d.where || !d.attempt || !d.failures || !d.unresolved || !d.retry || !d.free_slots ||
+    if (!d.state || !d.where || !d.attempt || !d.failures || !d.unresolved || !d.retry || !d.held ||
+        !d.reclaiming || !d.gone ||
         !pfd || !res || !abuf) {
         st = CH_ERROR(CH_ERR_NOMEM, "out of memory for %" PRId64 " tasks", d.n);
         d.error = 1;
         snprintf(d.error_msg, sizeof d.error_msg, "%s", ch_error_message());
         goto finish;
     }
-    for (int w = 0; w < f->size; w++) d.free_slots[w] = f->slots * f->depth;
     for (int64_t i = 0; i < d.n; i++) d.unresolved[ch_taskfile_task(o->tasks, i)->barrier]++;
     /* the journal of earlier runs */
     for (int64_t i = 0; i < d.n; i++) {
@@ -421,6 +470,7 @@ ch_status ch_farm_dispatcher_(ch_farm_t *f, ch_farm_summary_t *sum)
                 d.grace_deadline = ch_farm_mono_ns_() + (int64_t)(o->preempt_grace * 1e9);
                 ch_log_warn("stop requested: no new tasks start; %" PRId64 " running tasks get "
                             "%.0f s to finish", d.in_flight, o->preempt_grace);
+                if (!d.killed) broadcast_ctrl(&d, CTRL_DROP); /* the queued ones do not start */
             }
             if (d.stopping && !d.killed && d.in_flight > 0 && ch_farm_mono_ns_() >= d.grace_deadline) {
                 ch_log_warn("grace time over: stopping %" PRId64 " running tasks (recorded as "
@@ -446,7 +496,9 @@ finish:
     free(d.failures);
     free(d.unresolved);
     free(d.retry);
-    free(d.free_slots);
+    free(d.held);
+    free(d.reclaiming);
+    free(d.gone);
     free(d.dur);
     free(pfd);
     free(res);

@@ -28,7 +28,9 @@ extern "C" {
 
 /* Frames on the rank-0 <-> worker streams: a header, then len bytes. */
 enum { MSG_RESULT = 1, MSG_ERROR = 2, MSG_ASSIGN = 3, MSG_CTRL = 4 };
-enum { CTRL_FINISH = 1, CTRL_KILL = 2 };
+/* CTRL frames: one int32; CTRL_DROP_SLOT is followed by an int32 slot.
+ * DROP: every slot hands back its queued tasks; DROP_SLOT: that slot does. */
+enum { CTRL_FINISH = 1, CTRL_KILL = 2, CTRL_DROP = 3, CTRL_DROP_SLOT = 4 };
 typedef struct {
     uint32_t type, len;
 } frame_t;
@@ -36,7 +38,7 @@ typedef struct {
 typedef struct {
     int64_t id;
     int32_t attempt;
-    int32_t pad;
+    int32_t slot; /* the slot rank 0 chose (the least loaded live one if that is dead) */
     double timeout;
 } assign_t;
 
@@ -108,6 +110,9 @@ ch_status ch_farm_connect_ranks_(ch_farm_t *f);
 void ch_farm_run_local_(ch_farm_t *f, const assign_t *a, int n, error_msg_t *e);
 /* Interrupt the running tasks of this rank's live slots. */
 void ch_farm_interrupt_local_(ch_farm_t *f);
+/* Have this rank's live slots (slot < 0: all; else that one) hand back
+ * their queued (prefetched) tasks. */
+void ch_farm_drop_queued_local_(ch_farm_t *f, int slot);
 /* Read what the supervisors whose fds are ready in p[0..slots) say: ended
  * attempts into res (returns their count); a failure into *e. */
 int ch_farm_collect_(ch_farm_t *f, const struct pollfd *p, result_t *res, error_msg_t *e);

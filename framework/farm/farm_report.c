@@ -102,6 +102,15 @@ void ch_farm_print_summary(const ch_farm_t *f, const ch_farm_summary_t *s, FILE 
         if (c == 256) fprintf(out, " signal x%" PRId64, s->exit_codes[c]);
         else fprintf(out, " %d x%" PRId64, c, s->exit_codes[c]);
     }
+    /* every ended attempt once: exit codes, signals, then the farm's own ends */
+    const int64_t own[2] = {s->timed_out, s->spawn_failed};
+    static const char *const own_name[2] = {"timeout", "spawn-failed"};
+    for (int k = 0; k < 2; k++) {
+        if (!own[k]) continue;
+        if (!any) fprintf(out, "  exit codes:");
+        any = 1;
+        fprintf(out, " %s x%" PRId64, own_name[k], own[k]);
+    }
     if (any) fprintf(out, "\n");
     if (s->slowest_id[0] >= 0) {
         fprintf(out, "  slowest:");

@@ -17,11 +17,14 @@
 void ch_farm_run_local_(ch_farm_t *f, const assign_t *a, int n, error_msg_t *e)
 {
     for (int i = 0; i < n; i++) {
-        int k = f->slots; /* the least loaded live slot with room */
-        for (int j = 0; j < f->slots; j++)
-            if (!f->slot_dead[j] && f->slot_busy[j] < f->depth &&
-                (k == f->slots || f->slot_busy[j] < f->slot_busy[k]))
-                k = j;
+        int k = a[i].slot; /* rank 0's choice, else the least loaded live slot with room */
+        if (k < 0 || k >= f->slots || f->slot_dead[k] || f->slot_busy[k] >= f->depth) {
+            k = f->slots;
+            for (int j = 0; j < f->slots; j++)
+                if (!f->slot_dead[j] && f->slot_busy[j] < f->depth &&
+                    (k == f->slots || f->slot_busy[j] < f->slot_busy[k]))
+                    k = j;
+        }
         ch_status s = k < f->slots ? ch_supervisor_run(f->sup[k], a[i].id, a[i].attempt, a[i].timeout)
                                    : CH_ERROR(CH_ERR_INTERNAL, "no free slot for task %" PRId64,
                                               a[i].id);
@@ -39,6 +42,13 @@ void ch_farm_interrupt_local_(ch_farm_t *f)
 {
     for (int k = 0; k < f->slots; k++)
         if (f->slot_busy[k] && !f->slot_dead[k]) (void)ch_supervisor_interrupt(f->sup[k]);
+}
+
+void ch_farm_drop_queued_local_(ch_farm_t *f, int slot)
+{
+    for (int k = 0; k < f->slots; k++)
+        if ((slot < 0 || k == slot) && f->slot_busy[k] > 1 && !f->slot_dead[k])
+            (void)ch_supervisor_drop_queued(f->sup[k]);
 }
 
 /* Read what the supervisors whose fds are ready in p[0..slots) say: ended
@@ -119,11 +129,14 @@ ch_status ch_farm_worker_loop_(ch_farm_t *f)
             while (ch_farm_conn_frame_(c, &off, &h, &body)) {
                 if (h.type == MSG_ASSIGN)
                     ch_farm_run_local_(f, (const assign_t *)(const void *)body, (int)(h.len / sizeof(assign_t)), &e);
-                else if (h.type == MSG_CTRL && h.len == sizeof(int32_t)) {
-                    int32_t ctrl;
-                    memcpy(&ctrl, body, sizeof ctrl);
-                    if (ctrl == CTRL_KILL) ch_farm_interrupt_local_(f);
-                    if (ctrl == CTRL_FINISH) finished = 1;
+                else if (h.type == MSG_CTRL && h.len >= sizeof(int32_t)) {
+                    int32_t ctrl[2] = {0, -1};
+                    memcpy(ctrl, body, h.len >= sizeof ctrl ? sizeof ctrl : sizeof ctrl[0]);
+                    if (ctrl[0] == CTRL_KILL) ch_farm_interrupt_local_(f);
+                    if (ctrl[0] == CTRL_DROP) ch_farm_drop_queued_local_(f, -1);
+                    if (ctrl[0] == CTRL_DROP_SLOT && h.len == sizeof ctrl && ctrl[1] >= 0)
+                        ch_farm_drop_queued_local_(f, ctrl[1]);
+                    if (ctrl[0] == CTRL_FINISH) finished = 1;
                 }
             }
             ch_farm_conn_consumed_(c, off);

@@ -21,7 +21,7 @@
 
 extern char **environ;
 
-enum { CMD_RUN = 1, CMD_KILL = 2 };
+enum { CMD_RUN = 1, CMD_KILL = 2, CMD_DROP = 3 };
 typedef struct {
     int32_t type;
     int32_t attempt;
@@ -495,7 +495,7 @@ static void child_main(sup_t *s)
                     continue;
                 }
                 s->queue[s->nq++] = c;
-            } else if (c.type == CMD_KILL) {
+            } else if (c.type == CMD_KILL || c.type == CMD_DROP) {
                 for (int q = 0; q < s->nq; q++) { /* never started: handed back */
                     ch_sup_msg_t m;
                     memset(&m, 0, sizeof m);
@@ -509,7 +509,7 @@ static void child_main(sup_t *s)
                     (void)write_all(s->msg_fd, &m, sizeof m);
                 }
                 s->nq = 0;
-                if (s->pid > 0 && !s->term_sent) {
+                if (c.type == CMD_KILL && s->pid > 0 && !s->term_sent) {
                     s->interrupted = 1;
                     signal_task(s, SIGTERM);
                     s->term_sent = 1;
@@ -694,6 +694,12 @@ ch_status ch_supervisor_run(ch_supervisor_t *s, int64_t id, int attempt, double 
 ch_status ch_supervisor_interrupt(ch_supervisor_t *s)
 {
     sup_cmd_t c = {CMD_KILL, 0, -1, 0};
+    return send_cmd(s, &c);
+}
+
+ch_status ch_supervisor_drop_queued(ch_supervisor_t *s)
+{
+    sup_cmd_t c = {CMD_DROP, 0, -1, 0};
     return send_cmd(s, &c);
 }
 

@@ -104,6 +104,11 @@ ch_status ch_supervisor_run(ch_supervisor_t *s, int64_t id, int attempt, double 
  * its queued RUNs (DONE with started = 0). No-op when idle. */
 ch_status ch_supervisor_interrupt(ch_supervisor_t *s);
 
+/* Hand back its queued RUNs (DONE with started = 0, in order) and let the
+ * running task go on: nothing queued starts after this (a halt, a stop).
+ * No-op when nothing is queued. Errors: CH_ERR_IO when the supervisor is gone. */
+ch_status ch_supervisor_drop_queued(ch_supervisor_t *s);
+
 /* The descriptor that becomes readable when a message is waiting. */
 int ch_supervisor_fd(const ch_supervisor_t *s);
 

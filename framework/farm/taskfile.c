@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 typedef struct {
     char **items; /* "NAME=VALUE", owned */
@@ -60,6 +61,9 @@ static ch_status concat3(ch_taskfile_t *tf, const char *a, const char *b, size_t
 static ch_status add_task(ch_taskfile_t *tf, const char *command, const char *cwd, int env,
                           int line, int64_t repeat_index)
 {
+    if (tf->n_tasks >= CH_TASKFILE_MAX_TASKS)
+        return CH_ERROR(CH_ERR_FORMAT, "%s:%d: more than %lld tasks (the farm's limit on a task "
+                        "file, docs/farm.md)", tf->name, line, (long long)CH_TASKFILE_MAX_TASKS);
     if (tf->n_tasks == tf->cap_tasks) {
         int64_t cap = tf->cap_tasks ? tf->cap_tasks * 2 : 256;
         ch_task_t *p = realloc(tf->tasks, (size_t)cap * sizeof *p);
@@ -164,6 +168,20 @@ static void compute_checksum(ch_taskfile_t *tf)
 
 #define FMT_ERR(...) CH_ERROR(CH_ERR_FORMAT, __VA_ARGS__)
 
+/* A task's full command (PREFIX + text + SUFFIX) must fit in one argument of
+ * execve ("sh -c COMMAND"): the kernel refuses longer ones with E2BIG. */
+static ch_status check_command(const ch_taskfile_t *tf, int line, const char *cmd)
+{
+    size_t n = strlen(cmd);
+    if (n > CH_TASKFILE_MAX_COMMAND)
+        return FMT_ERR("%s:%d: the task's command (after PREFIX and SUFFIX) is %zu bytes, more "
+                       "than the kernel's limit of %d bytes on one argument of /bin/sh -c "
+                       "(MAX_ARG_STRLEN)", tf->name, line, n, CH_TASKFILE_MAX_COMMAND);
+    return CH_OK;
+}
+
+#define KNOWN_DIRECTIVES "PREFIX, SUFFIX, CWD, ENV, REPEAT, BARRIER"
+
 /* One "#COHORT ..." line (text after "#COHORT", NUL-terminated). */
 static ch_status directive(ch_taskfile_t *tf, int line, const char *rest, const char **prefix,
                            const char **suffix, const char **cwd, int *env)
@@ -205,6 +223,10 @@ static ch_status directive(ch_taskfile_t *tf, int line, const char *rest, const 
         const char *p = arg;
         if (!parse_i64(p, &p, &n) || n < 1)
             return FMT_ERR("%s:%d: #COHORT REPEAT wants a count >= 1 first, got '%s'", name, line, arg);
+        if (n > CH_TASKFILE_MAX_TASKS - tf->n_tasks)
+            return FMT_ERR("%s:%d: #COHORT REPEAT %" PRId64 ": more than the farm's limit of "
+                           "%lld tasks in a task file (%" PRId64 " before this line; docs/farm.md)",
+                           name, line, n, (long long)CH_TASKFILE_MAX_TASKS, tf->n_tasks);
         for (;;) {
             p = skip_blank(p);
             int is_start = strncmp(p, "start", 5) == 0 && (p[5] == ' ' || p[5] == '\t');
@@ -223,11 +245,17 @@ static ch_status directive(ch_taskfile_t *tf, int line, const char *rest, const 
                            n, start, step);
         char *cmd;
         CH_TRY(concat3(tf, *prefix, p, strlen(p), *suffix, &cmd));
+        CH_TRY(check_command(tf, line, cmd));
         for (int64_t i = 0; i < n; i++)
             CH_TRY(add_task(tf, cmd, *cwd, *env, line, start + i * step));
     } else {
-        return FMT_ERR("%s:%d: unknown directive '#COHORT %.*s' (known: PREFIX, SUFFIX, CWD, "
-                       "ENV, REPEAT, BARRIER)", name, line, (int)wl, w);
+        static const char *known[] = {"PREFIX", "SUFFIX", "CWD", "ENV", "REPEAT", "BARRIER"};
+        for (size_t k = 0; k < sizeof known / sizeof known[0]; k++)
+            if (wl == strlen(known[k]) && strncasecmp(w, known[k], wl) == 0)
+                return FMT_ERR("%s:%d: unknown directive '#COHORT %.*s': directive names are "
+                               "upper case ('#COHORT %s')", name, line, (int)wl, w, known[k]);
+        return FMT_ERR("%s:%d: unknown directive '#COHORT %.*s' (known: " KNOWN_DIRECTIVES ")",
+                       name, line, (int)wl, w);
     }
 #undef IS
     return CH_OK;
@@ -279,10 +307,21 @@ ch_status ch_taskfile_parse(const char *name, const char *text, size_t len, ch_t
         const char *b = skip_blank(buf);
         if (!*b) continue;
         if (*b == '#') {
-            if (strncmp(b, "#COHORT", 7) == 0 && (b[7] == 0 || b[7] == ' ' || b[7] == '\t')) {
+            /* a first word starting with "#cohort" in any case is a directive line,
+             * never a comment: a typo there must not silently drop a directive */
+            if (strncasecmp(b, "#COHORT", 7) == 0) {
+                size_t wl = 0;
+                while (b[wl] && b[wl] != ' ' && b[wl] != '\t') wl++;
+                if (wl != 7 || strncmp(b, "#COHORT", 7) != 0) {
+                    s = FMT_ERR("%s:%d: '%.*s' is not a directive: a directive line starts with "
+                                "'#COHORT' (upper case) and a blank (known: " KNOWN_DIRECTIVES
+                                "); a comment must not start with '#cohort' in any case",
+                                name, line, (int)(wl > 40 ? 40 : wl), b);
+                    break;
+                }
                 if (!*skip_blank(b + 7)) {
-                    s = FMT_ERR("%s:%d: '#COHORT' without a directive (known: PREFIX, SUFFIX, "
-                                "CWD, ENV, REPEAT, BARRIER)", name, line);
+                    s = FMT_ERR("%s:%d: '#COHORT' without a directive (known: " KNOWN_DIRECTIVES
+                                ")", name, line);
                     break;
                 }
                 if ((s = directive(tf, line, b + 7, &prefix, &suffix, &cwd, &env))) break;
@@ -291,6 +330,7 @@ ch_status ch_taskfile_parse(const char *name, const char *text, size_t len, ch_t
         }
         char *cmd;
         if ((s = concat3(tf, prefix, buf, n, suffix, &cmd))) break;
+        if ((s = check_command(tf, line, cmd))) break;
         if ((s = add_task(tf, cmd, cwd, env, line, INT64_MIN))) break;
     }
     free(buf);

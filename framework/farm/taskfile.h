@@ -3,7 +3,10 @@
  *
  * Format (UTF-8 or any ASCII-compatible text, LF or CRLF line ends):
  *   - A blank line, or a line whose first non-blank character is '#' and
- *     whose first word is not "#COHORT", is skipped (a comment).
+ *     whose first word does not start with "#COHORT" in any case, is skipped
+ *     (a comment). A first word that starts with "#cohort" in any case but
+ *     is not exactly "#COHORT" ("#COHORTX", "#cohort", "#Cohort") is an
+ *     error naming FILE:LINE.
  *   - "#COHORT <DIRECTIVE> [ARGS]" lines change how the tasks after them are
  *     built (directive names are upper case; anything else is an error naming
  *     FILE:LINE and the accepted directives):
@@ -28,6 +31,10 @@
  *                              before it has ended (successfully or not)
  *   - Any other line is one task: PREFIX + line + SUFFIX, run by /bin/sh -c.
  *     (Leading blanks are kept; a trailing CR of a CRLF file is dropped.)
+ *   - Limits, checked while parsing (CH_ERR_FORMAT naming FILE:LINE): at most
+ *     CH_TASKFILE_MAX_TASKS tasks in all (a REPEAT count beyond it is refused
+ *     before any task is built), and a task's full command (PREFIX + text +
+ *     SUFFIX) at most CH_TASKFILE_MAX_COMMAND bytes.
  *
  * Task ids are 0-based, in file order, REPEAT counting N tasks; each task
  * also keeps the 1-based line it came from. The checksum of the task list
@@ -46,6 +53,17 @@
 extern "C" {
 #endif
 
+/* At most this many tasks in one task file (10^7). Rank 0 holds about 300
+ * bytes per task (task list 40, journal state 216, dispatch state, commands):
+ * 3 GB at the limit, which is also 2 hours of `true` tasks at the ~1,400
+ * tasks/s the farm reaches (docs/PERFORMANCE.md). */
+#define CH_TASKFILE_MAX_TASKS 10000000
+
+/* At most this many bytes in a task's command (without its NUL): Linux's
+ * MAX_ARG_STRLEN (32 pages of 4 KiB, with the NUL) on one argument of
+ * execve, here the COMMAND of "/bin/sh -c COMMAND". */
+#define CH_TASKFILE_MAX_COMMAND 131071
+
 typedef struct {
     const char *command; /* full command (PREFIX + text + SUFFIX), NUL-terminated */
     const char *cwd;     /* working directory, NULL: the farm's own */
@@ -58,9 +76,11 @@ typedef struct {
 typedef struct ch_taskfile ch_taskfile_t;
 
 /* Parse the task file at path into *out. Errors (message names FILE:LINE):
- * CH_ERR_IO (cannot open/read: strerror), CH_ERR_FORMAT (unknown directive,
- * bad REPEAT arguments, ENV without NAME=VALUE, a NUL byte, no task at all:
- * "FILE: no tasks (N lines, all blank, comments or directives)"), CH_ERR_NOMEM. */
+ * CH_ERR_IO (cannot open/read: strerror), CH_ERR_FORMAT (unknown directive
+ * or a "#cohort"-like first word, bad REPEAT arguments, ENV without
+ * NAME=VALUE, a NUL byte, more than CH_TASKFILE_MAX_TASKS tasks, a command of
+ * more than CH_TASKFILE_MAX_COMMAND bytes, no task at all: "FILE: no tasks
+ * (N lines, all blank, comments or directives)"), CH_ERR_NOMEM. */
 ch_status ch_taskfile_load(const char *path, ch_taskfile_t **out);
 
 /* The same from a memory buffer of len bytes; name is used in messages. */

@@ -10,7 +10,6 @@
 #include "framework/launch/signals.h"
 #include "framework/tensor/device.h"
 #include "io/state/atomic_file.h"
-#include "io/state/checkpoint.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -242,6 +241,24 @@ static ch_status make_dirs(const char *dir)
             return CH_ERROR(CH_ERR_IO, "cannot create '%s': %s", path, strerror(errno));
         path[i] = c;
     }
+    return CH_OK;
+}
+
+/* The output directory exists, is a directory, and a file can be created
+ * and removed there (a probe, before any work). CH_ERR_IO naming dir. Not
+ * ch_checkpoint_check_dir: its messages speak of a checkpoint directory, and
+ * not every job's output directory holds checkpoints (a farm's run dir). */
+static ch_status probe_output_dir(const char *dir)
+{
+    struct stat sb;
+    if (stat(dir, &sb) != 0) return CH_ERROR(CH_ERR_IO, "'%s': %s", dir, strerror(errno));
+    if (!S_ISDIR(sb.st_mode)) return CH_ERROR(CH_ERR_IO, "'%s' is not a directory", dir);
+    char tmp[4096 + 32];
+    snprintf(tmp, sizeof tmp, "%s/.cohort-probe.XXXXXX", dir);
+    int fd = mkostemp(tmp, O_CLOEXEC);
+    if (fd < 0) return CH_ERROR(CH_ERR_IO, "'%s' is not writable: %s", dir, strerror(errno));
+    close(fd);
+    unlink(tmp);
     return CH_OK;
 }
 
@@ -543,7 +560,7 @@ static int setup_output_dir(ch_job_t *job, const ch_job_options_t *opt)
     else snprintf(job->stop_file, len, "%s/%s", job->out_dir, STOP_FILE_NAME);
     if (s == CH_OK && job->rank == 0) {
         s = make_dirs(job->out_dir);
-        if (s == CH_OK) s = ch_checkpoint_check_dir(job->out_dir);
+        if (s == CH_OK) s = probe_output_dir(job->out_dir);
         if (s == CH_OK) {
             s = lock_output_dir(job->out_dir, &job->lock_fd);
             if (s == CH_ERR_UNSUPPORTED) {
@@ -672,6 +689,7 @@ static int init_steps(ch_job_t *job, const ch_job_options_t *opt, int argc, char
     ch_device_rule rule = CH_DEVICE_RULE_AUTO;
     if (s == CH_OK) s = read_runtime_keys(job, opt, &rule);
     if (s == CH_OK) s = read_test_hold(job);
+    if (s == CH_OK && opt->check_config) s = opt->check_config(job->cfg);
     if (ch_job_agree(job, s, NULL)) return CH_EXIT_BAD_INPUT;
     /* the preemption handlers as soon as the signal is known: a preemption
      * during the device, NCCL and output-directory setup (seconds on GPUs)

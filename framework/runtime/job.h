@@ -37,7 +37,8 @@
  *   3. the MPI process group over MPI_COMM_WORLD.
  *   4. configuration: --config FILE, then command-line overrides, against
  *      the concatenation of opt->tables; --help prints every key grouped by
- *      table (the job's, then each object's) and init returns CH_EXIT_OK.
+ *      table (the job's, then each object's) and init returns CH_EXIT_OK;
+ *      then the runtime's keys and opt->check_config (the job's own check).
  *   5. with opt->compute: the device rule (dist.device_rule), the all-or-none
  *      GPU check, the compute backend (compute.* keys, ch_compute_from_config,
  *      when the job lists ch_compute_config_table(); else the defaults), and
@@ -123,6 +124,12 @@ typedef struct {
     int no_identity_line;            /* 1: init does not log the launch identity line
                                         (ch_job_env(job)->note); the job shows it itself,
                                         e.g. as a comment of a table on stdout */
+    ch_status (*check_config)(const ch_config_t *cfg); /* NULL, or the job's own check of
+                                        its keys (choices, combinations), called on every
+                                        rank right after the configuration is read (step
+                                        4): its error is a config error (CH_EXIT_BAD_INPUT,
+                                        no prefix), before any device or output directory
+                                        (no run directory, no lock left behind) */
 } ch_job_options_t;
 
 /* Defaults: FUNNELED, no compute, no output dir, no phases, no preemption. */
