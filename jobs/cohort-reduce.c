@@ -5,7 +5,7 @@
  *   mpiexec -n W cohort-reduce --op mean --axis 0 x.npy --out m.npy
  *
  * The machinery is framework/reduce (reducer, pipeline), io/formats/npy (inputs,
- * .npy output) and io/state/reduce_ckpt (resume files); this file is the glue. */
+ * .npy output) and framework/reduce/reduce_ckpt (resume files); this file is the glue. */
 #include "config.h"
 
 #include "framework/core/log.h"
@@ -13,7 +13,7 @@
 #include "framework/runtime/job.h"
 #include "io/formats/npy.h"
 #include "io/state/atomic_file.h"
-#include "io/state/reduce_ckpt.h"
+#include "framework/reduce/reduce_ckpt.h"
 
 #include <stdio.h>
 #include <stdlib.h>

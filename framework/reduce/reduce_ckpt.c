@@ -1,7 +1,7 @@
 /* cohort: checkpoint files of a chunked reduction, see reduce_ckpt.h. */
 #include "config.h"
 
-#include "io/state/reduce_ckpt.h"
+#include "framework/reduce/reduce_ckpt.h"
 
 #include "io/formats/h5.h"
 #include "io/state/atomic_file.h"
