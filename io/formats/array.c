@@ -6,6 +6,9 @@
 #include <math.h>
 #include <string.h>
 
+/* array.h lists the sizes in the enum's order: a new dtype must be added there too. */
+_Static_assert(CH_DT_COUNT_ == 12, "ch_array_dtype_size's table has 12 entries");
+
 /* ------------------------------------------------------------------ dtypes */
 
 static const struct {

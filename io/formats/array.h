@@ -35,10 +35,12 @@ typedef enum {
  * kernels ask per element. */
 static inline size_t ch_array_dtype_size(ch_array_dtype dt)
 {
+    /* in the enum's order (no designated initializers: C++ includes this) */
     static const unsigned char size[CH_DT_COUNT_] = {
-        [CH_DT_BOOL] = 1,    [CH_DT_INT8] = 1,    [CH_DT_INT16] = 2,   [CH_DT_INT32] = 4,
-        [CH_DT_INT64] = 8,   [CH_DT_UINT8] = 1,   [CH_DT_UINT16] = 2,  [CH_DT_UINT32] = 4,
-        [CH_DT_UINT64] = 8,  [CH_DT_FLOAT16] = 2, [CH_DT_FLOAT32] = 4, [CH_DT_FLOAT64] = 8,
+        1,          /* bool */
+        1, 2, 4, 8, /* int8 .. int64 */
+        1, 2, 4, 8, /* uint8 .. uint64 */
+        2, 4, 8,    /* float16, float32, float64 */
     };
     return (unsigned)dt < CH_DT_COUNT_ ? size[dt] : 0;
 }
