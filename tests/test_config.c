@@ -862,12 +862,14 @@ static void test_positional(void **state)
                         "command line (--input.files=a.npy,b.npy)");
     check_string(cfg, "reduce.op", "mean", "command line (--reduce.op mean)");
     ch_config_destroy(cfg);
-    /* the words win over --files, whatever the order (applied last) */
-    assert_ch_ok(LOAD_POS(&cfg, "a.npy", "--files=z.npy", "--set", "input.files=y.npy"));
-    assert_ch_ok(ch_config_get_strlist(cfg, "input.files", &items, &n));
-    assert_int_equal(n, 1);
-    assert_string_equal(items[0], "a.npy");
-    ch_config_destroy(cfg);
+    /* words and an option for the same key: one would silently drop the
+     * other's files, whatever the order, so it is an error naming both */
+    assert_ch_error(LOAD_POS(&cfg, "a.npy", "--files=z.npy"), CH_ERR_CONFIG,
+                    "--input.files=z.npy and the arguments 'a.npy' both give input.files");
+    assert_null(cfg);
+    assert_one_line();
+    assert_ch_error(LOAD_POS(&cfg, "--set", "input.files=y.npy", "a.npy", "b.npy"), CH_ERR_CONFIG,
+                    "--set input.files=y.npy and the arguments 'a.npy,b.npy' both give input.files");
     assert_ch_ok(LOAD_POS(&cfg, "--files", "z.npy"));
     assert_ch_ok(ch_config_get_strlist(cfg, "input.files", &items, &n));
     assert_int_equal(n, 1);
@@ -902,6 +904,14 @@ static void test_positional(void **state)
     /* errors: one line, naming the option */
     assert_ch_error(LOAD_POS(&cfg, "x.npy", "--op"), CH_ERR_CONFIG,
                     "--reduce.op needs a value (string)");
+    /* a short option's value is not the next option (--out --keepdims wrote
+     * a file named --keepdims); --op=--x is still a value */
+    assert_ch_error(LOAD_POS(&cfg, "--op", "--resume", "x.npy"), CH_ERR_CONFIG,
+                    "--reduce.op needs a value (string), not the option '--resume'");
+    assert_one_line();
+    assert_ch_ok(LOAD_POS(&cfg, "--op=--x", "x.npy"));
+    check_string(cfg, "reduce.op", "--x", NULL);
+    ch_config_destroy(cfg);
     assert_ch_error(LOAD_POS(&cfg, "--ddof", "zz", "x.npy"), CH_ERR_CONFIG,
                     "--reduce.ddof zz: reduce.ddof: expected int64 (a decimal integer), got 'zz'");
     assert_one_line();

@@ -3,7 +3,7 @@
  * Plain (non-MPI) test: runs `$MPIEXEC -n 2 tests/fatal_helper MODE` in its
  * own process group with a hard timeout (TIMEOUT_S; past it the group is
  * killed and the test fails) and checks the exit status and stderr.
- * MPIEXEC comes from the Makefile (framework/dist.am adds it to
+ * MPIEXEC comes from the Makefile (framework/dist/dist.am adds it to
  * AM_TESTS_ENVIRONMENT from configure's MPIEXEC); "mpiexec" otherwise. */
 #include "config.h"
 

@@ -777,6 +777,13 @@ static ch_status option_value(const ch_config_t *c, int slot, const char *opt,
         if (!next)
             return CH_ERROR(CH_ERR_CONFIG, "%s needs a value (%s)", opt,
                             ch_config_type_name(k->type));
+        /* a short option followed by another option (--out --keepdims) is
+         * a missing value, not a value that starts with -- */
+        if (alias && !strncmp(next, "--", 2))
+            return CH_ERROR(CH_ERR_CONFIG,
+                            "%s needs a value (%s), not the option '%s' (a value that starts "
+                            "with -- goes as %s=VALUE)",
+                            opt, ch_config_type_name(k->type), next, opt);
         v = argv[++*i];
         where = dup_printf("%s %s", opt, v);
     }
@@ -883,6 +890,15 @@ static ch_status parse_args(ch_config_t *c, int argc, char *const *argv, const c
             if (st == CH_OK) (*n_ov)++;
         }
     }
+    if (st == CH_OK && words_len > 0)
+        for (int j = 0; j < *n_ov; j++)
+            if (ov[j].slot == pos) { /* one would silently replace the other */
+                st = CH_ERROR(CH_ERR_CONFIG,
+                              "%s and the arguments '%s' both give %s: give the values one way "
+                              "(arguments, or one option with A,B,...)",
+                              ov[j].where, words, c->keys[pos].name);
+                break;
+            }
     if (st == CH_OK && words_len > 0) {
         /* after every other option, as if given last */
         ov[*n_ov].slot = pos;

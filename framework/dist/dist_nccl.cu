@@ -1,6 +1,6 @@
 /* cohort: the NCCL process-group backend (device buffers). See dist.h,
  * "NCCL ordering", for the stream rules. Compiled only when configure found
- * CUDA + NCCL (framework/dist.am); framework/dist/dist_nccl_nocuda.c stands in
+ * CUDA + NCCL (framework/dist/dist.am); framework/dist/dist_nccl_nocuda.c stands in
  * otherwise.
  *
  * Per group: one ncclComm_t on the group's GPU, one communication stream
