@@ -159,14 +159,21 @@ static void test_torn_tail_is_kept_and_reported(void **state)
     ch_journal_state_destroy(st);
 }
 
+/* A new journal of 3 tasks (checksum 7) with no record yet; its path. */
+static void empty_journal(char *path, size_t n)
+{
+    ch_journal_t *j;
+    assert_ch_ok(ch_journal_open(dir, 7, 3, "t", CH_JOURNAL_SYNC_ALL, &j));
+    snprintf(path, n, "%s", ch_journal_path(j));
+    ch_journal_close(j);
+}
+
 static void test_corrupt_record(void **state)
 {
     (void)state;
     ch_journal_t *j;
-    assert_ch_ok(ch_journal_open(dir, 7, 3, "t", CH_JOURNAL_SYNC_ALL, &j));
     char path[2048];
-    snprintf(path, sizeof path, "%s", ch_journal_path(j));
-    ch_journal_close(j);
+    empty_journal(path, sizeof path);
     append_raw(path, "E 1 1 0 0 0 0 5 6 0 0 *00000000\n");
     ch_journal_state_t *st = NULL;
     char want[2400];
@@ -210,11 +217,8 @@ static void test_numbers_out_of_range(void **state)
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         farm_rm_rf(dir);
-        ch_journal_t *j;
-        assert_ch_ok(ch_journal_open(dir, 7, 3, "t", CH_JOURNAL_SYNC_ALL, &j));
         char path[2048], want[2400];
-        snprintf(path, sizeof path, "%s", ch_journal_path(j));
-        ch_journal_close(j);
+        empty_journal(path, sizeof path);
         append_record(path, bad[i]);
         snprintf(want, sizeof want, "%s:2: bad %s record", path, bad[i][0] == 'S' ? "start" : "end");
         ch_journal_state_t *st = NULL;
@@ -224,11 +228,8 @@ static void test_numbers_out_of_range(void **state)
     }
     /* the same records in range are read */
     farm_rm_rf(dir);
-    ch_journal_t *j;
-    assert_ch_ok(ch_journal_open(dir, 7, 3, "t", CH_JOURNAL_SYNC_ALL, &j));
     char path[2048];
-    snprintf(path, sizeof path, "%s", ch_journal_path(j));
-    ch_journal_close(j);
+    empty_journal(path, sizeof path);
     append_record(path, "S 1 2147483647 0 0 host 1 18446744073709551615 3 4 5");
     append_record(path, "E 1 2147483647 0 0 0 -2147483648 5 6 0 0");
     ch_journal_state_t *st = NULL;
