@@ -27,6 +27,7 @@ void ch_compute_options_default(ch_compute_options_t *o)
     o->allow_tf32 = 1;
     o->bf16 = 0;
     o->conv_search = 0;
+    o->deterministic = 0;
     o->gpu_workspace_bytes = 0;
     o->cpu_conv_algorithm = CH_CPU_CONV_DIRECT;
 }
@@ -50,6 +51,8 @@ ch_status ch_compute_create(ch_compute_t **out, const ch_compute_options_t *opts
     CH_REQUIRE(o.conv_search == 0 || o.conv_search == 1,
                "ch_compute_create: conv_search %d, expected 0 (heuristics) or 1 (timed)",
                o.conv_search);
+    CH_REQUIRE(o.deterministic == 0 || o.deterministic == 1,
+               "ch_compute_create: deterministic %d, expected 0 or 1", o.deterministic);
     ch_compute_t *cx = calloc(1, sizeof *cx);
     if (!cx) return CH_ERROR(CH_ERR_NOMEM, "ch_compute_create: out of memory");
     cx->opts = o;

@@ -418,6 +418,53 @@ static void test_bn_gather_stats(void **state)
     gt_pair_free(&var);
 }
 
+/* SyncBN over many ranks: counts by value up to 256 ranks, through the
+ * device ring beyond; the counts change at every call (the last batch, a
+ * new resolution), more often than the ring is long, and each result must
+ * be that call's. */
+static void test_bn_gather_stats_many_ranks(void **state)
+{
+    contexts();
+    ch_compute_t *cx = cx32;
+    const int64_t C = 24;
+    const int Rs[3] = {256, 257, 300};
+    char what[96];
+    for (int ri = 0; ri < 3; ri++) {
+        const int R = Rs[ri];
+        int64_t rc[2] = {R, C};
+        int64_t *counts = malloc((size_t)R * sizeof *counts);
+        assert_non_null(counts);
+        gt_pair_t means, vars, mean, var;
+        gt_pair_rand(cx, &means, 2, rc, CH_LAYOUT_PLAIN, 33 + ri, -2, 2);
+        gt_pair_rand(cx, &vars, 2, rc, CH_LAYOUT_PLAIN, 34 + ri, 0.1f, 3);
+        vec_out(cx, &mean, C);
+        vec_out(cx, &var, C);
+        for (int call = 0; call < 7; call++) {
+            int64_t want = 0;
+            for (int r = 0; r < R; r++) {
+                counts[r] = (r * 7 + call * 13) % 5 == 0 ? 0 : 1 + (r + call) % 9;
+                want += counts[r];
+            }
+            int64_t th = -1, td = -1;
+            assert_ch_ok(ch_op_batchnorm_gather_stats(cx, &means.h, &vars.h, counts, R, &mean.h,
+                                                      &var.h, &th));
+            assert_ch_ok(ch_op_batchnorm_gather_stats(cx, &means.d, &vars.d, counts, R, &mean.d,
+                                                      &var.d, &td));
+            assert_int_equal(th, want);
+            assert_int_equal(td, th);
+            snprintf(what, sizeof what, "bn gather_stats %d ranks, call %d: mean", R, call);
+            gt_compare(cx, what, &mean, TOL_FWD);
+            snprintf(what, sizeof what, "bn gather_stats %d ranks, call %d: var", R, call);
+            gt_compare(cx, what, &var, TOL_FWD);
+        }
+        gt_pair_free(&means);
+        gt_pair_free(&vars);
+        gt_pair_free(&mean);
+        gt_pair_free(&var);
+        free(counts);
+    }
+}
+
 static void test_bn_backward(void **state)
 {
     contexts();
@@ -750,6 +797,54 @@ static void test_cross_entropy(void **state)
     }
 }
 
+/* An out-of-range label: CH_ERR_RANGE naming the sample and the label, on
+ * the CPU from the op, on the GPU (deferred, no host wait in the op) from
+ * ch_compute_sync or the next cross-entropy; that loss is NaN, and a good
+ * call afterwards is clean again. */
+static void test_cross_entropy_bad_label(void **state)
+{
+    contexts();
+    ch_compute_t *cx = cx32;
+    const int64_t N = 9, K = 10;
+    int64_t ls[2] = {N, K}, one[1] = {1};
+    gt_pair_t lg, loss;
+    ch_tensor_t yh, yd;
+    gt_pair_rand(cx, &lg, 2, ls, CH_LAYOUT_PLAIN, 131, -3, 3);
+    labels_pair(cx, &yh, &yd, N, K, 132);
+    gt_pair_out(cx, &loss, 1, one, CH_LAYOUT_PLAIN);
+    for (int how = 0; how < 2; how++) { /* found by the sync, by the next call */
+        ch_tensor_i64(&yh)[3] = K + 2;
+        ch_tensor_i64(&yh)[7] = -1;
+        gt_upload(cx, &yh, &yd);
+        ch_status s = ch_op_cross_entropy(cx, &lg.d, &yd, &loss.d, NULL);
+        if (s == CH_OK) {
+            if (how == 0) {
+                s = ch_compute_sync(cx);
+            } else {
+                ch_tensor_i64(&yh)[3] = 1;
+                ch_tensor_i64(&yh)[7] = 2;
+                gt_upload(cx, &yh, &yd);
+                s = ch_op_cross_entropy(cx, &lg.d, &yd, &loss.d, NULL);
+            }
+        }
+        assert_int_equal(s, CH_ERR_RANGE);
+        assert_non_null(strstr(ch_error_message(), "label of sample 3 is 12, expected 0..9"));
+        ch_error_clear();
+        /* good labels: clean, and the sync reports nothing old */
+        ch_tensor_i64(&yh)[3] = 1;
+        ch_tensor_i64(&yh)[7] = 2;
+        gt_upload(cx, &yh, &yd);
+        assert_ch_ok(ch_op_cross_entropy(cx, &lg.d, &yd, &loss.d, NULL));
+        assert_ch_ok(ch_compute_sync(cx));
+        assert_ch_ok(ch_op_cross_entropy(cx, &lg.h, &yh, &loss.h, NULL));
+        gt_compare(cx, "cross_entropy after a bad label: loss", &loss, TOL_FWD);
+    }
+    gt_pair_free(&lg);
+    gt_pair_free(&loss);
+    ch_tensor_free(&yh);
+    ch_tensor_free(&yd);
+}
+
 static void test_argmax_count_correct(void **state)
 {
     contexts();
@@ -1028,6 +1123,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_conv_search),
         cmocka_unit_test(test_bn_forward),
         cmocka_unit_test(test_bn_gather_stats),
+        cmocka_unit_test(test_bn_gather_stats_many_ranks),
         cmocka_unit_test(test_bn_backward),
         cmocka_unit_test(test_relu),
         cmocka_unit_test(test_maxpool),
@@ -1035,6 +1131,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_linear),
         cmocka_unit_test(test_add_scale),
         cmocka_unit_test(test_cross_entropy),
+        cmocka_unit_test(test_cross_entropy_bad_label),
         cmocka_unit_test(test_argmax_count_correct),
         cmocka_unit_test(test_sgd_step),
     };

@@ -5,6 +5,7 @@
 #include "config.h"
 
 #include "framework/ops/cuda/cuda_internal.h"
+#include "framework/ops/cuda/kernels.h"
 
 #include "framework/tensor/device.h"
 
@@ -194,7 +195,7 @@ static ch_status cuda_sync(void *st)
 {
     CH_CHECK_CUDA(cudaStreamSynchronize(S(st)->compute));
     CH_CHECK_CUDA(cudaStreamSynchronize(S(st)->copy));
-    return CH_OK;
+    return ch_cuda_loss_check(st); /* errors the device found in queued ops */
 }
 
 static void *cuda_stream_ptr(void *st) { return (void *)S(st)->compute; }
