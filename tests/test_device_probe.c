@@ -74,7 +74,7 @@ static void test_no_evidence(void **state)
     touch(s->root, "dev/nvidia0x", 0644);
     /* an nvidia-smi that cannot be executed is no sign either */
     touch(s->root, "bin/nvidia-smi", 0644);
-    char path[512];
+    char path[1024];
     snprintf(path, sizeof path, "%s/bin:%s/none", s->root, s->root);
     assert_int_equal(ch_device_gpu_evidence(s->root, path, what, sizeof what), 0);
     assert_string_equal(what, "");
