@@ -170,7 +170,12 @@ ch_layout_t ch_compute_preferred_layout(const ch_compute_t *cx, ch_devkind_t dev
                                         int64_t channels);
 
 /* One line: "oneDNN 2.6.3 (cpu runtime OpenMP, isa avx512_core), 1 threads,
- * layout nChw16c". Returns buf. */
+ * layout nChw16c". On a context for a GPU (gpu_device >= 0, CUDA build) the
+ * GPU backend's details come first ("CUDA GPU 0 NVIDIA H200 (132 SMs),
+ * cuDNN 9.x.y, cuBLAS ..., fp32 (TF32 convs), conv algos by heuristics"),
+ * then "; host " and the CPU line; the GPU state is created for it if no
+ * GPU op did yet ("GPU N: backend not set up (why)" when that fails).
+ * Truncated to len. Returns buf. */
 char *ch_compute_describe(const ch_compute_t *cx, char *buf, size_t len);
 
 /* Number of cached primitives and current scratchpad bytes (for tests and

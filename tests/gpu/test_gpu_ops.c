@@ -298,6 +298,61 @@ static void test_conv_search(void **state)
     ch_compute_destroy(cs);
 }
 
+/* compute.deterministic with a timed search (where cuDNN's fastest
+ * backward-filter algorithms are the non-deterministic ones): every conv
+ * still matches the CPU, and the weight and data gradients come out
+ * bitwise the same on every run. */
+static void test_conv_deterministic(void **state)
+{
+    contexts();
+    ch_compute_options_t o;
+    ch_compute_options_default(&o);
+    o.gpu_device = 0;
+    o.allow_tf32 = 0;
+    o.conv_search = 1;
+    o.deterministic = 1;
+    ch_compute_t *cd = NULL;
+    assert_ch_ok(ch_compute_create(&cd, &o));
+    for (size_t ci = 0; ci < sizeof CONVS / sizeof CONVS[0]; ci++)
+        conv_run(&CONVS[ci], 1, CH_LAYOUT_NHWC, cd, 0);
+    const conv_case_t *c = &CONVS[4];
+    ch_conv2d_params_t p = {c->s, c->s, c->p, c->p};
+    int64_t Ho = ch_conv_out_size(c->H, c->k, c->s, c->p);
+    int64_t xs[4] = {c->N, c->C, c->H, c->W}, ws[4] = {c->O, c->C, c->k, c->k};
+    int64_t ys[4] = {c->N, c->O, Ho, Ho};
+    gt_pair_t x, w, dy, dw, dx;
+    gt_pair_rand(cd, &x, 4, xs, CH_LAYOUT_NHWC, 15, -1, 1);
+    gt_pair_rand(cd, &w, 4, ws, CH_LAYOUT_PLAIN, 16, -0.1f, 0.1f);
+    gt_pair_rand(cd, &dy, 4, ys, CH_LAYOUT_NHWC, 17, -1, 1);
+    gt_pair_out(cd, &dw, 4, ws, CH_LAYOUT_PLAIN);
+    gt_pair_out(cd, &dx, 4, xs, CH_LAYOUT_NHWC);
+    ch_tensor_t first_w, again_w, first_x, again_x;
+    assert_ch_ok(ch_tensor_alloc(&first_w, CH_F32, 4, ws, CH_LAYOUT_PLAIN, CH_DEV_CPU, 0));
+    assert_ch_ok(ch_tensor_alloc(&again_w, CH_F32, 4, ws, CH_LAYOUT_PLAIN, CH_DEV_CPU, 0));
+    assert_ch_ok(ch_tensor_alloc(&first_x, CH_F32, 4, xs, CH_LAYOUT_NHWC, CH_DEV_CPU, 0));
+    assert_ch_ok(ch_tensor_alloc(&again_x, CH_F32, 4, xs, CH_LAYOUT_NHWC, CH_DEV_CPU, 0));
+    for (int run = 0; run < 4; run++) {
+        assert_ch_ok(ch_op_conv2d_backward_weights(cd, &x.d, &dy.d, &p, &dw.d, NULL));
+        assert_ch_ok(ch_op_conv2d_backward_data(cd, &dy.d, &w.d, &p, &dx.d));
+        gt_download(cd, &dw.d, run ? &again_w : &first_w);
+        gt_download(cd, &dx.d, run ? &again_x : &first_x);
+        if (run && memcmp(first_w.data, again_w.data, first_w.nbytes) != 0)
+            fail_msg("compute.deterministic: dw of run %d differs from run 0", run);
+        if (run && memcmp(first_x.data, again_x.data, first_x.nbytes) != 0)
+            fail_msg("compute.deterministic: dx of run %d differs from run 0", run);
+    }
+    ch_tensor_free(&first_w);
+    ch_tensor_free(&again_w);
+    ch_tensor_free(&first_x);
+    ch_tensor_free(&again_x);
+    gt_pair_free(&x);
+    gt_pair_free(&w);
+    gt_pair_free(&dy);
+    gt_pair_free(&dw);
+    gt_pair_free(&dx);
+    ch_compute_destroy(cd);
+}
+
 /* ------------------------------------------------------------- batch norm */
 
 static void vec_rand(ch_compute_t *cx, gt_pair_t *p, int64_t C, uint64_t seed, float lo, float hi)
@@ -1044,6 +1099,47 @@ static void test_blocked_layout_rejected(void **state)
 
 /* ------------------------------------------- error paths (no GPU needed) */
 
+/* ch_compute_describe on a GPU context names the GPU backend first and the
+ * host's after; on a CPU context only the host. Runs everywhere: without a
+ * GPU, a CUDA build says the GPU backend is not set up (and why). */
+static void test_describe(void **state)
+{
+    (void)state;
+    char line[512];
+    ch_compute_options_t o;
+    ch_compute_options_default(&o);
+    o.num_threads = 1;
+    ch_compute_t *cpu = NULL, *gpu = NULL;
+    assert_ch_ok(ch_compute_create(&cpu, &o));
+    ch_compute_describe(cpu, line, sizeof line);
+    assert_non_null(strstr(line, "oneDNN"));
+    assert_null(strstr(line, "GPU"));
+    o.gpu_device = 0;
+    o.deterministic = 1;
+    assert_ch_ok(ch_compute_create(&gpu, &o));
+    ch_compute_describe(gpu, line, sizeof line);
+    print_message("# compute: %s\n", line);
+    int ndev = 0;
+    if (ch_device_count(&ndev) != CH_OK) ch_error_clear();
+    if (!ch_device_backend_compiled()) {
+        assert_null(strstr(line, "GPU")); /* no GPU backend: the host line only */
+    } else if (ndev > 0) {
+        assert_true(strncmp(line, "CUDA GPU 0 ", 11) == 0);
+        assert_non_null(strstr(line, "cuDNN"));
+        assert_non_null(strstr(line, "(deterministic only)"));
+        assert_non_null(strstr(line, "; host oneDNN"));
+    } else {
+        assert_true(strncmp(line, "GPU 0: backend not set up (", 27) == 0);
+        assert_non_null(strstr(line, "; host oneDNN"));
+    }
+    /* a short buffer: truncated, terminated */
+    char small[24];
+    ch_compute_describe(gpu, small, sizeof small);
+    assert_int_equal(strlen(small), sizeof small - 1);
+    ch_compute_destroy(cpu);
+    ch_compute_destroy(gpu);
+}
+
 static void test_errors(void **state)
 {
     ch_compute_t *cx = NULL;
@@ -1114,6 +1210,7 @@ int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_describe),
         cmocka_unit_test(test_reorder),
         cmocka_unit_test(test_fill_copy_zero),
         cmocka_unit_test(test_upload_async),
@@ -1121,6 +1218,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_conv_fp32),
         cmocka_unit_test(test_conv_bf16),
         cmocka_unit_test(test_conv_search),
+        cmocka_unit_test(test_conv_deterministic),
         cmocka_unit_test(test_bn_forward),
         cmocka_unit_test(test_bn_gather_stats),
         cmocka_unit_test(test_bn_gather_stats_many_ranks),

@@ -166,11 +166,12 @@ static void cuda_describe(const void *st, char *buf, size_t len)
     size_t v = cudnnGetVersion();
     int cublas_v = 0;
     cublasGetVersion(s->cublas, &cublas_v);
-    snprintf(buf, len, "CUDA GPU %d %s (%d SMs), cuDNN %zu.%zu.%zu, cuBLAS %d, %s%s, conv algos by %s",
+    snprintf(buf, len, "CUDA GPU %d %s (%d SMs), cuDNN %zu.%zu.%zu, cuBLAS %d, %s%s, conv algos by %s%s",
              s->device, s->name, s->sm_count, v / 10000, (v % 10000) / 100, v % 100, cublas_v,
              s->opts.bf16 ? "bf16 autocast" : "fp32",
              s->opts.bf16 ? "" : (s->opts.allow_tf32 ? " (TF32 convs)" : " (no TF32)"),
-             s->opts.conv_search ? "timed search" : "heuristics");
+             s->opts.conv_search ? "timed search" : "heuristics",
+             s->opts.deterministic ? " (deterministic only)" : "");
 }
 
 static size_t cuda_cache_entries(const void *st)
