@@ -1021,6 +1021,53 @@ static void test_sgd_step(void **state)
 
 /* ------------------------------------------------------------------ uploads */
 
+/* Two batch slots alternating as io/data/batch_feed.c uses them, with no
+ * host wait but the uploads' own: each step's reads of its slot (256 copies
+ * of 16 MiB, a few ms) are still queued on the compute stream, behind the
+ * step before, when the upload two batches later into the same slot is
+ * issued on the copy stream. Each step's result must be its own batch
+ * (dense.cu's freed events), checked once at the end. */
+static void test_upload_slot_reuse(void **state)
+{
+    GT_NEED_REAL_GPU();
+    contexts();
+    ch_compute_t *cx = cx32;
+    enum { BATCHES = 6, READS = 256 };
+    const int64_t n = (int64_t)4 << 20;
+    const size_t bytes = (size_t)n * sizeof(float);
+    void *m = NULL;
+    int pin = 0;
+    assert_ch_ok(ch_host_alloc(&m, bytes, 1, &pin));
+    ch_tensor_t h, slot[2], c[BATCHES], ref[BATCHES];
+    assert_ch_ok(ch_tensor_wrap(&h, m, CH_F32, 1, &n, CH_LAYOUT_PLAIN, CH_DEV_CPU, 0));
+    for (int k = 0; k < 2; k++)
+        assert_ch_ok(ch_tensor_alloc(&slot[k], CH_F32, 1, &n, CH_LAYOUT_PLAIN, CH_DEV_CUDA, 0));
+    for (int b = 0; b < BATCHES; b++) {
+        assert_ch_ok(ch_tensor_alloc(&c[b], CH_F32, 1, &n, CH_LAYOUT_PLAIN, CH_DEV_CUDA, 0));
+        assert_ch_ok(ch_tensor_alloc(&ref[b], CH_F32, 1, &n, CH_LAYOUT_PLAIN, CH_DEV_CPU, 0));
+    }
+    assert_ch_ok(ch_compute_sync(cx));
+    for (int b = 0; b < BATCHES; b++) {
+        gt_fill(m, n, 200 + b, -1, 1);
+        memcpy(ref[b].data, m, bytes);
+        assert_ch_ok(ch_op_upload_async(cx, &h, &slot[b % 2]));
+        assert_ch_ok(ch_compute_wait_upload(cx)); /* the host buffer is free again */
+        for (int r = 0; r < READS; r++) assert_ch_ok(ch_op_copy(cx, &slot[b % 2], &c[b]));
+    }
+    char what[96];
+    for (int b = 0; b < BATCHES; b++) {
+        snprintf(what, sizeof what, "step %d's reads of slot %d (next upload queued behind)", b,
+                 b % 2);
+        check_exact(cx, what, &c[b], &ref[b]);
+    }
+    for (int k = 0; k < 2; k++) ch_tensor_free(&slot[k]);
+    for (int b = 0; b < BATCHES; b++) {
+        ch_tensor_free(&c[b]);
+        ch_tensor_free(&ref[b]);
+    }
+    ch_host_free(m, pin);
+}
+
 static void test_upload_async(void **state)
 {
     GT_NEED_REAL_GPU();
@@ -1214,6 +1261,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_reorder),
         cmocka_unit_test(test_fill_copy_zero),
         cmocka_unit_test(test_upload_async),
+        cmocka_unit_test(test_upload_slot_reuse),
         cmocka_unit_test(test_blocked_layout_rejected),
         cmocka_unit_test(test_conv_fp32),
         cmocka_unit_test(test_conv_bf16),
