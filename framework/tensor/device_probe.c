@@ -19,40 +19,30 @@ static void at_root(char *buf, size_t len, const char *root, const char *path)
     snprintf(buf, len, "%s%s", root ? root : "", path);
 }
 
-/* /dev/nvidia<digits>, a character device (or, under a test root, any file). */
-static int device_node(const char *root, char *what, size_t len)
+/* nvidia<digits>: a GPU's device node (not nvidiactl, nvidia-uvm, ...). */
+static int gpu_node_name(const char *n)
 {
-    char dir[4096];
-    at_root(dir, sizeof dir, root, "/dev");
-    DIR *d = opendir(dir);
-    if (!d) return 0;
-    int found = 0;
-    struct dirent *e;
-    while (!found && (e = readdir(d)) != NULL) {
-        const char *n = e->d_name;
-        if (strncmp(n, "nvidia", 6) != 0 || n[6] < '0' || n[6] > '9') continue;
-        int digits = 1;
-        for (const char *p = n + 6; *p; p++) digits &= *p >= '0' && *p <= '9';
-        if (!digits) continue;
-        if (what && len) snprintf(what, len, "device node %s/%s", dir, n);
-        found = 1;
-    }
-    closedir(d);
-    return found;
+    if (strncmp(n, "nvidia", 6) != 0 || n[6] < '0' || n[6] > '9') return 0;
+    for (const char *p = n + 6; *p; p++)
+        if (*p < '0' || *p > '9') return 0;
+    return 1;
 }
 
-/* An entry in /proc/driver/nvidia/gpus (one folder per GPU the kernel module
- * drives). */
-static int proc_gpu(const char *root, char *what, size_t len)
+/* Any entry but . and .. (one folder per GPU the kernel module drives). */
+static int any_name(const char *n) { return n[0] != '.'; }
+
+/* The first entry of <root><rel> that `accept` takes, named in what. */
+static int first_entry(const char *root, const char *rel, int (*accept)(const char *),
+                       char *what, size_t len)
 {
     char dir[4096];
-    at_root(dir, sizeof dir, root, "/proc/driver/nvidia/gpus");
+    at_root(dir, sizeof dir, root, rel);
     DIR *d = opendir(dir);
     if (!d) return 0;
     int found = 0;
     struct dirent *e;
     while (!found && (e = readdir(d)) != NULL) {
-        if (e->d_name[0] == '.') continue;
+        if (!accept(e->d_name)) continue;
         if (what && len) snprintf(what, len, "%s/%s", dir, e->d_name);
         found = 1;
     }
@@ -86,7 +76,9 @@ static int smi_on_path(const char *path, char *what, size_t len)
 int ch_device_gpu_evidence(const char *root, const char *path, char *what, size_t len)
 {
     if (what && len) what[0] = 0;
-    if (device_node(root, what, len) || proc_gpu(root, what, len)) return 1;
+    if (first_entry(root, "/dev", gpu_node_name, what, len) ||
+        first_entry(root, "/proc/driver/nvidia/gpus", any_name, what, len))
+        return 1;
     return smi_on_path(path ? path : getenv("PATH"), what, len);
 }
 

@@ -276,17 +276,25 @@ static void test_conv_bf16(void **state)
 
 /* Timed algorithm search (conv_search = 1) and a small workspace cap give
  * the same results. */
-static void test_conv_search(void **state)
+/* A GPU context with TF32 off and the timed algorithm search. */
+static ch_compute_t *search_context(int deterministic, size_t workspace)
 {
-    contexts();
     ch_compute_options_t o;
     ch_compute_options_default(&o);
     o.gpu_device = 0;
     o.allow_tf32 = 0;
     o.conv_search = 1;
-    o.gpu_workspace_bytes = (size_t)8 << 20;
+    o.deterministic = deterministic;
+    o.gpu_workspace_bytes = workspace;
     ch_compute_t *cs = NULL;
     assert_ch_ok(ch_compute_create(&cs, &o));
+    return cs;
+}
+
+static void test_conv_search(void **state)
+{
+    contexts();
+    ch_compute_t *cs = search_context(0, (size_t)8 << 20);
     for (int li = 0; li < 2; li++) {
         conv_run(&CONVS[0], 0, LAYOUTS[li], cs, 0);
         conv_run(&CONVS[2], 1, LAYOUTS[li], cs, 0);
@@ -305,14 +313,7 @@ static void test_conv_search(void **state)
 static void test_conv_deterministic(void **state)
 {
     contexts();
-    ch_compute_options_t o;
-    ch_compute_options_default(&o);
-    o.gpu_device = 0;
-    o.allow_tf32 = 0;
-    o.conv_search = 1;
-    o.deterministic = 1;
-    ch_compute_t *cd = NULL;
-    assert_ch_ok(ch_compute_create(&cd, &o));
+    ch_compute_t *cd = search_context(1, 0);
     for (size_t ci = 0; ci < sizeof CONVS / sizeof CONVS[0]; ci++)
         conv_run(&CONVS[ci], 1, CH_LAYOUT_NHWC, cd, 0);
     const conv_case_t *c = &CONVS[4];
