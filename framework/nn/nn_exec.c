@@ -503,6 +503,9 @@ ch_status ch_model_loss_value(ch_model_t *M, ch_compute_t *cx, float *loss)
     ch_status s = ch_device_memcpy(M->dev_index, &M->loss_host, M->loss.data, sizeof(float),
                                    CH_MEMCPY_DEVICE_TO_HOST);
     if (s) return ch_error_context("reading the loss of '%s' from GPU %d", M->arch, M->dev_index);
+    /* the GPU's label check is deferred to here (ch_op_cross_entropy) */
+    s = ch_compute_sync(cx);
+    if (s) return ch_error_context("loss of '%s'", M->arch);
     *loss = M->loss_host;
     return CH_OK;
 }

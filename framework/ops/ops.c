@@ -27,6 +27,7 @@ void ch_compute_options_default(ch_compute_options_t *o)
     o->allow_tf32 = 1;
     o->bf16 = 0;
     o->conv_search = 0;
+    o->deterministic = 0;
     o->gpu_workspace_bytes = 0;
     o->cpu_conv_algorithm = CH_CPU_CONV_DIRECT;
 }
@@ -50,6 +51,8 @@ ch_status ch_compute_create(ch_compute_t **out, const ch_compute_options_t *opts
     CH_REQUIRE(o.conv_search == 0 || o.conv_search == 1,
                "ch_compute_create: conv_search %d, expected 0 (heuristics) or 1 (timed)",
                o.conv_search);
+    CH_REQUIRE(o.deterministic == 0 || o.deterministic == 1,
+               "ch_compute_create: deterministic %d, expected 0 or 1", o.deterministic);
     ch_compute_t *cx = calloc(1, sizeof *cx);
     if (!cx) return CH_ERROR(CH_ERR_NOMEM, "ch_compute_create: out of memory");
     cx->opts = o;
@@ -103,7 +106,27 @@ char *ch_compute_describe(const ch_compute_t *cx, char *buf, size_t len)
         buf[0] = 0;
         return buf;
     }
-    cx->be[CH_DEV_CPU]->describe(cx->state[CH_DEV_CPU], buf, len);
+    size_t at = 0;
+    if (cx->opts.gpu_device >= 0 && cx->be[CH_DEV_CUDA]) {
+        /* a GPU rank: the GPU's line first. Its state is made here if no op
+         * made it yet, as the first GPU op would (the context is the
+         * caller's own mutable object; const only in this interface). */
+        ch_compute_t *m = (ch_compute_t *)cx;
+        if (!m->state[CH_DEV_CUDA] &&
+            m->be[CH_DEV_CUDA]->create(&m->state[CH_DEV_CUDA], &m->opts) != CH_OK) {
+            snprintf(buf, len, "GPU %d: backend not set up (%s)", m->opts.gpu_device,
+                     ch_error_message());
+            ch_error_clear();
+        } else {
+            m->be[CH_DEV_CUDA]->describe(m->state[CH_DEV_CUDA], buf, len);
+        }
+        at = strlen(buf);
+        if (at + 8 < len) {
+            memcpy(buf + at, "; host ", 8);
+            at += 7;
+        }
+    }
+    if (at < len) cx->be[CH_DEV_CPU]->describe(cx->state[CH_DEV_CPU], buf + at, len - at);
     return buf;
 }
 

@@ -86,6 +86,15 @@ typedef struct ch_compute_options {
      * 1 timed search (cudnnFindConvolution*Algorithm, torch.backends.cudnn.
      * benchmark = True). Cached per (shape, layout, precision). */
     int conv_search;
+    /* 1: only deterministic convolution algorithms (cuDNN's
+     * CUDNN_DETERMINISTIC ones, torch.backends.cudnn.deterministic = True):
+     * the same inputs give bitwise the same results run after run, at some
+     * cost in speed (PyTorch's "Reproducibility" notes); no such algorithm
+     * within the workspace cap is an error naming the convolution. 0
+     * (default): cuDNN may pick algorithms whose floating-point sums depend
+     * on scheduling (atomics), as PyTorch's default. The CPU backend is
+     * deterministic either way. */
+    int deterministic;
     /* Cap on the cuDNN workspace in bytes; 0: default 1 GiB. */
     size_t gpu_workspace_bytes;
     /* ---- CPU backend (ignored by the GPU backend) ----
@@ -109,13 +118,15 @@ typedef struct ch_compute_options {
 enum { CH_CPU_CONV_DIRECT = 0, CH_CPU_CONV_AUTO = 1, CH_CPU_CONV_WINOGRAD = 2 };
 
 /* Default options: num_threads 0, cpu_layout -1, gpu_device -1,
- * allow_tf32 1, bf16 0, conv_search 0, gpu_workspace_bytes 0 (1 GiB),
+ * allow_tf32 1, bf16 0, conv_search 0, deterministic 0,
+ * gpu_workspace_bytes 0 (1 GiB),
  * cpu_conv_algorithm CH_CPU_CONV_DIRECT. */
 void ch_compute_options_default(ch_compute_options_t *o);
 
 /* The compute context's config keys, titled "compute" (list it in a job's
  * tables): compute.allow_tf32 (bool, true), compute.bf16 (bool, false),
  * compute.conv_search (heuristics | timed, default heuristics),
+ * compute.deterministic (bool, false),
  * compute.gpu_workspace_mb (int MiB, 1024, range [1, 1048576]), which set
  * the GPU fields of ch_compute_options_t below, and
  * compute.cpu_conv_algorithm (direct | auto | winograd, default direct:
@@ -159,7 +170,12 @@ ch_layout_t ch_compute_preferred_layout(const ch_compute_t *cx, ch_devkind_t dev
                                         int64_t channels);
 
 /* One line: "oneDNN 2.6.3 (cpu runtime OpenMP, isa avx512_core), 1 threads,
- * layout nChw16c". Returns buf. */
+ * layout nChw16c". On a context for a GPU (gpu_device >= 0, CUDA build) the
+ * GPU backend's details come first ("CUDA GPU 0 NVIDIA H200 (132 SMs),
+ * cuDNN 9.x.y, cuBLAS ..., fp32 (TF32 convs), conv algos by heuristics"),
+ * then "; host " and the CPU line; the GPU state is created for it if no
+ * GPU op did yet ("GPU N: backend not set up (why)" when that fails).
+ * Truncated to len. Returns buf. */
 char *ch_compute_describe(const ch_compute_t *cx, char *buf, size_t len);
 
 /* Number of cached primitives and current scratchpad bytes (for tests and
@@ -185,7 +201,9 @@ void ch_compute_weight_conversions(const ch_compute_t *cx, int64_t *converted, i
 int64_t ch_compute_winograd_primitives(const ch_compute_t *cx);
 
 /* Wait for all queued work on the context (no-op for the CPU backend,
- * whose ops complete before returning). */
+ * whose ops complete before returning) and report what the device found
+ * in it: CH_ERR_RANGE for an out-of-range cross-entropy label (see
+ * ch_op_cross_entropy). */
 ch_status ch_compute_sync(ch_compute_t *cx);
 
 /* The CUDA stream (a cudaStream_t, as void*) GPU ops of this context are
@@ -474,7 +492,10 @@ ch_status ch_op_scale(ch_compute_t *cx, ch_tensor_t *t, float alpha);
 /* Softmax cross-entropy with mean reduction over the batch
  * (torch.nn.CrossEntropyLoss(), no weights, no ignore_index, no smoothing).
  * logits (N,K) PLAIN float32, labels (N) int64 with 0 <= label < K (else
- * CH_ERR_RANGE naming the sample); N >= 1.
+ * CH_ERR_RANGE naming the sample and label; on a GPU the check runs on the
+ * device without a host wait, its row's loss is NaN, and the error comes
+ * from the next ch_op_cross_entropy or ch_compute_sync on the context,
+ * which ch_model_loss_value runs); N >= 1.
  * loss: a 1-element float32 tensor (shape (1)) receiving
  *   mean_n [ logsumexp(logits[n]) - logits[n, label[n]] ].
  * dlogits (N,K) PLAIN or NULL: gradient of that mean loss,
