@@ -61,6 +61,11 @@ struct ch_module {
     const ch_tensor_t *out;                /* output of the last forward */
     int forward_training;                  /* mode of the last forward */
 
+    /* activations (CH_NN_HARDTANH .. CH_NN_HARDSIGMOID) and LayerNorm2d */
+    ch_act_params_t act;
+    float ln_eps;
+    ch_tensor_t ln_mean, ln_rstd;          /* (N*H*W) per position, arena */
+
     /* backward flags, recomputed at the start of each backward */
     int needs_dx;                          /* gradient w.r.t. the input is wanted */
     int trainable;                         /* subtree has a parameter with requires_grad */
