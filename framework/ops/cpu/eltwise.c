@@ -26,6 +26,7 @@
  */
 #include "config.h"
 
+#include "framework/ops/act_math.h"
 #include "framework/ops/cpu/cpu.h"
 
 #include <math.h>
@@ -33,75 +34,17 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* ---------------------------------------------------- PyTorch's formulas */
-
-static inline float f_fwd(const ch_act_params_t *p, float x)
-{
-    switch (p->kind) {
-    case CH_ACT_HARDTANH: return x < p->alpha ? p->alpha : x > p->beta ? p->beta : x;
-    case CH_ACT_LEAKY_RELU: return x > 0.0f ? x : x * p->alpha;
-    case CH_ACT_SILU: return x / (1.0f + expf(-x));
-    case CH_ACT_SIGMOID: return 1.0f / (1.0f + expf(-x));
-    case CH_ACT_TANH: return tanhf(x);
-    case CH_ACT_GELU_ERF: return x * 0.5f * (1.0f + erff(x * (float)M_SQRT1_2));
-    case CH_ACT_GELU_TANH: {
-        const float kb = (float)(M_SQRT2 * M_2_SQRTPI * 0.5), kk = 0.044715f;
-        return 0.5f * x * (1.0f + tanhf(kb * (x + kk * x * x * x)));
-    }
-    case CH_ACT_HARDSWISH: return x * fminf(fmaxf(x + 3.0f, 0.0f), 6.0f) / 6.0f;
-    case CH_ACT_HARDSIGMOID: return fminf(fmaxf(x + 3.0f, 0.0f), 6.0f) / 6.0f;
-    default: return x;
-    }
-}
-
-static inline float f_bwd(const ch_act_params_t *p, float x, float d)
-{
-    switch (p->kind) {
-    case CH_ACT_HARDTANH: return (x <= p->alpha || x >= p->beta) ? 0.0f : d;
-    case CH_ACT_LEAKY_RELU: return x > 0.0f ? d : d * p->alpha;
-    case CH_ACT_SILU: {
-        float s = 1.0f / (1.0f + expf(-x));
-        return d * s * (1.0f + x * (1.0f - s));
-    }
-    case CH_ACT_SIGMOID: {
-        float y = f_fwd(p, x);
-        return d * (1.0f - y) * y;
-    }
-    case CH_ACT_TANH: {
-        float y = f_fwd(p, x);
-        return d * (1.0f - y * y);
-    }
-    case CH_ACT_GELU_ERF: {
-        const float ka = (float)(M_2_SQRTPI * M_SQRT1_2 * 0.5);
-        float cdf = 0.5f * (1.0f + erff(x * (float)M_SQRT1_2));
-        float pdf = ka * expf(-0.5f * x * x);
-        return d * (cdf + x * pdf);
-    }
-    case CH_ACT_GELU_TANH: {
-        const float kb = (float)(M_SQRT2 * M_2_SQRTPI * 0.5), kk = 0.044715f;
-        float x2 = x * x, t = tanhf(kb * (x + kk * x2 * x));
-        float left = 0.5f * x, right = 1.0f + t;
-        float dl = 0.5f * right, dr = left * (1.0f - t * t) * kb * (1.0f + 3.0f * kk * x2);
-        return d * (dl + dr);
-    }
-    case CH_ACT_HARDSWISH:
-        return x < -3.0f ? 0.0f : x < 3.0f ? d * (x / 3.0f + 0.5f) : d;
-    case CH_ACT_HARDSIGMOID: return (x > -3.0f && x < 3.0f) ? d * (1.0f / 6.0f) : 0.0f;
-    default: return d;
-    }
-}
-
 CH_CPU_SIMD static void k_act_fwd(const ch_act_params_t *p, float *y, const float *x, int64_t n)
 {
     const ch_act_params_t q = *p;
-    for (int64_t i = 0; i < n; i++) y[i] = f_fwd(&q, x[i]);
+    for (int64_t i = 0; i < n; i++) y[i] = ch_act_fwd1(&q, x[i]);
 }
 
 CH_CPU_SIMD static void k_act_bwd(const ch_act_params_t *p, float *dx, const float *x,
                                   const float *dy, int64_t n)
 {
     const ch_act_params_t q = *p;
-    for (int64_t i = 0; i < n; i++) dx[i] = f_bwd(&q, x[i], dy[i]);
+    for (int64_t i = 0; i < n; i++) dx[i] = ch_act_bwd1(&q, x[i], dy[i]);
 }
 
 static void c_forward(const ch_act_params_t *p, const ch_tensor_t *x, ch_tensor_t *y)
