@@ -17,7 +17,7 @@
  *    tensor's largest value, as test_nn's golden steps);
  *  - threads: every op bitwise the same on 1 and 2 threads (tensors large
  *    enough for the C loops' parallel regions);
- *  - builder errors.
+ *  - builder errors; an activation between Linear layers ((N, C) input).
  */
 #include "config.h"
 
@@ -448,6 +448,49 @@ static void test_errors(void **state)
     ch_model_destroy(m);
 }
 
+/* Activations between Linear layers (2-D (N, C) activations, an MLP head):
+ * forward output = the op on the Linear's output, backward runs. */
+static void test_after_linear(void **state)
+{
+    (void)state;
+    ch_model_t *m = NULL;
+    assert_ch_ok(ch_model_new("mlp", &m));
+    ch_module_t *r = ch_model_root(m), *g = NULL;
+    assert_ch_ok(ch_nn_adaptive_avgpool2d(r, "0", NULL));
+    assert_ch_ok(ch_nn_linear(r, "1", 4, 8, 1, NULL));
+    assert_ch_ok(ch_nn_gelu(r, "2", "tanh", &g));
+    assert_ch_ok(ch_nn_linear(r, "3", 8, 3, 1, NULL));
+    assert_ch_ok(ch_model_finalize(m, 5));
+    ch_compute_t *cx = make_cx(1);
+    int64_t xs[4] = {6, 4, 3, 3}, ls = 6;
+    ch_tensor_t x, labels, ref;
+    assert_ch_ok(ch_tensor_alloc_f32(&x, 4, xs));
+    assert_ch_ok(ch_tensor_alloc(&labels, CH_I64, 1, &ls, CH_LAYOUT_PLAIN, CH_DEV_CPU, 0));
+    for (int64_t i = 0; i < ch_tensor_numel(&x); i++) ch_tensor_f32(&x)[i] = 2.0f * sinf((float)i);
+    for (int i = 0; i < 6; i++) ch_tensor_i64(&labels)[i] = i % 3;
+    const ch_tensor_t *logits;
+    float loss;
+    assert_ch_ok(ch_model_forward(m, cx, &x, &logits));
+    assert_ch_ok(ch_model_loss(m, cx, &labels, &loss));
+    assert_ch_ok(ch_model_backward(m, cx, NULL));
+    const ch_tensor_t *h = ch_model_activation(m, "1"), *a = ch_model_activation(m, "2");
+    assert_int_equal(a->ndim, 2);
+    assert_ch_ok(ch_tensor_alloc_f32(&ref, 2, h->shape));
+    ch_act_params_t p;
+    assert_ch_ok(ch_module_activation(g, &p));
+    assert_ch_ok(ch_op_act_forward(cx, &p, h, &ref));
+    assert_memory_equal(ref.data, a->data, ref.nbytes);
+    const ch_param_t *w1 = ch_model_find(m, "1.weight");
+    double s = 0;
+    for (size_t i = 0; i < w1->numel; i++) s += fabs(w1->grad[i]);
+    assert_true(s > 0 && isfinite(s)); /* the gradient went through the GELU */
+    ch_tensor_free(&x);
+    ch_tensor_free(&labels);
+    ch_tensor_free(&ref);
+    ch_compute_destroy(cx);
+    ch_model_destroy(m);
+}
+
 int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
@@ -455,6 +498,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_modules_golden),
         cmocka_unit_test(test_threads_bitwise),
         cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_after_linear),
     };
     return ch_test_main(argc, argv, tests, sizeof tests / sizeof tests[0]);
 }
