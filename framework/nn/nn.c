@@ -333,7 +333,7 @@ ch_status ch_nn_hardsigmoid(ch_module_t *parent, const char *name, ch_module_t *
 ch_status ch_module_activation(const ch_module_t *m, ch_act_params_t *p)
 {
     CH_REQUIRE(m && p, "ch_module_activation: NULL argument");
-    CH_REQUIRE(m->kind >= CH_NN_HARDTANH && m->kind <= CH_NN_HARDSIGMOID,
+    CH_REQUIRE(ch_nn_is_activation(m->kind),
                "nn: '%s' is a %s, not an activation", ch_module_path(m), kind_name(m->kind));
     *p = m->act;
     return CH_OK;

@@ -121,6 +121,13 @@ struct ch_model {
     const ch_tensor_t *last_sync_dx; /* dx of the SyncBN backward that ran last */
 };
 
+/* Kinds CH_NN_HARDTANH .. CH_NN_HARDSIGMOID: element-wise activations
+ * computed by ch_op_act_* with the module's act parameters. */
+static inline int ch_nn_is_activation(ch_nn_kind_t k)
+{
+    return k >= CH_NN_HARDTANH && k <= CH_NN_HARDSIGMOID;
+}
+
 /* (Re)allocate the SyncBN gather storage of batch-norm module m for the
  * model's device and world size (nn_exec.c; used by convert and by
  * ch_model_to_device). */
