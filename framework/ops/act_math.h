@@ -27,6 +27,13 @@
 #define CH_ACT_K_ALPHA 0.3989422804014327f
 #define CH_ACT_K_KAPPA 0.044715f
 
+/* min(max(t, 0), 6) keeping NaN (as torch.clamp); vectorises */
+static inline CH_ACT_HD float ch_act_relu6(float t)
+{
+    t = t < 0.0f ? 0.0f : t;
+    return t > 6.0f ? 6.0f : t;
+}
+
 /* y = f(x) */
 static inline CH_ACT_HD float ch_act_fwd1(const ch_act_params_t *p, float x)
 {
@@ -39,8 +46,8 @@ static inline CH_ACT_HD float ch_act_fwd1(const ch_act_params_t *p, float x)
     case CH_ACT_GELU_ERF: return x * 0.5f * (1.0f + erff(x * CH_ACT_SQRT1_2));
     case CH_ACT_GELU_TANH:
         return 0.5f * x * (1.0f + tanhf(CH_ACT_K_BETA * (x + CH_ACT_K_KAPPA * x * x * x)));
-    case CH_ACT_HARDSWISH: return x * fminf(fmaxf(x + 3.0f, 0.0f), 6.0f) / 6.0f;
-    case CH_ACT_HARDSIGMOID: return fminf(fmaxf(x + 3.0f, 0.0f), 6.0f) / 6.0f;
+    case CH_ACT_HARDSWISH: return x * ch_act_relu6(x + 3.0f) / 6.0f;
+    case CH_ACT_HARDSIGMOID: return ch_act_relu6(x + 3.0f) / 6.0f;
     default: return x;
     }
 }
