@@ -564,13 +564,16 @@ ch_status ch_op_sgd_step(ch_compute_t *cx, ch_devkind_t dev, int dev_index,
  * (N,C,H,W) in any layout, or (N,C)); x, y, dy, dx of one call share shape
  * and layout.
  * CPU: oneDNN eltwise primitives (clip_v2, relu with alpha, swish with
- * alpha 1, logistic, tanh, gelu_erf, gelu_tanh,
- * hardswish forward) with oneDNN's vectorised exp/tanh/erf, within a few
- * ulp of PyTorch's; plain C where oneDNN 2.6 has no algorithm or its
- * derivative differs from autograd's at a breakpoint (Hardsigmoid, the
- * Hardswish backward: oneDNN gives 0 at -3 and dy at 3). NaN: clip_v2
- * maps a NaN input to alpha where torch.clamp keeps it.
- * Elementwise, so bitwise the same for any thread count. */
+ * alpha 1, logistic, tanh, gelu_erf, gelu_tanh, hardswish forward) with
+ * oneDNN's vectorised exp/tanh/erf, within a few ulp of PyTorch's; plain C
+ * (framework/ops/act_math.h) where oneDNN 2.6 has no algorithm or its
+ * derivative differs from autograd's at a breakpoint (Hardsigmoid; the
+ * Hardswish backward, where oneDNN gives 0 at -3), and wherever oneDNN
+ * would only offer a reference kernel. NaN: clip_v2 maps a NaN input to
+ * alpha where torch.clamp keeps it. CUDA: own kernels with act_math.h's
+ * formulas. Elementwise, so bitwise the same for any thread count.
+ * Tests: tests/test_nn_act (vs PyTorch), tests/gpu/test_gpu_ops;
+ * docs/nn-numerics.md. */
 typedef enum {
     CH_ACT_HARDTANH = 0,
     CH_ACT_LEAKY_RELU,
