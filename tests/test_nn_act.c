@@ -17,11 +17,13 @@
  *    tensor's largest value, as test_nn's golden steps);
  *  - threads: every op bitwise the same on 1 and 2 threads (tensors large
  *    enough for the C loops' parallel regions);
- *  - builder errors; an activation between Linear layers ((N, C) input).
+ *  - builder errors; an activation between Linear layers ((N, C) input);
+ *  - the same modules on a GPU model vs the CPU (SKIP without a GPU).
  */
 #include "config.h"
 
 #include "tests/nn_testutil.h"
+#include "tests/gpu/gpu_testutil.h"
 
 #include "framework/nn/nn.h"
 #include "framework/nn/nn_exec.h"
@@ -491,6 +493,90 @@ static void test_after_linear(void **state)
     ch_model_destroy(m);
 }
 
+/* Conv2d(3,16,3) LayerNorm2d and every activation, AdaptiveAvgPool2d,
+ * Linear(16,10): the same model (same seed) on the CPU and on GPU 0, one
+ * training step; logits and loss (relative L2 <= 1e-4) and every gradient
+ * (<= 1e-3), as tests/gpu/test_gpu_train. SKIPs without a GPU;
+ * COHORT_GPU_TESTS_ON_CPU=1 runs the "GPU" side on the CPU
+ * (tests/gpu/gpu_testutil.h). */
+static ch_model_t *build_chain(void)
+{
+    ch_model_t *m = NULL;
+    assert_ch_ok(ch_model_new("act_chain", &m));
+    ch_module_t *r = ch_model_root(m);
+    assert_ch_ok(ch_nn_conv2d(r, "0", 3, 16, 3, 1, 1, 1, NULL));
+    assert_ch_ok(ch_nn_layernorm2d(r, "1", 16, CH_NN_LAYERNORM2D_EPS, NULL));
+    assert_ch_ok(ch_nn_relu6(r, "2", NULL));
+    assert_ch_ok(ch_nn_hardtanh(r, "3", -2.0f, 2.0f, NULL));
+    assert_ch_ok(ch_nn_leaky_relu(r, "4", CH_NN_LEAKY_RELU_SLOPE, NULL));
+    assert_ch_ok(ch_nn_silu(r, "5", NULL));
+    assert_ch_ok(ch_nn_sigmoid(r, "6", NULL));
+    assert_ch_ok(ch_nn_tanh(r, "7", NULL));
+    assert_ch_ok(ch_nn_gelu(r, "8", "none", NULL));
+    assert_ch_ok(ch_nn_gelu(r, "9", "tanh", NULL));
+    assert_ch_ok(ch_nn_hardswish(r, "10", NULL));
+    assert_ch_ok(ch_nn_hardsigmoid(r, "11", NULL));
+    assert_ch_ok(ch_nn_layernorm2d(r, "12", 16, 1e-5f, NULL));
+    assert_ch_ok(ch_nn_adaptive_avgpool2d(r, "13", NULL));
+    assert_ch_ok(ch_nn_linear(r, "14", 16, 10, 1, NULL));
+    assert_ch_ok(ch_model_finalize(m, 11));
+    return m;
+}
+
+static void test_modules_gpu(void **state)
+{
+    (void)state;
+    GT_NEED_GPU();
+    if (!gt_cpu_mode()) assert_ch_ok(ch_device_set(0));
+    ch_compute_options_t o;
+    ch_compute_options_default(&o);
+    o.num_threads = 1;
+    o.gpu_device = 0;
+    o.allow_tf32 = 0;
+    ch_compute_t *cc, *cg;
+    assert_ch_ok(ch_compute_create(&cc, &o));
+    assert_ch_ok(ch_compute_create(&cg, &o));
+    ch_model_t *mc = build_chain(), *mg = build_chain();
+    assert_ch_ok(ch_model_to_device(mg, gt_dev(), 0));
+    int64_t xs[4] = {4, 3, 12, 12}, ls = 4, ks[2] = {4, 10};
+    ch_tensor_t x, lab, xd, labd, lg;
+    assert_ch_ok(ch_tensor_alloc_f32(&x, 4, xs));
+    assert_ch_ok(ch_tensor_alloc(&lab, CH_I64, 1, &ls, CH_LAYOUT_PLAIN, CH_DEV_CPU, 0));
+    for (int64_t i = 0; i < ch_tensor_numel(&x); i++) ch_tensor_f32(&x)[i] = 2.0f * sinf(0.3f * (float)i);
+    for (int i = 0; i < 4; i++) ch_tensor_i64(&lab)[i] = (3 * i + 1) % 10;
+    assert_ch_ok(ch_tensor_alloc(&xd, CH_F32, 4, xs, CH_LAYOUT_PLAIN, gt_dev(), 0));
+    assert_ch_ok(ch_tensor_alloc(&labd, CH_I64, 1, &ls, CH_LAYOUT_PLAIN, gt_dev(), 0));
+    gt_upload(cg, &x, &xd);
+    gt_upload(cg, &lab, &labd);
+    const ch_tensor_t *yc, *yg;
+    float loss_c, loss_g;
+    assert_ch_ok(ch_model_forward(mc, cc, &x, &yc));
+    assert_ch_ok(ch_model_loss(mc, cc, &lab, &loss_c));
+    assert_ch_ok(ch_model_forward(mg, cg, &xd, &yg));
+    assert_ch_ok(ch_model_loss(mg, cg, &labd, &loss_g));
+    assert_ch_ok(ch_tensor_alloc_f32(&lg, 2, ks));
+    gt_download(cg, yg, &lg);
+    GT_CHECK_REL("logits", ch_tensor_f32(&lg), ch_tensor_f32(yc), 40, 1e-4);
+    if (!(fabs((double)loss_g - loss_c) <= 1e-4 * fabs((double)loss_c)))
+        fail_msg("loss GPU %.8g vs CPU %.8g", (double)loss_g, (double)loss_c);
+    assert_ch_ok(ch_model_backward(mc, cc, NULL));
+    assert_ch_ok(ch_model_backward(mg, cg, NULL));
+    assert_ch_ok(ch_compute_sync(cg));
+    assert_ch_ok(ch_model_sync_to_host(mg));
+    for (int i = 0; i < ch_model_num_params(mc); i++) {
+        const ch_param_t *pc = ch_model_param(mc, i), *pg = ch_model_param(mg, i);
+        char what[160];
+        snprintf(what, sizeof what, "gradient of %s", pc->name);
+        GT_CHECK_REL(what, pg->grad, pc->grad, (int64_t)pc->numel, 1e-3);
+    }
+    ch_tensor_t *all[] = {&x, &lab, &xd, &labd, &lg};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) ch_tensor_free(all[i]);
+    ch_model_destroy(mc);
+    ch_model_destroy(mg);
+    ch_compute_destroy(cc);
+    ch_compute_destroy(cg);
+}
+
 int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
@@ -499,6 +585,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_threads_bitwise),
         cmocka_unit_test(test_errors),
         cmocka_unit_test(test_after_linear),
+        cmocka_unit_test(test_modules_gpu),
     };
     return ch_test_main(argc, argv, tests, sizeof tests / sizeof tests[0]);
 }
