@@ -1,15 +1,14 @@
 /* A program (not a test) for tests/test_cpu_isa.sh: runs every activation
  * and LayerNorm2d on the CPU backend, as ops in each CPU layout (plain,
  * nhwc, nChw8c, nChw16c; forward and backward) and as modules in one
- * training step and one eval forward of
- *   Conv2d(3,16,3) LayerNorm2d ReLU6 Hardtanh LeakyReLU SiLU Sigmoid Tanh
- *   GELU GELU(tanh) Hardswish Hardsigmoid AdaptiveAvgPool2d Linear(16,10)
- * on a (2,3,12,12) batch, then prints the compute context's line
+ * training step and one eval forward of tests/act_chain.h's model on a
+ * (2,3,12,12) batch, then prints the compute context's line
  * ("... (cpu runtime OpenMP, isa avx2) ..."). Run it with DNNL_VERBOSE=1
  * to see which oneDNN kernels the activations use. Exit 0 on success. */
 #include "config.h"
 
 #include "framework/nn/nn.h"
+#include "tests/act_chain.h"
 #include "framework/nn/nn_exec.h"
 #include "framework/ops/ops.h"
 
@@ -64,23 +63,7 @@ static int ops(ch_compute_t *cx)
 static int step(ch_compute_t *cx)
 {
     ch_model_t *m;
-    TRY(ch_model_new("act_step", &m));
-    ch_module_t *r = ch_model_root(m);
-    TRY(ch_nn_conv2d(r, "0", 3, 16, 3, 1, 1, 1, NULL));
-    TRY(ch_nn_layernorm2d(r, "1", 16, CH_NN_LAYERNORM2D_EPS, NULL));
-    TRY(ch_nn_relu6(r, "2", NULL));
-    TRY(ch_nn_hardtanh(r, "3", -2.0f, 2.0f, NULL));
-    TRY(ch_nn_leaky_relu(r, "4", CH_NN_LEAKY_RELU_SLOPE, NULL));
-    TRY(ch_nn_silu(r, "5", NULL));
-    TRY(ch_nn_sigmoid(r, "6", NULL));
-    TRY(ch_nn_tanh(r, "7", NULL));
-    TRY(ch_nn_gelu(r, "8", "none", NULL));
-    TRY(ch_nn_gelu(r, "9", "tanh", NULL));
-    TRY(ch_nn_hardswish(r, "10", NULL));
-    TRY(ch_nn_hardsigmoid(r, "11", NULL));
-    TRY(ch_nn_adaptive_avgpool2d(r, "12", NULL));
-    TRY(ch_nn_linear(r, "13", 16, 10, 1, NULL));
-    TRY(ch_model_finalize(m, 1));
+    TRY(act_chain(1, &m));
     int64_t xs[4] = {2, 3, 12, 12}, ls = 2;
     ch_tensor_t x, labels;
     TRY(ch_tensor_alloc_f32(&x, 4, xs));

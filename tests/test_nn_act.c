@@ -24,6 +24,7 @@
 
 #include "tests/nn_testutil.h"
 #include "tests/gpu/gpu_testutil.h"
+#include "tests/act_chain.h"
 
 #include "framework/nn/nn.h"
 #include "framework/nn/nn_exec.h"
@@ -493,36 +494,11 @@ static void test_after_linear(void **state)
     ch_model_destroy(m);
 }
 
-/* Conv2d(3,16,3) LayerNorm2d and every activation, AdaptiveAvgPool2d,
- * Linear(16,10): the same model (same seed) on the CPU and on GPU 0, one
+/* tests/act_chain.h's model (every activation, LayerNorm2d): the same model (same seed) on the CPU and on GPU 0, one
  * training step; logits and loss (relative L2 <= 1e-4) and every gradient
  * (<= 1e-3), as tests/gpu/test_gpu_train. SKIPs without a GPU;
  * COHORT_GPU_TESTS_ON_CPU=1 runs the "GPU" side on the CPU
  * (tests/gpu/gpu_testutil.h). */
-static ch_model_t *build_chain(void)
-{
-    ch_model_t *m = NULL;
-    assert_ch_ok(ch_model_new("act_chain", &m));
-    ch_module_t *r = ch_model_root(m);
-    assert_ch_ok(ch_nn_conv2d(r, "0", 3, 16, 3, 1, 1, 1, NULL));
-    assert_ch_ok(ch_nn_layernorm2d(r, "1", 16, CH_NN_LAYERNORM2D_EPS, NULL));
-    assert_ch_ok(ch_nn_relu6(r, "2", NULL));
-    assert_ch_ok(ch_nn_hardtanh(r, "3", -2.0f, 2.0f, NULL));
-    assert_ch_ok(ch_nn_leaky_relu(r, "4", CH_NN_LEAKY_RELU_SLOPE, NULL));
-    assert_ch_ok(ch_nn_silu(r, "5", NULL));
-    assert_ch_ok(ch_nn_sigmoid(r, "6", NULL));
-    assert_ch_ok(ch_nn_tanh(r, "7", NULL));
-    assert_ch_ok(ch_nn_gelu(r, "8", "none", NULL));
-    assert_ch_ok(ch_nn_gelu(r, "9", "tanh", NULL));
-    assert_ch_ok(ch_nn_hardswish(r, "10", NULL));
-    assert_ch_ok(ch_nn_hardsigmoid(r, "11", NULL));
-    assert_ch_ok(ch_nn_layernorm2d(r, "12", 16, 1e-5f, NULL));
-    assert_ch_ok(ch_nn_adaptive_avgpool2d(r, "13", NULL));
-    assert_ch_ok(ch_nn_linear(r, "14", 16, 10, 1, NULL));
-    assert_ch_ok(ch_model_finalize(m, 11));
-    return m;
-}
-
 static void test_modules_gpu(void **state)
 {
     (void)state;
@@ -536,7 +512,9 @@ static void test_modules_gpu(void **state)
     ch_compute_t *cc, *cg;
     assert_ch_ok(ch_compute_create(&cc, &o));
     assert_ch_ok(ch_compute_create(&cg, &o));
-    ch_model_t *mc = build_chain(), *mg = build_chain();
+    ch_model_t *mc = NULL, *mg = NULL;
+    assert_ch_ok(act_chain(11, &mc));
+    assert_ch_ok(act_chain(11, &mg));
     assert_ch_ok(ch_model_to_device(mg, gt_dev(), 0));
     int64_t xs[4] = {4, 3, 12, 12}, ls = 4, ks[2] = {4, 10};
     ch_tensor_t x, lab, xd, labd, lg;
