@@ -5,6 +5,7 @@
 #include "framework/ops/ops.h"
 #include "framework/ops/backend.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1069,5 +1070,140 @@ ch_status ch_op_sgd_step(ch_compute_t *cx, ch_devkind_t dev, int dev_index,
     if (!be->sgd_step)
         return CH_ERROR(CH_ERR_UNSUPPORTED, OP ": the %s backend has no fused SGD", be->name);
     return be->sgd_step(st, ts, n, h);
+#undef OP
+}
+
+/* ----------------------------------------------------------- activations */
+
+const char *ch_act_name(ch_act_kind_t kind)
+{
+    switch (kind) {
+    case CH_ACT_HARDTANH: return "Hardtanh";
+    case CH_ACT_LEAKY_RELU: return "LeakyReLU";
+    case CH_ACT_SILU: return "SiLU";
+    case CH_ACT_SIGMOID: return "Sigmoid";
+    case CH_ACT_TANH: return "Tanh";
+    case CH_ACT_GELU_ERF: return "GELU";
+    case CH_ACT_GELU_TANH: return "GELU(approximate='tanh')";
+    case CH_ACT_HARDSWISH: return "Hardswish";
+    case CH_ACT_HARDSIGMOID: return "Hardsigmoid";
+    default: return "?";
+    }
+}
+
+static ch_status act_params(const char *op, const ch_act_params_t *p)
+{
+    CH_REQUIRE(p, "%s: activation parameters are NULL", op);
+    CH_REQUIRE((int)p->kind >= 0 && p->kind < CH_ACT_COUNT_, "%s: unknown activation kind %d", op,
+               (int)p->kind);
+    CH_REQUIRE(p->kind != CH_ACT_HARDTANH || p->alpha <= p->beta,
+               "%s: Hardtanh min_val %g > max_val %g", op, (double)p->alpha, (double)p->beta);
+    CH_REQUIRE(isfinite(p->alpha) && isfinite(p->beta), "%s: %s parameters %g, %g are not finite",
+               op, ch_act_name(p->kind), (double)p->alpha, (double)p->beta);
+    return CH_OK;
+}
+
+static ch_status no_entry(const char *op, const ch_ops_backend_t *be)
+{
+    return CH_ERROR(CH_ERR_UNSUPPORTED, "%s: the %s backend does not implement it", op, be->name);
+}
+
+ch_status ch_op_act_forward(ch_compute_t *cx, const ch_act_params_t *p, const ch_tensor_t *x,
+                            ch_tensor_t *y)
+{
+#define OP "ch_op_act_forward"
+    CH_TRY(act_params(OP, p));
+    CH_REQUIRE(x && y, OP ": NULL tensor");
+    CH_TRY(need(OP, "x", x, CH_F32, 0));
+    CH_TRY(bn_pair(OP, "x", x, "y", y));
+    SAME_DEVICE(OP, x, y);
+    BE(x);
+    if (!be->act_forward) return no_entry(OP, be);
+    wrote(y, NULL, NULL);
+    return be->act_forward(st, p, x, y);
+#undef OP
+}
+
+ch_status ch_op_act_backward(ch_compute_t *cx, const ch_act_params_t *p, const ch_tensor_t *x,
+                             const ch_tensor_t *dy, ch_tensor_t *dx)
+{
+#define OP "ch_op_act_backward"
+    CH_TRY(act_params(OP, p));
+    CH_REQUIRE(x && dy && dx, OP ": NULL tensor");
+    CH_TRY(need(OP, "x", x, CH_F32, 0));
+    CH_TRY(bn_pair(OP, "x", x, "dy", dy));
+    CH_TRY(bn_pair(OP, "x", x, "dx", dx));
+    CH_REQUIRE(dx->data != x->data || !x->nbytes, OP ": dx must not alias the forward input x");
+    SAME_DEVICE(OP, x, dy, dx);
+    BE(x);
+    if (!be->act_backward) return no_entry(OP, be);
+    wrote(dx, NULL, NULL);
+    return be->act_backward(st, p, x, dy, dx);
+#undef OP
+}
+
+/* ------------------------------------------------------------ layer norm */
+
+/* x (N,C,H,W) and the (N*H*W) plain position vectors v1, v2. */
+static ch_status ln2d_common(const char *op, const ch_tensor_t *x, const ch_tensor_t *weight,
+                             const ch_tensor_t *v1, const ch_tensor_t *v2)
+{
+    CH_REQUIRE(x, "%s: x is NULL", op);
+    CH_TRY(need(op, "x", x, CH_F32, 4));
+    const int64_t C = x->shape[1], P = x->shape[0] * x->shape[2] * x->shape[3];
+    CH_TRY(need_vec(op, "weight", weight, C, 1));
+    const ch_tensor_t *v[2] = {v1, v2};
+    const char *nm[2] = {"mean", "rstd"};
+    for (int i = 0; i < 2; i++) {
+        CH_REQUIRE(v[i], "%s: %s is NULL", op, nm[i]);
+        CH_TRY(need(op, nm[i], v[i], CH_F32, 1));
+        CH_TRY(need_plain(op, nm[i], v[i]));
+        if (v[i]->shape[0] != P) {
+            char a[128];
+            return CH_ERROR(CH_ERR_INVALID, "%s: %s must have N*H*W = %lld elements (one per "
+                            "position), got %s", op, nm[i], (long long)P, DESC(v[i], a));
+        }
+    }
+    SAME_DEVICE(op, x, weight, v1, v2);
+    return CH_OK;
+}
+
+ch_status ch_op_layernorm2d_forward(ch_compute_t *cx, const ch_tensor_t *x,
+                                    const ch_tensor_t *weight, const ch_tensor_t *bias,
+                                    float eps, ch_tensor_t *y, ch_tensor_t *mean,
+                                    ch_tensor_t *rstd)
+{
+#define OP "ch_op_layernorm2d_forward"
+    CH_TRY(ln2d_common(OP, x, weight, mean, rstd));
+    CH_TRY(need_vec(OP, "bias", bias, x->shape[1], 1));
+    CH_TRY(bn_pair(OP, "x", x, "y", y));
+    CH_REQUIRE(y->data != x->data || !x->nbytes, OP ": y must not alias x");
+    CH_REQUIRE(eps > 0.0f && isfinite(eps), OP ": eps %g, expected > 0", (double)eps);
+    SAME_DEVICE(OP, x, bias, y);
+    BE(x);
+    if (!be->ln2d_forward) return no_entry(OP, be);
+    wrote(y, mean, rstd);
+    return be->ln2d_forward(st, x, weight, bias, eps, y, mean, rstd);
+#undef OP
+}
+
+ch_status ch_op_layernorm2d_backward(ch_compute_t *cx, const ch_tensor_t *x,
+                                     const ch_tensor_t *dy, const ch_tensor_t *mean,
+                                     const ch_tensor_t *rstd, const ch_tensor_t *weight,
+                                     ch_tensor_t *dx, ch_tensor_t *dweight,
+                                     ch_tensor_t *dbias)
+{
+#define OP "ch_op_layernorm2d_backward"
+    CH_TRY(ln2d_common(OP, x, weight, mean, rstd));
+    CH_TRY(bn_pair(OP, "x", x, "dy", dy));
+    if (dx) CH_TRY(bn_pair(OP, "x", x, "dx", dx));
+    CH_TRY(need_vec(OP, "dweight", dweight, x->shape[1], 1));
+    CH_TRY(need_vec(OP, "dbias", dbias, x->shape[1], 1));
+    CH_REQUIRE(!dx || dx->data != x->data || !x->nbytes, OP ": dx must not alias x");
+    SAME_DEVICE(OP, x, dy, dx, dweight, dbias);
+    BE(x);
+    if (!be->ln2d_backward) return no_entry(OP, be);
+    wrote(dx, dweight, dbias);
+    return be->ln2d_backward(st, x, dy, mean, rstd, weight, dx, dweight, dbias);
 #undef OP
 }

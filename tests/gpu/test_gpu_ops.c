@@ -644,6 +644,90 @@ static void test_relu(void **state)
     }
 }
 
+/* Every activation (ops.h) on the GPU vs the CPU backend, with the
+ * breakpoints (-3, 0, 3, 6, Hardtanh's bounds) among the inputs; the
+ * piecewise-linear kinds exactly, the others within TOL_FWD / TOL_BWD. */
+static void test_activations(void **state)
+{
+    contexts();
+    ch_compute_t *cx = cx32;
+    static const ch_act_params_t kinds[] = {
+        {CH_ACT_HARDTANH, 0.0f, 6.0f},  {CH_ACT_HARDTANH, -0.5f, 1.25f},
+        {CH_ACT_LEAKY_RELU, 0.01f, 0}, {CH_ACT_SILU, 0, 0},
+        {CH_ACT_SIGMOID, 0, 0},        {CH_ACT_TANH, 0, 0},
+        {CH_ACT_GELU_ERF, 0, 0},       {CH_ACT_GELU_TANH, 0, 0},
+        {CH_ACT_HARDSWISH, 0, 0},      {CH_ACT_HARDSIGMOID, 0, 0}};
+    static const float bps[] = {-3.0f, 3.0f, 0.0f, 6.0f, -0.5f, 1.25f, -6.0f, 20.0f, -20.0f};
+    char what[160];
+    for (int li = 0; li < 2; li++) {
+        ch_layout_t L = LAYOUTS[li];
+        int64_t s[4] = {3, 32, 9, 7};
+        gt_pair_t x, dy, y, dx;
+        assert_ch_ok(ch_tensor_alloc(&x.h, CH_F32, 4, s, CH_LAYOUT_PLAIN, CH_DEV_CPU, 0));
+        assert_ch_ok(ch_tensor_alloc(&x.d, CH_F32, 4, s, L, gt_dev(), 0));
+        gt_fill(ch_tensor_f32(&x.h), ch_tensor_numel(&x.h), 151, -8, 8);
+        for (size_t i = 0; i < 9 * 50; i++) ch_tensor_f32(&x.h)[i * 11] = bps[i % 9];
+        gt_upload(cx, &x.h, &x.d);
+        gt_pair_rand(cx, &dy, 4, s, L, 152, -1, 1);
+        for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++) {
+            const ch_act_params_t *p = &kinds[k];
+            int exact = p->kind == CH_ACT_HARDTANH || p->kind == CH_ACT_LEAKY_RELU;
+            gt_pair_out(cx, &y, 4, s, L);
+            gt_pair_out(cx, &dx, 4, s, L);
+            assert_ch_ok(ch_op_act_forward(cx, p, &x.h, &y.h));
+            assert_ch_ok(ch_op_act_forward(cx, p, &x.d, &y.d));
+            snprintf(what, sizeof what, "%s(%g, %g) forward %s", ch_act_name(p->kind),
+                     (double)p->alpha, (double)p->beta, lname(L));
+            gt_compare(cx, what, &y, exact ? 0 : TOL_FWD);
+            assert_ch_ok(ch_op_act_backward(cx, p, &x.h, &dy.h, &dx.h));
+            assert_ch_ok(ch_op_act_backward(cx, p, &x.d, &dy.d, &dx.d));
+            snprintf(what, sizeof what, "%s(%g, %g) backward %s", ch_act_name(p->kind),
+                     (double)p->alpha, (double)p->beta, lname(L));
+            gt_compare(cx, what, &dx, exact ? 0 : TOL_BWD);
+            gt_pair_free(&y);
+            gt_pair_free(&dx);
+        }
+        gt_pair_free(&x);
+        gt_pair_free(&dy);
+    }
+}
+
+/* LayerNorm2d (ConvNeXt) forward and backward on the GPU vs the CPU. */
+static void test_layernorm2d(void **state)
+{
+    contexts();
+    ch_compute_t *cx = cx32;
+    for (int li = 0; li < 2; li++) {
+        ch_layout_t L = LAYOUTS[li];
+        int64_t s[4] = {3, 48, 9, 7}, C = 48, P = 3 * 9 * 7;
+        gt_pair_t x, w, b, dy, y, mean, rstd, dx, dw, db;
+        gt_pair_rand(cx, &x, 4, s, L, 161, -2, 3);
+        gt_pair_rand(cx, &w, 1, &C, CH_LAYOUT_PLAIN, 162, 0.5f, 1.5f);
+        gt_pair_rand(cx, &b, 1, &C, CH_LAYOUT_PLAIN, 163, -0.5f, 0.5f);
+        gt_pair_rand(cx, &dy, 4, s, L, 164, -1, 1);
+        gt_pair_out(cx, &y, 4, s, L);
+        gt_pair_out(cx, &dx, 4, s, L);
+        gt_pair_out(cx, &mean, 1, &P, CH_LAYOUT_PLAIN);
+        gt_pair_out(cx, &rstd, 1, &P, CH_LAYOUT_PLAIN);
+        gt_pair_out(cx, &dw, 1, &C, CH_LAYOUT_PLAIN);
+        gt_pair_out(cx, &db, 1, &C, CH_LAYOUT_PLAIN);
+        assert_ch_ok(ch_op_layernorm2d_forward(cx, &x.h, &w.h, &b.h, 1e-6f, &y.h, &mean.h, &rstd.h));
+        assert_ch_ok(ch_op_layernorm2d_forward(cx, &x.d, &w.d, &b.d, 1e-6f, &y.d, &mean.d, &rstd.d));
+        gt_compare(cx, "layernorm2d forward", &y, TOL_FWD);
+        gt_compare(cx, "layernorm2d mean", &mean, TOL_FWD);
+        gt_compare(cx, "layernorm2d rstd", &rstd, TOL_FWD);
+        assert_ch_ok(ch_op_layernorm2d_backward(cx, &x.h, &dy.h, &mean.h, &rstd.h, &w.h, &dx.h,
+                                                &dw.h, &db.h));
+        assert_ch_ok(ch_op_layernorm2d_backward(cx, &x.d, &dy.d, &mean.d, &rstd.d, &w.d, &dx.d,
+                                                &dw.d, &db.d));
+        gt_compare(cx, "layernorm2d dx", &dx, TOL_BWD);
+        gt_compare(cx, "layernorm2d dweight", &dw, TOL_BWD);
+        gt_compare(cx, "layernorm2d dbias", &db, TOL_BWD);
+        gt_pair_t *all[] = {&x, &w, &b, &dy, &y, &mean, &rstd, &dx, &dw, &db};
+        for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) gt_pair_free(all[i]);
+    }
+}
+
 static void test_maxpool(void **state)
 {
     contexts();
@@ -1273,6 +1357,8 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_bn_gather_stats_many_ranks),
         cmocka_unit_test(test_bn_backward),
         cmocka_unit_test(test_relu),
+        cmocka_unit_test(test_activations),
+        cmocka_unit_test(test_layernorm2d),
         cmocka_unit_test(test_maxpool),
         cmocka_unit_test(test_avgpool),
         cmocka_unit_test(test_linear),
