@@ -11,14 +11,22 @@
 # (compute.cpu_conv_algorithm) runs oneDNN's Winograd kernels on AVX-512 and,
 # below it, says once that there are none and runs the direct ones; no
 # reference kernel either way.
+# And one per ISA for the convolution variants (tests/bench_convpool: depthwise,
+# strided depthwise, grouped, dilated, dilated depthwise convolutions forward,
+# backward data and backward weights, and the pooling variants, which are
+# cohort's own C loops): no reference kernel. (oneDNN 2.6 has jit kernels for
+# all of them from AVX2 up, jit_dw for the depthwise ones; on SSE4.1 the
+# blocked layouts get only reference kernels and cohort's plain-layout
+# fallback runs the gemm-based ones.)
 . "${COHORT_SRCDIR:-.}/tests/train_lib.sh"   # TAP helpers (ok, not_ok, skip), $tmp, $build
 BENCH="$build/tests/bench_nn"
+CONVPOOL="$build/tests/bench_convpool"
 
 cases="resnet18:1:28 resnet18:3:32 resnet18:3:224 resnet34:1:28 resnet50:1:28 resnet50:3:32
 resnet50:3:224"
 ncases=$(echo $cases | wc -w)
 isas="SSE41 AVX2 AVX512_CORE native"
-echo "1..$((4 * (2 * ncases + 2)))"
+echo "1..$((4 * (2 * ncases + 3)))"
 
 # effective ISA under a cap, as cohort reports it ("isa avx2")
 effective() {
@@ -34,12 +42,14 @@ for isa in $isas; do
     not_ok "$isa: bench_nn runs and reports its ISA"
     for c in $cases; do not_ok "$isa $c train: not run"; not_ok "$isa $c eval: not run"; done
     not_ok "$isa winograd: not run"
+    not_ok "$isa convolution variants: not run"
     continue
   fi
   if [ "$isa" != native ] && [ "$eff" != "$want" ]; then
     skip "$isa: the machine's ISA is $eff" "no $isa on this CPU"
     for c in $cases; do skip "$isa $c train" "no $isa"; skip "$isa $c eval" "no $isa"; done
     skip "$isa winograd" "no $isa"
+    skip "$isa convolution variants" "no $isa"
     continue
   fi
   ok "$isa: oneDNN runs at ISA $eff"
@@ -100,5 +110,29 @@ for isa in $isas; do
     ok "$name: $nwino Winograd convolutions ($said primitives)"
   else
     ok "$name: no Winograd kernel on $eff, said so, direct kernels ran"
+  fi
+  log="$tmp/$isa-convpool.log"
+  if [ "$isa" = native ]; then
+    env -u ONEDNN_MAX_CPU_ISA DNNL_VERBOSE=1 "$CONVPOOL" --batch 2 --threads 2 --trials 1 \
+      > "$log" 2>&1
+  else
+    ONEDNN_MAX_CPU_ISA=$isa DNNL_VERBOSE=1 "$CONVPOOL" --batch 2 --threads 2 --trials 1 \
+      > "$log" 2>&1
+  fi
+  rc=$?
+  name="$isa convolution variants (depthwise, grouped, dilated) and pooling variants"
+  nconv=$(grep -c '^onednn_verbose,exec,cpu,convolution,' "$log")
+  refs=$(grep '^onednn_verbose,exec,' "$log" | awk -F, '$5 ~ /^ref/' | cut -d, -f4-10 | sort -u)
+  if [ "$rc" != 0 ]; then
+    tail -n 20 "$log" >&2
+    not_ok "$name: bench_convpool exit $rc"
+  elif [ "$nconv" = 0 ]; then
+    not_ok "$name: no convolution in DNNL_VERBOSE's output (cannot check)"
+  elif [ -n "$refs" ] || grep -q 'only a reference' "$log"; then
+    echo "$refs" >&2
+    grep 'only a reference' "$log" >&2
+    not_ok "$name: reference kernel: $(echo "$refs" | head -n 1)"
+  else
+    ok "$name: $nconv convolutions, no reference kernel"
   fi
 done
