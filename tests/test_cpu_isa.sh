@@ -28,6 +28,27 @@ ncases=$(echo $cases | wc -w)
 isas="SSE41 AVX2 AVX512_CORE native"
 echo "1..$((4 * (2 * ncases + 3)))"
 
+# One test point from a DNNL_VERBOSE=1 run: exit status $1, name $2, log $3,
+# program $4. Fails on a non-zero exit, on no convolution in the log (nothing
+# checked), on a reference kernel ("ref" implementation) or on cohort's
+# "only a reference" warning.
+no_ref_kernel() {
+  nconv=$(grep -c '^onednn_verbose,exec,cpu,convolution,' "$3")
+  refs=$(grep '^onednn_verbose,exec,' "$3" | awk -F, '$5 ~ /^ref/' | cut -d, -f4-10 | sort -u)
+  if [ "$1" != 0 ]; then
+    tail -n 20 "$3" >&2
+    not_ok "$2: $4 exit $1"
+  elif [ "$nconv" = 0 ]; then
+    not_ok "$2: no convolution in DNNL_VERBOSE's output (cannot check)"
+  elif [ -n "$refs" ] || grep -q 'only a reference' "$3"; then
+    echo "$refs" >&2
+    grep 'only a reference' "$3" >&2
+    not_ok "$2: reference kernel: $(echo "$refs" | head -n 1)"
+  else
+    ok "$2: $nconv convolutions, no reference kernel"
+  fi
+}
+
 # effective ISA under a cap, as cohort reports it ("isa avx2")
 effective() {
   if [ "$1" = native ]; then env -u ONEDNN_MAX_CPU_ISA "$BENCH" --batch 1 --steps 1 --warmup 0 --eval
@@ -65,22 +86,7 @@ for isa in $isas; do
         ONEDNN_MAX_CPU_ISA=$isa DNNL_VERBOSE=1 "$BENCH" --arch "$arch" --channels "$ch" \
           --size "$size" --batch 2 --threads 2 --steps 1 --warmup 0 $flag > "$log" 2>&1
       fi
-      rc=$?
-      name="$isa $arch ${ch}x${size}x${size} $mode"
-      nconv=$(grep -c '^onednn_verbose,exec,cpu,convolution,' "$log")
-      refs=$(grep '^onednn_verbose,exec,' "$log" | awk -F, '$5 ~ /^ref/' | cut -d, -f4-10 | sort -u)
-      if [ "$rc" != 0 ]; then
-        tail -n 20 "$log" >&2
-        not_ok "$name: bench_nn exit $rc"
-      elif [ "$nconv" = 0 ]; then
-        not_ok "$name: no convolution in DNNL_VERBOSE's output (cannot check)"
-      elif [ -n "$refs" ] || grep -q 'only a reference' "$log"; then
-        echo "$refs" >&2
-        grep 'only a reference' "$log" >&2
-        not_ok "$name: reference kernel: $(echo "$refs" | head -n 1)"
-      else
-        ok "$name: $nconv convolutions, no reference kernel"
-      fi
+      no_ref_kernel $? "$isa $arch ${ch}x${size}x${size} $mode" "$log" bench_nn
     done
   done
   log="$tmp/$isa-winograd.log"
@@ -119,20 +125,6 @@ for isa in $isas; do
     ONEDNN_MAX_CPU_ISA=$isa DNNL_VERBOSE=1 "$CONVPOOL" --batch 2 --threads 2 --trials 1 \
       > "$log" 2>&1
   fi
-  rc=$?
-  name="$isa convolution variants (depthwise, grouped, dilated) and pooling variants"
-  nconv=$(grep -c '^onednn_verbose,exec,cpu,convolution,' "$log")
-  refs=$(grep '^onednn_verbose,exec,' "$log" | awk -F, '$5 ~ /^ref/' | cut -d, -f4-10 | sort -u)
-  if [ "$rc" != 0 ]; then
-    tail -n 20 "$log" >&2
-    not_ok "$name: bench_convpool exit $rc"
-  elif [ "$nconv" = 0 ]; then
-    not_ok "$name: no convolution in DNNL_VERBOSE's output (cannot check)"
-  elif [ -n "$refs" ] || grep -q 'only a reference' "$log"; then
-    echo "$refs" >&2
-    grep 'only a reference' "$log" >&2
-    not_ok "$name: reference kernel: $(echo "$refs" | head -n 1)"
-  else
-    ok "$name: $nconv convolutions, no reference kernel"
-  fi
+  no_ref_kernel $? "$isa convolution variants (depthwise, grouped, dilated) and pooling variants" \
+    "$log" bench_convpool
 done

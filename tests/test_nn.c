@@ -123,6 +123,42 @@ static void check_entry(const char *what, const ch_param_t *p, const ch_st_view_
     free(ref);
 }
 
+/* The golden batch x, y of st, a training forward and backward of m on
+ * it, compared with PyTorch's logits and loss (1e-4) and every parameter
+ * gradient (1e-3). x, y stay allocated for the caller. */
+static void golden_fwd_bwd(ch_model_t *m, ch_compute_t *cx, ch_safetensors_t *st, ch_tensor_t *x,
+                           ch_tensor_t *y)
+{
+    const ch_st_view_t *vx = ch_safetensors_find(st, "x"), *vy = ch_safetensors_find(st, "y");
+    assert_non_null(vx);
+    assert_non_null(vy);
+    assert_ch_ok(ch_tensor_alloc_f32(x, 4, vx->shape));
+    memcpy(x->data, vx->data, vx->nbytes);
+    assert_ch_ok(ch_tensor_alloc(y, CH_I64, 1, vy->shape, CH_LAYOUT_PLAIN, CH_DEV_CPU, 0));
+    memcpy(y->data, vy->data, vy->nbytes);
+    const ch_tensor_t *logits;
+    float loss;
+    ch_model_train(m, 1);
+    assert_ch_ok(ch_model_forward(m, cx, x, &logits));
+    assert_ch_ok(ch_model_loss(m, cx, y, &loss));
+    float *ref = nt_read_f32(st, "logits", NULL);
+    nt_assert_close(ch_tensor_f32(logits), ref, (size_t)ch_tensor_numel(logits), 1e-4, "logits");
+    free(ref);
+    ref = nt_read_f32(st, "loss", NULL);
+    if (fabs(loss - ref[0]) > 1e-4 * fabs(ref[0])) fail_msg("loss %.7g vs torch %.7g", loss, ref[0]);
+    free(ref);
+    assert_ch_ok(ch_model_backward(m, cx, NULL));
+    for (int i = 0; i < ch_model_num_params(m); i++) {
+        ch_param_t *p = ch_model_param(m, i);
+        char name[300], what[300];
+        snprintf(name, sizeof name, "grad.%s", p->name);
+        float *gr = nt_read_f32(st, name, NULL);
+        snprintf(what, sizeof what, "gradient of %s", p->name);
+        nt_assert_close(p->grad, gr, p->numel, 1e-3, what);
+        free(gr);
+    }
+}
+
 /* One step of `arch` vs PyTorch, then interop of the updated state dict. */
 static void golden_step(const char *arch, int batch, int size)
 {
@@ -145,41 +181,15 @@ static void golden_step(const char *arch, int batch, int size)
     memcpy(p0, ch_model_param_block(m), pn * sizeof(float));
 
     ch_tensor_t x, y;
-    const ch_st_view_t *vx = ch_safetensors_find(st, "x"), *vy = ch_safetensors_find(st, "y");
-    assert_non_null(vx);
-    assert_non_null(vy);
-    assert_ch_ok(ch_tensor_alloc_f32(&x, 4, vx->shape));
-    memcpy(x.data, vx->data, vx->nbytes);
-    assert_ch_ok(ch_tensor_alloc(&y, CH_I64, 1, vy->shape, CH_LAYOUT_PLAIN, CH_DEV_CPU, 0));
-    memcpy(y.data, vy->data, vy->nbytes);
-
     ch_compute_t *cx = make_cx();
     ch_sgd_options_t so = {0.01, 0.9, 0.0, 0.005, 0};
     ch_sgd_t *sgd;
     assert_ch_ok(ch_sgd_create(&so, &sgd));
     assert_ch_ok(ch_sgd_add_model(sgd, m));
     const ch_tensor_t *logits;
-    float loss;
-    ch_model_train(m, 1);
-    assert_ch_ok(ch_model_forward(m, cx, &x, &logits));
-    assert_ch_ok(ch_model_loss(m, cx, &y, &loss));
-    float *ref = nt_read_f32(st, "logits", NULL);
-    nt_assert_close(ch_tensor_f32(logits), ref, (size_t)ch_tensor_numel(logits), 1e-4, "logits");
-    free(ref);
-    ref = nt_read_f32(st, "loss", NULL);
-    if (fabs(loss - ref[0]) > 1e-4 * fabs(ref[0])) fail_msg("loss %.7g vs torch %.7g", loss, ref[0]);
-    free(ref);
-    assert_ch_ok(ch_model_backward(m, cx, NULL));
+    float *ref;
+    golden_fwd_bwd(m, cx, st, &x, &y);
     char name[300];
-    for (int i = 0; i < ch_model_num_params(m); i++) {
-        ch_param_t *p = ch_model_param(m, i);
-        snprintf(name, sizeof name, "grad.%s", p->name);
-        float *gr = nt_read_f32(st, name, NULL);
-        char what[300];
-        snprintf(what, sizeof what, "gradient of %s", p->name);
-        nt_assert_close(p->grad, gr, p->numel, 1e-3, what);
-        free(gr);
-    }
     assert_ch_ok(ch_sgd_step(sgd));
     for (int i = 0; i < ch_model_num_entries(m); i++) {
         ch_param_t *p = ch_model_entry(m, i);
@@ -293,35 +303,8 @@ static void test_golden_convpool_modules(void **state)
     assert_ch_ok(ch_model_load_state_dict(m, g.views, g.n, 1, NULL, NULL, &loaded));
     assert_int_equal(loaded, ch_model_num_entries(m));
     ch_tensor_t x, y;
-    const ch_st_view_t *vx = ch_safetensors_find(st, "x"), *vy = ch_safetensors_find(st, "y");
-    assert_non_null(vx);
-    assert_non_null(vy);
-    assert_ch_ok(ch_tensor_alloc_f32(&x, 4, vx->shape));
-    memcpy(x.data, vx->data, vx->nbytes);
-    assert_ch_ok(ch_tensor_alloc(&y, CH_I64, 1, vy->shape, CH_LAYOUT_PLAIN, CH_DEV_CPU, 0));
-    memcpy(y.data, vy->data, vy->nbytes);
     ch_compute_t *cx = make_cx();
-    const ch_tensor_t *logits;
-    float loss;
-    ch_model_train(m, 1);
-    assert_ch_ok(ch_model_forward(m, cx, &x, &logits));
-    assert_ch_ok(ch_model_loss(m, cx, &y, &loss));
-    float *ref = nt_read_f32(st, "logits", NULL);
-    nt_assert_close(ch_tensor_f32(logits), ref, (size_t)ch_tensor_numel(logits), 1e-4, "logits");
-    free(ref);
-    ref = nt_read_f32(st, "loss", NULL);
-    if (fabs(loss - ref[0]) > 1e-4 * fabs(ref[0])) fail_msg("loss %.7g vs torch %.7g", loss, ref[0]);
-    free(ref);
-    assert_ch_ok(ch_model_backward(m, cx, NULL));
-    for (int i = 0; i < ch_model_num_params(m); i++) {
-        ch_param_t *p = ch_model_param(m, i);
-        char name[300], what[300];
-        snprintf(name, sizeof name, "grad.%s", p->name);
-        float *gr = nt_read_f32(st, name, NULL);
-        snprintf(what, sizeof what, "gradient of %s", p->name);
-        nt_assert_close(p->grad, gr, p->numel, 1e-3, what);
-        free(gr);
-    }
+    golden_fwd_bwd(m, cx, st, &x, &y);
     ch_compute_destroy(cx);
     ch_tensor_free(&x);
     ch_tensor_free(&y);

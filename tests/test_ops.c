@@ -1074,6 +1074,51 @@ static void test_golden_relu(void **state)
     ch_compute_destroy(cx);
 }
 
+enum { POOL_AVG, POOL_MAX, POOL_ADAPTIVE };
+
+/* One pooling case of kind `kind` in every layout: forward y and input
+ * gradient dx against PyTorch. */
+static void golden_pool_case(ch_compute_t *cx, const char *pre, int kind,
+                             const ch_pool2d_params_t *pp)
+{
+    ch_tensor_t x, dy, yref;
+    ch_pool2d_params_t p = *pp;
+    load(&x, pre, "x");
+    load(&dy, pre, "dy");
+    load(&yref, pre, "y");
+    ch_layout_t ls[4];
+    int nl = layouts_for(x.shape[1], ls);
+    for (int li = 0; li < nl; li++) {
+        const char *ctx = ch_layout_name(ls[li]);
+        ch_tensor_t xl, dyl, yl, dxl;
+        to_layout(cx, &x, ls[li], &xl);
+        to_layout(cx, &dy, ls[li], &dyl);
+        like(&yref, ls[li], &yl);
+        like(&x, ls[li], &dxl);
+        if (kind == POOL_AVG) {
+            assert_ch_ok(ch_op_avgpool2d_forward(cx, &xl, &p, &yl));
+            check(cx, &yl, pre, "y", TOL_FWD, ctx);
+            assert_ch_ok(ch_op_avgpool2d_backward(cx, &dyl, &p, &dxl));
+        } else if (kind == POOL_MAX) {
+            assert_ch_ok(ch_op_maxpool2d_forward(cx, &xl, &p, &yl));
+            check(cx, &yl, pre, "y", TOL_FWD, ctx);
+            assert_ch_ok(ch_op_maxpool2d_backward(cx, &xl, &dyl, &p, &dxl));
+        } else {
+            assert_ch_ok(ch_op_adaptive_avgpool2d_forward(cx, &xl, &yl));
+            check(cx, &yl, pre, "y", TOL_FWD, ctx);
+            assert_ch_ok(ch_op_adaptive_avgpool2d_backward(cx, &dyl, &dxl));
+        }
+        check(cx, &dxl, pre, "dx", TOL_BWD, ctx);
+        ch_tensor_free(&xl);
+        ch_tensor_free(&dyl);
+        ch_tensor_free(&yl);
+        ch_tensor_free(&dxl);
+    }
+    ch_tensor_free(&x);
+    ch_tensor_free(&dy);
+    ch_tensor_free(&yref);
+}
+
 static void test_golden_pooling(void **state)
 {
     (void)state;
@@ -1083,35 +1128,12 @@ static void test_golden_pooling(void **state)
     for (size_t ci = 0; ci < 4; ci++) {
         char pre[64];
         snprintf(pre, sizeof pre, "maxpool/%s/", mp[ci]);
-        ch_tensor_t prm, x, dy, yref;
+        ch_tensor_t prm;
         load(&prm, pre, "params");
         int64_t *P = prm.data;
         ch_pool2d_params_t p = {(int)P[0], (int)P[0], (int)P[1], (int)P[1], (int)P[2], (int)P[2]};
-        load(&x, pre, "x");
-        load(&dy, pre, "dy");
-        load(&yref, pre, "y");
-        ch_layout_t ls[4];
-        int nl = layouts_for(x.shape[1], ls);
-        for (int li = 0; li < nl; li++) {
-            const char *ctx = ch_layout_name(ls[li]);
-            ch_tensor_t xl, dyl, yl, dxl;
-            to_layout(cx, &x, ls[li], &xl);
-            to_layout(cx, &dy, ls[li], &dyl);
-            like(&yref, ls[li], &yl);
-            like(&x, ls[li], &dxl);
-            assert_ch_ok(ch_op_maxpool2d_forward(cx, &xl, &p, &yl));
-            check(cx, &yl, pre, "y", TOL_FWD, ctx);
-            assert_ch_ok(ch_op_maxpool2d_backward(cx, &xl, &dyl, &p, &dxl));
-            check(cx, &dxl, pre, "dx", TOL_BWD, ctx);
-            ch_tensor_free(&xl);
-            ch_tensor_free(&dyl);
-            ch_tensor_free(&yl);
-            ch_tensor_free(&dxl);
-        }
         ch_tensor_free(&prm);
-        ch_tensor_free(&x);
-        ch_tensor_free(&dy);
-        ch_tensor_free(&yref);
+        golden_pool_case(cx, pre, POOL_MAX, &p);
     }
     const char *ap[] = {"c16", "odd", "one"};
     for (size_t ci = 0; ci < 3; ci++) {
@@ -1274,54 +1296,17 @@ static void test_golden_conv_variants(void **state)
     ch_compute_destroy(cx);
 }
 
-enum { POOL_AVG, POOL_MAX, POOL_ADAPTIVE };
-
-/* One pooling case of kind `kind` in every layout: forward y and input
- * gradient dx against PyTorch. */
-static void golden_pool_case(ch_compute_t *cx, const char *pre, int kind)
+/* The pooling parameters of a golden case: [kh, kw, sh, sw, ph, pw,
+ * ceil_mode, count_include_pad] (convpool_golden.py). */
+static ch_pool2d_params_t golden_pool_params(const char *pre)
 {
-    ch_tensor_t prm, x, dy, yref;
+    ch_tensor_t prm;
     load(&prm, pre, "params");
     int64_t *P = prm.data;
-    ch_pool2d_params_t p = {0};
-    if (kind != POOL_ADAPTIVE)
-        p = (ch_pool2d_params_t){(int)P[0], (int)P[1], (int)P[2], (int)P[3],
-                                 (int)P[4], (int)P[5], (int)P[6], (int)P[7]};
-    load(&x, pre, "x");
-    load(&dy, pre, "dy");
-    load(&yref, pre, "y");
-    ch_layout_t ls[4];
-    int nl = layouts_for(x.shape[1], ls);
-    for (int li = 0; li < nl; li++) {
-        const char *ctx = ch_layout_name(ls[li]);
-        ch_tensor_t xl, dyl, yl, dxl;
-        to_layout(cx, &x, ls[li], &xl);
-        to_layout(cx, &dy, ls[li], &dyl);
-        like(&yref, ls[li], &yl);
-        like(&x, ls[li], &dxl);
-        if (kind == POOL_AVG) {
-            assert_ch_ok(ch_op_avgpool2d_forward(cx, &xl, &p, &yl));
-            check(cx, &yl, pre, "y", TOL_FWD, ctx);
-            assert_ch_ok(ch_op_avgpool2d_backward(cx, &dyl, &p, &dxl));
-        } else if (kind == POOL_MAX) {
-            assert_ch_ok(ch_op_maxpool2d_forward(cx, &xl, &p, &yl));
-            check(cx, &yl, pre, "y", TOL_FWD, ctx);
-            assert_ch_ok(ch_op_maxpool2d_backward(cx, &xl, &dyl, &p, &dxl));
-        } else {
-            assert_ch_ok(ch_op_adaptive_avgpool2d_forward(cx, &xl, &yl));
-            check(cx, &yl, pre, "y", TOL_FWD, ctx);
-            assert_ch_ok(ch_op_adaptive_avgpool2d_backward(cx, &dyl, &dxl));
-        }
-        check(cx, &dxl, pre, "dx", TOL_BWD, ctx);
-        ch_tensor_free(&xl);
-        ch_tensor_free(&dyl);
-        ch_tensor_free(&yl);
-        ch_tensor_free(&dxl);
-    }
+    ch_pool2d_params_t p = {(int)P[0], (int)P[1], (int)P[2], (int)P[3],
+                            (int)P[4], (int)P[5], (int)P[6], (int)P[7]};
     ch_tensor_free(&prm);
-    ch_tensor_free(&x);
-    ch_tensor_free(&dy);
-    ch_tensor_free(&yref);
+    return p;
 }
 
 /* AvgPool2d (padding, ceil_mode, count_include_pad, non-square), MaxPool2d
@@ -1337,15 +1322,18 @@ static void test_golden_pool_variants(void **state)
     char pre[64];
     for (size_t ci = 0; ci < sizeof AVG_CASES / sizeof *AVG_CASES; ci++) {
         snprintf(pre, sizeof pre, "avgpool2d/%s/", AVG_CASES[ci]);
-        golden_pool_case(cx, pre, POOL_AVG);
+        ch_pool2d_params_t p = golden_pool_params(pre);
+        golden_pool_case(cx, pre, POOL_AVG, &p);
     }
     for (size_t ci = 0; ci < sizeof MAXX_CASES / sizeof *MAXX_CASES; ci++) {
         snprintf(pre, sizeof pre, "maxpoolx/%s/", MAXX_CASES[ci]);
-        golden_pool_case(cx, pre, POOL_MAX);
+        ch_pool2d_params_t p = golden_pool_params(pre);
+        golden_pool_case(cx, pre, POOL_MAX, &p);
     }
     for (size_t ci = 0; ci < sizeof ADAPT_CASES / sizeof *ADAPT_CASES; ci++) {
         snprintf(pre, sizeof pre, "adaptive/%s/", ADAPT_CASES[ci]);
-        golden_pool_case(cx, pre, POOL_ADAPTIVE);
+        const ch_pool2d_params_t none = {0};
+        golden_pool_case(cx, pre, POOL_ADAPTIVE, &none);
     }
     ch_compute_destroy(cx);
 }

@@ -327,30 +327,24 @@ static cd_avg_t avg_geo(const ch_tensor_t *x, const ch_tensor_t *y, const ch_poo
     return g;
 }
 
-static ch_status cd_avg_forward(void *st, const char *op, const ch_tensor_t *x,
-                                const ch_pool2d_params_t *p, ch_tensor_t *y)
+/* Forward (in = x, out = y) or backward (in = dy, out = dx): one thread
+ * per element of out. p NULL: adaptive bins. */
+static ch_status cd_avg_run(void *st, const char *op, int backward, const ch_tensor_t *in,
+                            const ch_pool2d_params_t *p, ch_tensor_t *out)
 {
-    CH_TRY(ch_cd_check_tensor(st, op, "x", x));
-    CH_TRY(ch_cd_check_tensor(st, op, "y", y));
-    int64_t n = ch_tensor_numel(y);
+    CH_TRY(ch_cd_check_tensor(st, op, backward ? "dy" : "x", in));
+    CH_TRY(ch_cd_check_tensor(st, op, backward ? "dx" : "y", out));
+    int64_t n = ch_tensor_numel(out);
     if (n == 0) return CH_OK;
-    cd_avg_t g = avg_geo(x, y, p);
-    k_avgpool_fwd<<<ch_cuda_blocks(st, n, CH_CD_THREADS), CH_CD_THREADS, 0, ch_cuda_stream(st)>>>(
-        (const float *)x->data, (float *)y->data, g, n);
-    CH_CUDA_CHECK_LAUNCH();
-    return CH_OK;
-}
-
-static ch_status cd_avg_backward(void *st, const char *op, const ch_tensor_t *dy,
-                                 const ch_pool2d_params_t *p, ch_tensor_t *dx)
-{
-    CH_TRY(ch_cd_check_tensor(st, op, "dy", dy));
-    CH_TRY(ch_cd_check_tensor(st, op, "dx", dx));
-    int64_t n = ch_tensor_numel(dx);
-    if (n == 0) return CH_OK;
-    cd_avg_t g = avg_geo(dx, dy, p);
-    k_avgpool_bwd<<<ch_cuda_blocks(st, n, CH_CD_THREADS), CH_CD_THREADS, 0, ch_cuda_stream(st)>>>(
-        (const float *)dy->data, (float *)dx->data, g, n);
+    cd_avg_t g = backward ? avg_geo(out, in, p) : avg_geo(in, out, p);
+    int nb = ch_cuda_blocks(st, n, CH_CD_THREADS);
+    cudaStream_t s = ch_cuda_stream(st);
+    if (backward)
+        k_avgpool_bwd<<<nb, CH_CD_THREADS, 0, s>>>((const float *)in->data, (float *)out->data, g,
+                                                   n);
+    else
+        k_avgpool_fwd<<<nb, CH_CD_THREADS, 0, s>>>((const float *)in->data, (float *)out->data, g,
+                                                   n);
     CH_CUDA_CHECK_LAUNCH();
     return CH_OK;
 }
@@ -358,23 +352,23 @@ static ch_status cd_avg_backward(void *st, const char *op, const ch_tensor_t *dy
 static ch_status cd_avgpool_forward(void *st, const ch_tensor_t *x, const ch_pool2d_params_t *p,
                                     ch_tensor_t *y)
 {
-    return cd_avg_forward(st, "ch_op_avgpool2d_forward", x, p, y);
+    return cd_avg_run(st, "ch_op_avgpool2d_forward", 0, x, p, y);
 }
 
 static ch_status cd_avgpool_backward(void *st, const ch_tensor_t *dy,
                                      const ch_pool2d_params_t *p, ch_tensor_t *dx)
 {
-    return cd_avg_backward(st, "ch_op_avgpool2d_backward", dy, p, dx);
+    return cd_avg_run(st, "ch_op_avgpool2d_backward", 1, dy, p, dx);
 }
 
 static ch_status cd_adaptive_forward(void *st, const ch_tensor_t *x, ch_tensor_t *y)
 {
-    return cd_avg_forward(st, "ch_op_adaptive_avgpool2d_forward", x, NULL, y);
+    return cd_avg_run(st, "ch_op_adaptive_avgpool2d_forward", 0, x, NULL, y);
 }
 
 static ch_status cd_adaptive_backward(void *st, const ch_tensor_t *dy, ch_tensor_t *dx)
 {
-    return cd_avg_backward(st, "ch_op_adaptive_avgpool2d_backward", dy, NULL, dx);
+    return cd_avg_run(st, "ch_op_adaptive_avgpool2d_backward", 1, dy, NULL, dx);
 }
 
 void ch_cuda_table_pool(ch_ops_backend_t *t)
