@@ -14,10 +14,9 @@
 # And one per ISA for the convolution variants (tests/bench_convpool: depthwise,
 # strided depthwise, grouped, dilated, dilated depthwise convolutions forward,
 # backward data and backward weights, and the pooling variants, which are
-# cohort's own C loops): no reference kernel. (oneDNN 2.6 has jit kernels for
-# all of them from AVX2 up, jit_dw for the depthwise ones; on SSE4.1 the
-# blocked layouts get only reference kernels and cohort's plain-layout
-# fallback runs the gemm-based ones.)
+# cohort's own C loops): no reference kernel. (oneDNN 2.6.3 here: jit
+# kernels from AVX2 up, jit_dw for the depthwise ones; on SSE4.1, with plain
+# activations, the gemm-based ones.)
 . "${COHORT_SRCDIR:-.}/tests/train_lib.sh"   # TAP helpers (ok, not_ok, skip), $tmp, $build
 BENCH="$build/tests/bench_nn"
 CONVPOOL="$build/tests/bench_convpool"

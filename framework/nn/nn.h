@@ -3,7 +3,7 @@
  * A model (ch_model_t) is a tree of modules with PyTorch's names: containers
  * (Sequential, residual blocks, the model root) hold children under local
  * names ("layer1", "0", "downsample"); leaf layers (Conv2d, BatchNorm2d,
- * Linear, ReLU, MaxPool2d, AdaptiveAvgPool2d) hold parameters ("weight",
+ * Linear, ReLU, MaxPool2d, AvgPool2d, AdaptiveAvgPool2d) hold parameters ("weight",
  * "bias") and buffers ("running_mean", "running_var", "num_batches_tracked").
  * Full names join the path with dots, exactly as torch.nn.Module.state_dict():
  * "conv1.weight", "layer1.0.downsample.1.running_var", "fc.bias".
