@@ -1,5 +1,6 @@
 /* cohort: CPU ops in plain C — fill/copy/add/scale, ReLU, max pooling,
- * average pooling (windows and adaptive bins), global average pooling, softmax cross-entropy, argmax, fused SGD step.
+ * average pooling (windows and adaptive bins), global average pooling,
+ * softmax cross-entropy, argmax, fused SGD step.
  *
  * Activations may be in any layout (cpu.h's channel view covers all of them);
  * the loops run over contiguous blocks of B channels so that the blocked
@@ -13,6 +14,7 @@
 #include "config.h"
 
 #include "framework/ops/cpu/cpu.h"
+#include "framework/ops/pool_geometry.h"
 
 #include <math.h>
 #include <stdint.h>
@@ -293,47 +295,18 @@ ch_status ch_cpu_maxpool_backward(void *st, const ch_tensor_t *x, const ch_tenso
 /* ------------------------------------------------ average pooling (k, s, p)
  * and adaptive average pooling (bins). Both are one kernel: each output row
  * oh has an input row range [h0, h1) and a divisor factor dh, each output
- * column the same along w, and y = sum over the range / (dh * dw), the
- * divisor computed in integers as PyTorch does (AvgPoolKernel.cpp,
- * AdaptiveAvgPoolKernel.cpp). */
+ * column the same along w, and y = sum over the range / (dh * dw)
+ * (framework/ops/pool_geometry.h, shared with the CUDA backend). */
 
-typedef struct {
-    int64_t H, W, Ho, Wo;
-    int adaptive;             /* 1: bins of adaptive pooling, 0: windows */
-    int kh, kw, sh, sw, ph, pw, include_pad;
-} avg_geo;
-
-/* Range [*a, *b) of input rows of output o along one axis (n inputs, no
- * outputs) and its divisor factor *d. */
-static inline void avg_range(const avg_geo *g, int axis, int64_t o, int64_t *a, int64_t *b,
-                             int64_t *d)
-{
-    int64_t n = axis ? g->W : g->H, no = axis ? g->Wo : g->Ho;
-    if (g->adaptive) {
-        *a = (o * n) / no;                     /* floor(o*n/no) */
-        *b = ((o + 1) * n + no - 1) / no;      /* ceil((o+1)*n/no) */
-        *d = *b - *a;
-        return;
-    }
-    int64_t k = axis ? g->kw : g->kh, s = axis ? g->sw : g->sh, p = axis ? g->pw : g->ph;
-    int64_t lo = o * s - p, hi = lo + k;
-    if (hi > n + p) hi = n + p;
-    int64_t full = hi - lo;
-    if (lo < 0) lo = 0;
-    if (hi > n) hi = n;
-    *a = lo;
-    *b = hi > lo ? hi : lo;
-    *d = g->include_pad ? full : *b - *a;
-}
-
-CH_CPU_SIMD static void k_avgpool_fwd(const float *xb, float *yb, const avg_geo *g, int64_t B)
+CH_CPU_SIMD static void k_avgpool_fwd(const float *xb, float *yb, const ch_avg_geo_t *g,
+                                      int64_t B)
 {
     for (int64_t oh = 0; oh < g->Ho; oh++) {
         int64_t h0, h1, dh;
-        avg_range(g, 0, oh, &h0, &h1, &dh);
+        ch_avg_range(g, 0, oh, &h0, &h1, &dh);
         for (int64_t ow = 0; ow < g->Wo; ow++) {
             int64_t w0, w1, dw;
-            avg_range(g, 1, ow, &w0, &w1, &dw);
+            ch_avg_range(g, 1, ow, &w0, &w1, &dw);
             float *out = yb + (oh * g->Wo + ow) * B;
             int64_t div = dh * dw;
             for (int64_t c0 = 0; c0 < B; c0 += V) {
@@ -355,14 +328,15 @@ CH_CPU_SIMD static void k_avgpool_fwd(const float *xb, float *yb, const avg_geo 
     }
 }
 
-CH_CPU_SIMD static void k_avgpool_bwd(const float *dyb, float *dxb, const avg_geo *g, int64_t B)
+CH_CPU_SIMD static void k_avgpool_bwd(const float *dyb, float *dxb, const ch_avg_geo_t *g,
+                                      int64_t B)
 {
     for (int64_t oh = 0; oh < g->Ho; oh++) {
         int64_t h0, h1, dh;
-        avg_range(g, 0, oh, &h0, &h1, &dh);
+        ch_avg_range(g, 0, oh, &h0, &h1, &dh);
         for (int64_t ow = 0; ow < g->Wo; ow++) {
             int64_t w0, w1, dw;
-            avg_range(g, 1, ow, &w0, &w1, &dw);
+            ch_avg_range(g, 1, ow, &w0, &w1, &dw);
             int64_t div = dh * dw;
             if (div <= 0) continue;
             const float *d = dyb + (oh * g->Wo + ow) * B;
@@ -383,24 +357,8 @@ CH_CPU_SIMD static void k_avgpool_bwd(const float *dyb, float *dxb, const avg_ge
     }
 }
 
-static avg_geo avg_geo_of(const ch_tensor_t *x, const ch_tensor_t *y, const ch_pool2d_params_t *p)
-{
-    avg_geo g = {x->shape[2], x->shape[3], y->shape[2], y->shape[3], p == NULL, 0, 0, 0, 0,
-                 0, 0, 0};
-    if (p) {
-        g.kh = p->kernel_h;
-        g.kw = p->kernel_w;
-        g.sh = p->stride_h;
-        g.sw = p->stride_w;
-        g.ph = p->pad_h;
-        g.pw = p->pad_w;
-        g.include_pad = p->count_include_pad;
-    }
-    return g;
-}
-
 /* Over whole (sample, channel block) planes in parallel, as max pooling. */
-static void avg_forward(const ch_tensor_t *x, const avg_geo *g, ch_tensor_t *y)
+static void avg_forward(const ch_tensor_t *x, const ch_avg_geo_t *g, ch_tensor_t *y)
 {
     cpu_cview v = ch_cpu_cview(x);
     const float *X = x->data;
@@ -410,7 +368,7 @@ static void avg_forward(const ch_tensor_t *x, const avg_geo *g, ch_tensor_t *y)
     for (int64_t blk = 0; blk < nblk; blk++) k_avgpool_fwd(X + blk * xs, Y + blk * ys, g, v.B);
 }
 
-static void avg_backward(const ch_tensor_t *dy, const avg_geo *g, ch_tensor_t *dx)
+static void avg_backward(const ch_tensor_t *dy, const ch_avg_geo_t *g, ch_tensor_t *dx)
 {
     cpu_cview v = ch_cpu_cview(dx);
     const float *DY = dy->data;
@@ -427,7 +385,7 @@ ch_status ch_cpu_avgpool_forward(void *st, const ch_tensor_t *x, const ch_pool2d
                                  ch_tensor_t *y)
 {
     ch_cpu_threads(st);
-    avg_geo g = avg_geo_of(x, y, p);
+    ch_avg_geo_t g = ch_avg_geo_of(x, y, p);
     avg_forward(x, &g, y);
     return CH_OK;
 }
@@ -436,7 +394,7 @@ ch_status ch_cpu_avgpool_backward(void *st, const ch_tensor_t *dy, const ch_pool
                                   ch_tensor_t *dx)
 {
     ch_cpu_threads(st);
-    avg_geo g = avg_geo_of(dx, dy, p);
+    ch_avg_geo_t g = ch_avg_geo_of(dx, dy, p);
     avg_backward(dy, &g, dx);
     return CH_OK;
 }
@@ -444,7 +402,7 @@ ch_status ch_cpu_avgpool_backward(void *st, const ch_tensor_t *dy, const ch_pool
 ch_status ch_cpu_adaptive_avgpool_forward(void *st, const ch_tensor_t *x, ch_tensor_t *y)
 {
     ch_cpu_threads(st);
-    avg_geo g = avg_geo_of(x, y, NULL);
+    ch_avg_geo_t g = ch_avg_geo_of(x, y, NULL);
     avg_forward(x, &g, y);
     return CH_OK;
 }
@@ -452,7 +410,7 @@ ch_status ch_cpu_adaptive_avgpool_forward(void *st, const ch_tensor_t *x, ch_ten
 ch_status ch_cpu_adaptive_avgpool_backward(void *st, const ch_tensor_t *dy, ch_tensor_t *dx)
 {
     ch_cpu_threads(st);
-    avg_geo g = avg_geo_of(dx, dy, NULL);
+    ch_avg_geo_t g = ch_avg_geo_of(dx, dy, NULL);
     avg_backward(dy, &g, dx);
     return CH_OK;
 }

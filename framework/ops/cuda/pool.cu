@@ -16,6 +16,7 @@
 #include "config.h"
 
 #include "framework/ops/cuda/dense_internal.h"
+#include "framework/ops/pool_geometry.h"
 
 #include <string.h>
 
@@ -210,7 +211,7 @@ static ch_status cd_gap_backward(void *st, const ch_tensor_t *dy, ch_tensor_t *d
 
 /* ------------------------------------ average pooling and adaptive bins
  *
- * The geometry of framework/ops/cpu/kernels.c (avg_range): output o along
+ * The geometry of framework/ops/pool_geometry.h (as the CPU backend): output o along
  * an axis averages inputs [a, b) with divisor factor d; y = sum / (dh*dw)
  * summed in row-major window order, as the CPU backend does, so forward
  * results are bitwise the CPU's. Backward: one thread per input element
@@ -218,36 +219,14 @@ static ch_status cd_gap_backward(void *st, const ch_tensor_t *dy, ch_tensor_t *d
  * order, the CPU's accumulation order; no atomics. */
 
 typedef struct {
-    int64_t C, H, W, Ho, Wo;
-    int adaptive;
-    int kh, kw, sh, sw, ph, pw, include_pad;
+    ch_avg_geo_t a; /* ranges and divisors (pool_geometry.h) */
+    int64_t C;
     int nhwc;
 } cd_avg_t;
 
-static __host__ __device__ inline void cd_avg_range(const cd_avg_t *g, int axis, int64_t o,
-                                                    int64_t *a, int64_t *b, int64_t *d)
-{
-    int64_t n = axis ? g->W : g->H, no = axis ? g->Wo : g->Ho;
-    if (g->adaptive) {
-        *a = (o * n) / no;
-        *b = ((o + 1) * n + no - 1) / no;
-        *d = *b - *a;
-        return;
-    }
-    int64_t k = axis ? g->kw : g->kh, s = axis ? g->sw : g->sh, p = axis ? g->pw : g->ph;
-    int64_t lo = o * s - p, hi = lo + k;
-    if (hi > n + p) hi = n + p;
-    int64_t full = hi - lo;
-    if (lo < 0) lo = 0;
-    if (hi > n) hi = n;
-    *a = lo;
-    *b = hi > lo ? hi : lo;
-    *d = g->include_pad ? full : *b - *a;
-}
-
 /* Outputs along one axis whose range may contain input i: [*lo, *hi]
  * (candidates; the caller checks containment). */
-static __device__ inline void cd_avg_cover(const cd_avg_t *g, int axis, int64_t i, int64_t *lo,
+static __device__ inline void cd_avg_cover(const ch_avg_geo_t *g, int axis, int64_t i, int64_t *lo,
                                            int64_t *hi)
 {
     int64_t n = axis ? g->W : g->H, no = axis ? g->Wo : g->Ho;
@@ -269,12 +248,13 @@ static __global__ void k_avgpool_fwd(const float *x, float *y, cd_avg_t g, int64
     GRID_STRIDE(i, n)
     {
         int64_t b, c, oh, ow, h0, h1, dh, w0, w1, dw;
-        ch_cd_idx4(g.nhwc, g.C, g.Ho, g.Wo, i, &b, &c, &oh, &ow);
-        cd_avg_range(&g, 0, oh, &h0, &h1, &dh);
-        cd_avg_range(&g, 1, ow, &w0, &w1, &dw);
+        ch_cd_idx4(g.nhwc, g.C, g.a.Ho, g.a.Wo, i, &b, &c, &oh, &ow);
+        ch_avg_range(&g.a, 0, oh, &h0, &h1, &dh);
+        ch_avg_range(&g.a, 1, ow, &w0, &w1, &dw);
         float s = 0.0f;
         for (int64_t h = h0; h < h1; h++)
-            for (int64_t w = w0; w < w1; w++) s += x[ch_cd_off4(g.nhwc, g.C, g.H, g.W, b, c, h, w)];
+            for (int64_t w = w0; w < w1; w++)
+                s += x[ch_cd_off4(g.nhwc, g.C, g.a.H, g.a.W, b, c, h, w)];
         int64_t div = dh * dw;
         y[i] = div > 0 && h1 > h0 && w1 > w0 ? s / (float)div : 0.0f;
     }
@@ -285,19 +265,19 @@ static __global__ void k_avgpool_bwd(const float *dy, float *dx, cd_avg_t g, int
     GRID_STRIDE(i, n)
     {
         int64_t b, c, h, w, olo, ohi, wlo, whi;
-        ch_cd_idx4(g.nhwc, g.C, g.H, g.W, i, &b, &c, &h, &w);
-        cd_avg_cover(&g, 0, h, &olo, &ohi);
-        cd_avg_cover(&g, 1, w, &wlo, &whi);
+        ch_cd_idx4(g.nhwc, g.C, g.a.H, g.a.W, i, &b, &c, &h, &w);
+        cd_avg_cover(&g.a, 0, h, &olo, &ohi);
+        cd_avg_cover(&g.a, 1, w, &wlo, &whi);
         float s = 0.0f;
         for (int64_t oh = olo; oh <= ohi; oh++) {
             int64_t h0, h1, dh;
-            cd_avg_range(&g, 0, oh, &h0, &h1, &dh);
+            ch_avg_range(&g.a, 0, oh, &h0, &h1, &dh);
             if (h < h0 || h >= h1) continue;
             for (int64_t ow = wlo; ow <= whi; ow++) {
                 int64_t w0, w1, dw;
-                cd_avg_range(&g, 1, ow, &w0, &w1, &dw);
+                ch_avg_range(&g.a, 1, ow, &w0, &w1, &dw);
                 if (w < w0 || w >= w1 || dh * dw <= 0) continue;
-                s += dy[ch_cd_off4(g.nhwc, g.C, g.Ho, g.Wo, b, c, oh, ow)] / (float)(dh * dw);
+                s += dy[ch_cd_off4(g.nhwc, g.C, g.a.Ho, g.a.Wo, b, c, oh, ow)] / (float)(dh * dw);
             }
         }
         dx[i] = s;
@@ -308,21 +288,8 @@ static cd_avg_t avg_geo(const ch_tensor_t *x, const ch_tensor_t *y, const ch_poo
 {
     cd_avg_t g;
     memset(&g, 0, sizeof g);
+    g.a = ch_avg_geo_of(x, y, p);
     g.C = x->shape[1];
-    g.H = x->shape[2];
-    g.W = x->shape[3];
-    g.Ho = y->shape[2];
-    g.Wo = y->shape[3];
-    g.adaptive = p == NULL;
-    if (p) {
-        g.kh = p->kernel_h;
-        g.kw = p->kernel_w;
-        g.sh = p->stride_h;
-        g.sw = p->stride_w;
-        g.ph = p->pad_h;
-        g.pw = p->pad_w;
-        g.include_pad = p->count_include_pad;
-    }
     g.nhwc = x->layout == CH_LAYOUT_NHWC;
     return g;
 }
