@@ -1374,6 +1374,48 @@ static void test_pool_conv_sizes(void **state)
     ch_compute_destroy(cx);
 }
 
+/* The weight cache (conv.c kept_weights) with a depthwise convolution in
+ * nChw16c, whose kernel wants oneDNN's grouped blocked weights (G, O/G,
+ * I/G, kh, kw) = Goihw16g: the first forward converts, the second reuses
+ * the kept copy with the same result; after ch_tensor_data_changed() the
+ * next forward converts again and sees the new weights. */
+static void test_grouped_weight_cache(void **state)
+{
+    (void)state;
+    ch_compute_t *cx = new_cx();
+    int64_t sx[4] = {2, 16, 9, 9}, sw[4] = {16, 1, 3, 3};
+    ch_tensor_t x, xl, w, y1, y2;
+    assert_ch_ok(ch_tensor_alloc_f32(&x, 4, sx));
+    for (int64_t i = 0; i < ch_tensor_numel(&x); i++) ch_tensor_f32(&x)[i] = sinf(0.1f * i);
+    to_layout(cx, &x, CH_LAYOUT_NCHW16C, &xl);
+    assert_ch_ok(ch_tensor_alloc_f32(&w, 4, sw));
+    for (int64_t i = 0; i < ch_tensor_numel(&w); i++) ch_tensor_f32(&w)[i] = cosf(0.3f * i);
+    w.versioned = 1;
+    assert_ch_ok(ch_tensor_alloc(&y1, CH_F32, 4, sx, CH_LAYOUT_NCHW16C, CH_DEV_CPU, 0));
+    assert_ch_ok(ch_tensor_alloc(&y2, CH_F32, 4, sx, CH_LAYOUT_NCHW16C, CH_DEV_CPU, 0));
+    ch_conv2d_params_t p = {1, 1, 1, 1, 1, 1, 16};
+    int64_t c0, r0, c1, r1, c2, r2;
+    ch_tensor_data_changed();
+    ch_compute_weight_conversions(cx, &c0, &r0);
+    assert_ch_ok(ch_op_conv2d_forward(cx, &xl, &w, NULL, &p, &y1));
+    assert_ch_ok(ch_op_conv2d_forward(cx, &xl, &w, NULL, &p, &y2));
+    ch_compute_weight_conversions(cx, &c1, &r1);
+    if (c1 - c0 == 0) ch_test_skip("this ISA's depthwise kernel takes plain weights");
+    assert_int_equal(c1 - c0, 1);
+    assert_int_equal(r1 - r0, 1);
+    assert_memory_equal(y1.data, y2.data, y1.nbytes);
+    for (int64_t i = 0; i < ch_tensor_numel(&w); i++) ch_tensor_f32(&w)[i] *= 2.0f;
+    ch_tensor_data_changed();
+    assert_ch_ok(ch_op_conv2d_forward(cx, &xl, &w, NULL, &p, &y2));
+    ch_compute_weight_conversions(cx, &c2, &r2);
+    assert_int_equal(c2 - c1, 1);
+    for (int64_t i = 0; i < ch_tensor_numel(&y1); i++)
+        assert_true(ch_tensor_f32(&y2)[i] == 2.0f * ch_tensor_f32(&y1)[i]);
+    ch_tensor_t *all[] = {&x, &xl, &w, &y1, &y2};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) ch_tensor_free(all[i]);
+    ch_compute_destroy(cx);
+}
+
 int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
@@ -1396,6 +1438,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_golden_conv_variants),
         cmocka_unit_test(test_golden_pool_variants),
         cmocka_unit_test(test_pool_conv_sizes),
+        cmocka_unit_test(test_grouped_weight_cache),
     };
     int rc = ch_test_main(argc, argv, tests, sizeof tests / sizeof tests[0]);
     golden_free();
