@@ -1,14 +1,14 @@
-/* cohort-train: data-parallel training of ResNets (PyTorch DDP recipe).
- *
- *   mpiexec -n W jobs/cohort-train [--config FILE] [--key=value ...] [--resume [PATH]]
- *                                  [--resume-allow KEY,...]
- *   srun --mpi=pmi2 jobs/cohort-train ...
+/* cohort: the trainer (trainer/trainer.h) — the data-parallel training loop
+ * of the PyTorch DDP recipe, for a model built by name from the registry
+ * (models/models.h: the built-in ResNets and what a program registered with
+ * ch_model_register) or handed over by the caller.
  *
  * The recipe (SEMANTICS.md): DistributedSampler + BatchSampler(drop_last)
- * order, ResNet with torchvision's structure and init, SyncBatchNorm when
- * asked, SGD(momentum, weight decay) with lr x world size and the cosine
- * LambdaLR schedule, DDP gradient averaging with buckets overlapped with
- * backward, evaluation with all-reduced correct counts, rank-0 checkpoints
+ * order, the model's init (torchvision's for the built-in ResNets, PyTorch's
+ * reset_parameters for registered networks), SyncBatchNorm when asked,
+ * SGD(momentum, weight decay) with lr x world size and the cosine LambdaLR
+ * schedule, DDP gradient averaging with buckets overlapped with backward,
+ * evaluation with all-reduced correct counts, rank-0 checkpoints
  * (safetensors with torchvision names) and a resume file.
  *
  * Where the pieces live: the program's life (MPI, identity, config and
@@ -18,7 +18,7 @@
  * io/data/batch_feed.h, model and resume files io/state/train_state.h, DDP
  * framework/train/ddp.h, SGD optim.h, schedule lr_schedule.h; each brings
  * its own config keys. This file holds the recipe, the epoch loop and the
- * evaluation.
+ * evaluation; jobs/cohort-train.c is ch_trainer_main.
  *
  * GPU ranks (a GPU visible and chosen by dist.device_rule; all ranks or
  * none): the model, its gradients, BN buffers, SyncBN statistics and the
@@ -27,12 +27,6 @@
  * compute context's; the batch feed copies batches on the copy stream, the
  * next one while the current step computes; checkpoints and resume go
  * through the host mirror.
- *
- * Exit status (framework/runtime/job.h): 0 success on every rank; 1 a
- * runtime error (a non-finite loss, a failed checkpoint); 2 bad
- * configuration or input detected before training; 3 stopped by a
- * preemption signal or the stop file after writing the resume file
- * (requeued if asked); 4 a peer rank died.
  */
 #include "config.h"
 
@@ -56,6 +50,7 @@
 #include "io/data/data.h"
 #include "io/state/train_state.h"
 #include "models/models.h"
+#include "trainer/trainer.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -64,12 +59,13 @@
 
 /* ------------------------------------------------------------------ keys */
 
-/* The job's own keys; the objects bring theirs (io/data/data.h data.*,
+/* The trainer's own keys; the objects bring theirs (io/data/data.h data.*,
  * framework/train/optim.h optimizer.*, lr_schedule.h schedule.*, ddp.h
  * dist.bucket_mb / dist.broadcast_buffers, io/state/train_state.h output.*). */
-static const ch_config_key_t train_keys[] = {
+static ch_config_key_t train_keys[] = {
     {"model.arch", CH_CFG_STRING, "resnet18", CH_CFG_NO_RANGE,
-     "Architecture: resnet18, resnet34, resnet50, smallcnn."},
+     "Architecture: resnet18, resnet34, resnet50, smallcnn, or a network the program "
+     "registered (ch_model_register)."},
     {"model.num_classes", CH_CFG_INT, "10", 1, 1e6, "Classes (fc outputs)."},
     {"model.in_channels", CH_CFG_INT, "1", 1, 4, "Input image channels (1 for Fashion-MNIST)."},
     {"model.weights", CH_CFG_STRING, "", CH_CFG_NO_RANGE,
@@ -97,6 +93,12 @@ static const ch_config_key_t train_keys[] = {
 };
 #define N_TRAIN_KEYS ((int)(sizeof train_keys / sizeof train_keys[0]))
 
+ch_config_table_t ch_trainer_config_table(void)
+{
+    ch_config_table_t t = {"train", train_keys, N_TRAIN_KEYS};
+    return t;
+}
+
 /* On GPU ranks forward/backward/optimizer time the host queueing kernels;
  * the device's own time shows up as "gpu wait" (the end-of-step wait for the
  * loss value). */
@@ -104,14 +106,20 @@ static const ch_config_key_t train_keys[] = {
  * SyncBN's collectives (ch_model_sync_bn_seconds), not a phase of its own. */
 enum { PH_DATA, PH_FORWARD, PH_BACKWARD, PH_ALLREDUCE, PH_OPTIM, PH_EVAL, PH_CKPT, PH_GPU_WAIT,
        PH_SYNCBN_F, PH_SYNCBN_B, PH_N };
-static const char *const phase_names[PH_N] = {"data wait", "forward",    "backward",
+static const char *const phase_names[PH_N + 1] = {"data wait", "forward",    "backward",
                                                "all-reduce wait", "optimizer", "eval",
                                                "checkpoint", "gpu wait", "SyncBN comm fwd",
-                                               "SyncBN comm bwd"};
+                                               "SyncBN comm bwd", NULL};
 
-/* ------------------------------------------------------------------ job */
+const char *const *ch_trainer_phase_names(int *n)
+{
+    if (n) *n = PH_N;
+    return phase_names;
+}
 
-typedef struct {
+/* ------------------------------------------------------------------ trainer */
+
+struct ch_trainer {
     /* configuration: the job's keys and the objects' options */
     ch_config_t *cfg;
     const char *arch, *weights;
@@ -145,9 +153,10 @@ typedef struct {
     double resumed_loss_sum;
     int64_t resumed_loss_steps;
     int converted_sync_bn;
-} job_t;
+};
+typedef struct ch_trainer trainer_t;
 
-static ch_status read_config(job_t *j)
+static ch_status read_config(trainer_t *j)
 {
     ch_config_t *c = j->cfg;
     CH_TRY(ch_config_get_string(c, "model.arch", &j->arch));
@@ -176,14 +185,14 @@ static ch_status read_config(job_t *j)
 
 /* The model (pretrained weights, freezing, device, SyncBN), its DDP, the
  * SGD with lr x world size and the cosine schedule. */
-static ch_status build_model(job_t *j)
+static ch_status build_model(trainer_t *j)
 {
     ch_model_options_t mo;
     ch_model_options_default(&mo);
     mo.num_classes = j->num_classes;
     mo.in_channels = j->in_channels;
     mo.seed = (uint64_t)j->seed;
-    CH_TRY(ch_model_create(j->arch, &mo, &j->model));
+    if (!j->model) CH_TRY(ch_model_create(j->arch, &mo, &j->model));
     if (j->weights[0]) {
         ch_pretrained_options_t po;
         ch_pretrained_options_default(&po);
@@ -233,7 +242,7 @@ static const char *const resume_free_keys[] = {
 /* Continue from a resume file: the saved configuration compared with this
  * run's, then model, momentum, progress; at an epoch boundary any world
  * size, mid-epoch only the writer's. */
-static ch_status resume(job_t *j, const char *path)
+static ch_status resume(trainer_t *j, const char *path)
 {
     char *saved_cfg = NULL;
     CH_TRY(ch_train_state_read_config(path, &saved_cfg));
@@ -264,7 +273,7 @@ static ch_status resume(job_t *j, const char *path)
  * model file for model_epoch when write_model; the resume file at
  * (resume_epoch, epoch_step). Returns 1 when the write failed (on every
  * rank). */
-static int checkpoint(job_t *j, int model_epoch, int resume_epoch, int64_t epoch_step,
+static int checkpoint(trainer_t *j, int model_epoch, int resume_epoch, int64_t epoch_step,
                       int write_model, double loss_sum, int64_t loss_steps)
 {
     ch_status s = CH_OK;
@@ -306,7 +315,7 @@ typedef struct {
  * was, and ch_job_finalize ends with CH_EXIT_PEER_LOST; returns 1. Any
  * other failure ends every rank now (ch_fatal): the others would wait in a
  * collective. */
-static int step_failed(job_t *j, ch_status s, const char *what)
+static int step_failed(trainer_t *j, ch_status s, const char *what)
 {
     if (s == CH_ERR_MPI && (ch_job_stop_agree(j->job, 0) & CH_STOP_PEER_LOST)) return 1;
     ch_fatal(what, CH_EXIT_ERROR);
@@ -317,7 +326,7 @@ static int step_failed(job_t *j, ch_status s, const char *what)
  * profile. On a GPU this queues kernels; the loss is read afterwards
  * (ch_model_loss_value), so the step is not stalled. Returns 1 when a peer
  * rank is gone (step_failed); other errors end the whole job (ch_fatal). */
-static int train_step(job_t *j, const ch_tensor_t *x, const ch_tensor_t *y)
+static int train_step(trainer_t *j, const ch_tensor_t *x, const ch_tensor_t *y)
 {
     const ch_tensor_t *logits = NULL;
     ch_status s;
@@ -350,7 +359,7 @@ static int train_step(job_t *j, const ch_tensor_t *x, const ch_tensor_t *y)
  * the progress line. Returns 1 when the epoch stops here (the same on every
  * rank). */
 enum { STOP_BITS = 8 };
-static int end_step(job_t *j, int epoch, int64_t step, int64_t steps, float loss, double t0,
+static int end_step(trainer_t *j, int epoch, int64_t step, int64_t steps, float loss, double t0,
                     int64_t images, epoch_result_t *r)
 {
     /* the loss, then one 0/1 value per stop bit: summed, > 0 means some
@@ -395,7 +404,7 @@ static int end_step(job_t *j, int epoch, int64_t step, int64_t steps, float loss
  * batch feed hands each step its tensors on the compute device and, on a
  * GPU, copies the next batch while the step computes (the step's loss read
  * is the host wait that frees the other device slot). */
-static void train_epoch(job_t *j, int epoch, int64_t first_step, epoch_result_t *r)
+static void train_epoch(trainer_t *j, int epoch, int64_t first_step, epoch_result_t *r)
 {
     const int64_t steps = j->steps_per_epoch;
     memset(r, 0, sizeof *r);
@@ -418,6 +427,11 @@ static void train_epoch(job_t *j, int epoch, int64_t first_step, epoch_result_t 
         ch_check_fatal(ch_batch_feed_next(j->feed, &b), "reading training data");
         ch_prof_end(j->prof, PH_DATA);
         if (!b.x.data) break;
+        /* Dropout masks: a function of (seed, layer, epoch, the sample's
+         * position in the epoch's global order), not of the world size */
+        ch_check_fatal(ch_model_set_dropout_key(j->model, (uint64_t)j->seed, (uint64_t)epoch,
+                                                (step * j->batch_size) * j->world + j->rank,
+                                                j->world), "dropout");
         if (train_step(j, &b.x, &b.y)) {
             r->stop = 1;
             break;
@@ -445,7 +459,7 @@ static void train_epoch(job_t *j, int epoch, int64_t first_step, epoch_result_t 
 /* Evaluation: correct counts all-reduced. Returns the seed's accuracy
  * (correct over total_size, padded duplicates included) and the exact one
  * (over the n real samples: the first n_real rows of each batch). */
-static void evaluate(job_t *j, int epoch, double *acc_seed, double *acc_exact)
+static void evaluate(trainer_t *j, int epoch, double *acc_seed, double *acc_exact)
 {
     double counts[2] = {0, 0}, total[2];
     ch_loader_t *loader = j->data->test_loader;
@@ -491,7 +505,7 @@ static void evaluate(job_t *j, int epoch, double *acc_seed, double *acc_exact)
 /* One epoch with its evaluation, log line, metrics and checkpoints.
  * Returns CH_JOB_CONTINUE to go on, or the exit code to end with
  * (CH_EXIT_OK after train.stop_after epochs). */
-static int run_epoch(job_t *j, int epoch)
+static int run_epoch(trainer_t *j, int epoch)
 {
     int epochs = j->sched.epochs;
     ch_check_fatal(ch_lr_cosine_set_epoch(&j->sched, epoch), "schedule");
@@ -559,7 +573,7 @@ static int run_epoch(job_t *j, int epoch)
 
 /* Everything the recipe builds, each step's verdict agreed by every rank.
  * Returns CH_JOB_CONTINUE or the exit code. */
-static int setup(job_t *j)
+static int setup(trainer_t *j)
 {
     ch_status s = read_config(j);
     if (ch_job_agree(j->job, s, "configuration")) return CH_EXIT_BAD_INPUT;
@@ -603,7 +617,7 @@ static int setup(job_t *j)
     return CH_JOB_CONTINUE;
 }
 
-static void describe(job_t *j)
+static void describe(trainer_t *j)
 {
     if (j->rank != 0) return;
     char cxd[256];
@@ -611,7 +625,7 @@ static void describe(job_t *j)
     ch_compute_options_default(&co);
     if (ch_compute_from_config(j->cfg, &co)) ch_error_clear(); /* read at init already */
     ch_compute_describe(j->cx, cxd, sizeof cxd);
-    ch_log_info("cohort-train: %s, %d rank%s, %s", j->arch, j->world, j->world == 1 ? "" : "s",
+    ch_log_info("%s: %s, %d rank%s, %s", ch_job_name(j->job), ch_model_arch(j->model), j->world, j->world == 1 ? "" : "s",
                 j->on_gpu ? "GPU" : "CPU");
     ch_log_info("compute: %s; %d thread%s per rank", cxd, ch_compute_num_threads(j->cx),
                 ch_compute_num_threads(j->cx) == 1 ? "" : "s");
@@ -654,10 +668,10 @@ static void describe(job_t *j)
                 j->sched.epochs, j->sched.epochs == 1 ? "" : "s", j->sched.lrf);
 }
 
-/* Registered with ch_job_on_finalize: runs on every exit path. */
+/* Destroys what setup built (and the model, the caller's included). */
 static void cleanup(void *arg)
 {
-    job_t *j = arg;
+    trainer_t *j = arg;
     if (j->metrics && ch_metrics_destroy(j->metrics)) ch_log_warn("metrics: %s", ch_error_message());
     ch_ddp_destroy(j->ddp);
     ch_sgd_destroy(j->sgd);
@@ -666,45 +680,48 @@ static void cleanup(void *arg)
     ch_data_destroy(j->data);
 }
 
-int main(int argc, char **argv)
+/* Registered with ch_job_on_finalize by ch_trainer_setup. */
+static void trainer_finalize(void *arg)
 {
-    static job_t job;
-    job_t *j = &job;
-    const ch_config_table_t tables[] = {
-        {"train", train_keys, N_TRAIN_KEYS},
-        ch_data_config_table(),
-        ch_sgd_config_table(),
-        ch_lr_cosine_config_table(),
-        ch_ddp_config_table(),
-        ch_train_output_config_table(),
-        ch_job_runtime_table(),
-        ch_compute_config_table(),
-    };
-    ch_job_options_t o;
-    ch_job_options_default(&o, "cohort-train",
-                           "data-parallel training of ResNets (the PyTorch DDP recipe)");
-    o.tables = tables;
-    o.n_tables = (int)(sizeof tables / sizeof tables[0]);
-    o.compute = 1;
-    o.threads_key = "train.threads";
-    o.output_dir_key = "output.dir";
-    o.phase_names = phase_names;
-    o.n_phases = PH_N;
-    o.preemption = 1;
-    int rc = ch_job_init(&o, argc, argv, &j->job);
-    if (rc != CH_JOB_CONTINUE) return ch_job_finalize(j->job, rc);
-    if (ch_job_on_finalize(j->job, cleanup, j)) return ch_job_finalize(j->job, CH_EXIT_ERROR);
-    j->cfg = ch_job_config(j->job);
-    j->rank = ch_job_rank(j->job);
-    j->world = ch_job_world_size(j->job);
-    j->pg = ch_job_pg(j->job);
-    j->nccl = ch_job_nccl(j->job);
-    j->cx = ch_job_compute(j->job);
-    j->on_gpu = ch_job_on_gpu(j->job);
-    j->device = ch_job_env(j->job)->device;
-    j->prof = ch_job_profiler(j->job);
-    rc = setup(j);
+    trainer_t *j = arg;
+    cleanup(j);
+    free(j);
+}
+
+int ch_trainer_setup(ch_job_t *job, ch_model_t *model, ch_trainer_t **out)
+{
+    if (out) *out = NULL;
+    trainer_t *j = calloc(1, sizeof *j);
+    if (!j || !out) {
+        free(j);
+        ch_model_destroy(model);
+        ch_log_error("ch_trainer_setup: %s", out ? "out of memory" : "NULL argument");
+        return CH_EXIT_ERROR;
+    }
+    j->model = model;
+    if (ch_job_on_finalize(job, trainer_finalize, j)) {
+        trainer_finalize(j);
+        return CH_EXIT_ERROR;
+    }
+    j->job = job;
+    j->cfg = ch_job_config(job);
+    j->rank = ch_job_rank(job);
+    j->world = ch_job_world_size(job);
+    j->pg = ch_job_pg(job);
+    j->nccl = ch_job_nccl(job);
+    j->cx = ch_job_compute(job);
+    j->on_gpu = ch_job_on_gpu(job);
+    j->device = ch_job_env(job)->device;
+    j->prof = ch_job_profiler(job);
+    *out = j;
+    int rc = setup(j);
     if (rc == CH_JOB_CONTINUE) describe(j);
+    return rc;
+}
+
+int ch_trainer_fit(ch_trainer_t *j)
+{
+    int rc = CH_JOB_CONTINUE;
     for (int epoch = j->start_epoch; rc == CH_JOB_CONTINUE && epoch < j->sched.epochs; epoch++) {
         rc = run_epoch(j, epoch);
         /* tests only: after the epoch's checkpoints */
@@ -714,5 +731,63 @@ int main(int argc, char **argv)
         ch_log_info("training finished: %d epochs", j->sched.epochs);
         rc = CH_EXIT_OK;
     }
-    return ch_job_finalize(j->job, rc);
+    return rc;
+}
+
+ch_model_t *ch_trainer_model(const ch_trainer_t *t) { return t->model; }
+
+int ch_trainer_tables(ch_config_table_t *tables, int capacity)
+{
+    const ch_config_table_t all[] = {
+        ch_trainer_config_table(),
+        ch_data_config_table(),
+        ch_sgd_config_table(),
+        ch_lr_cosine_config_table(),
+        ch_ddp_config_table(),
+        ch_train_output_config_table(),
+        ch_job_runtime_table(),
+        ch_compute_config_table(),
+    };
+    const int n = (int)(sizeof all / sizeof all[0]);
+    for (int i = 0; i < n && i < capacity; i++) tables[i] = all[i];
+    return n;
+}
+
+void ch_trainer_main_options_default(ch_trainer_main_options_t *o)
+{
+    memset(o, 0, sizeof *o);
+    o->name = "cohort-train";
+    o->summary = "data-parallel training of ResNets (the PyTorch DDP recipe)";
+}
+
+int ch_trainer_main(int argc, char **argv, const ch_trainer_main_options_t *mo)
+{
+    ch_trainer_main_options_t d;
+    if (!mo) {
+        ch_trainer_main_options_default(&d);
+        mo = &d;
+    }
+    /* a program's own default architecture: the key table is the trainer's
+     * (static), its default the program's */
+    if (mo->default_arch)
+        for (int i = 0; i < N_TRAIN_KEYS; i++)
+            if (!strcmp(train_keys[i].name, "model.arch")) train_keys[i].def = mo->default_arch;
+    ch_config_table_t tables[CH_TRAINER_MAX_TABLES];
+    const int n = ch_trainer_tables(tables, CH_TRAINER_MAX_TABLES);
+    ch_job_options_t o;
+    ch_job_options_default(&o, mo->name, mo->summary);
+    o.tables = tables;
+    o.n_tables = n;
+    o.compute = 1;
+    o.threads_key = "train.threads";
+    o.output_dir_key = "output.dir";
+    o.phase_names = ch_trainer_phase_names(&o.n_phases);
+    o.preemption = 1;
+    ch_job_t *job = NULL;
+    int rc = ch_job_init(&o, argc, argv, &job);
+    if (rc != CH_JOB_CONTINUE) return ch_job_finalize(job, rc);
+    ch_trainer_t *t = NULL;
+    rc = ch_trainer_setup(job, NULL, &t);
+    if (rc == CH_JOB_CONTINUE) rc = ch_trainer_fit(t);
+    return ch_job_finalize(job, rc);
 }

@@ -113,6 +113,9 @@ typedef struct ch_ops_backend {
      * (ops.h ch_op_upload_async / ch_compute_wait_upload); NULL for the CPU */
     ch_status (*upload_async)(void *st, const ch_tensor_t *src, ch_tensor_t *dst);
     ch_status (*wait_upload)(void *st);
+    /* ops.h ch_op_dropout (arguments checked); NULL: not available */
+    ch_status (*dropout)(void *st, const ch_tensor_t *x, float p, const ch_dropout_key_t *key,
+                         ch_tensor_t *y);
 } ch_ops_backend_t;
 
 /* The CPU backend (always built). */

@@ -675,4 +675,5 @@ void ch_cuda_table_dense(ch_ops_backend_t *t)
     ch_cuda_table_conv(t);
     ch_cuda_table_linear(t);
     ch_cuda_table_pool(t);
+    ch_cuda_table_dropout(t);
 }
