@@ -99,44 +99,16 @@ static void golden(const char *net)
     snprintf(path, sizeof path, "%s/vocab_%s.safetensors", dir, net);
     ch_safetensors_t *st;
     assert_ch_ok(ch_safetensors_open(&st, path));
-    int n = ch_model_num_entries(m), k = 0;
-    ch_nn_view_t *views = calloc((size_t)n, sizeof *views);
-    for (size_t j = 0; j < ch_safetensors_count(st); j++) {
-        const ch_st_view_t *v = ch_safetensors_at(st, j);
-        if (strncmp(v->name, "sd.", 3)) continue;
-        assert_true(k < n);
-        ch_nn_view_t *w = &views[k++];
-        w->name = v->name + 3;
-        w->dtype = v->dtype == CH_ST_F32 ? CH_F32 : CH_I64;
-        w->ndim = v->ndim;
-        w->numel = (size_t)ch_st_view_numel(v);
-        for (int d = 0; d < v->ndim; d++) w->shape[d] = v->shape[d];
-        w->data = malloc(v->nbytes ? v->nbytes : 1);
-        memcpy(w->data, v->data, v->nbytes);
-    }
+    int k = 0;
+    ch_nn_view_t *views = nt_golden_sd(st, ch_model_num_entries(m), &k);
     assert_ch_ok(ch_model_load_state_dict(m, views, k, 1, NULL, NULL, NULL));
-    for (int j = 0; j < k; j++) free(views[j].data);
-    free(views);
-
-    const ch_st_view_t *vx = ch_safetensors_find(st, "x"), *vy = ch_safetensors_find(st, "y");
+    nt_golden_sd_free(views, k);
     ch_tensor_t x, y;
-    assert_ch_ok(ch_tensor_alloc_f32(&x, 4, vx->shape));
-    memcpy(x.data, vx->data, vx->nbytes);
-    assert_ch_ok(ch_tensor_alloc(&y, CH_I64, 1, vy->shape, CH_LAYOUT_PLAIN, CH_DEV_CPU, 0));
-    memcpy(y.data, vy->data, vy->nbytes);
+    nt_golden_batch(st, &x, &y);
     ch_compute_t *cx = make_cx(1);
     const ch_tensor_t *logits;
-    float loss;
     assert_ch_ok(ch_model_set_dropout_key(m, 7, 3, 5, 2));
-    ch_model_train(m, 1);
-    assert_ch_ok(ch_model_forward(m, cx, &x, &logits));
-    assert_ch_ok(ch_model_loss(m, cx, &y, &loss));
-    float *ref = nt_read_f32(st, "logits", NULL);
-    nt_assert_close(ch_tensor_f32(logits), ref, (size_t)ch_tensor_numel(logits), 1e-4, "logits");
-    free(ref);
-    ref = nt_read_f32(st, "loss", NULL);
-    if (fabs(loss - ref[0]) > 1e-4 * fabs(ref[0])) fail_msg("loss %.7g vs torch %.7g", loss, ref[0]);
-    free(ref);
+    nt_golden_forward_loss(st, m, cx, &x, &y);
     assert_ch_ok(ch_model_backward(m, cx, NULL));
     for (int j = 0; j < ch_model_num_params(m); j++) {
         ch_param_t *p = ch_model_param(m, j);
@@ -156,7 +128,7 @@ static void golden(const char *net)
     }
     ch_model_train(m, 0);
     assert_ch_ok(ch_model_forward(m, cx, &x, &logits));
-    ref = nt_read_f32(st, "eval_logits", NULL);
+    float *ref = nt_read_f32(st, "eval_logits", NULL);
     nt_assert_close(ch_tensor_f32(logits), ref, (size_t)ch_tensor_numel(logits), 1e-4,
                     "eval logits (Dropout the identity)");
     free(ref);
