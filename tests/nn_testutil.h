@@ -6,6 +6,7 @@
 #include "tests/harness.h"
 
 #include "framework/nn/nn_exec.h"
+#include "models/models.h"
 #include "io/formats/safetensors.h"
 
 #include <math.h>
@@ -78,6 +79,19 @@ static inline double nt_rel_err(const float *a, const float *b, size_t n, double
         if (!(nt_e_ <= (tol)))                                                 \
             fail_msg("%s: relative error %.3g > %.1g", (what), nt_e_, (double)(tol)); \
     } while (0)
+
+/* ch_model_create(arch) with 1 input channel, 10 classes and `seed`. */
+static inline ch_model_t *nt_model_1x10(const char *arch, uint64_t seed)
+{
+    ch_model_options_t o;
+    ch_model_options_default(&o);
+    o.in_channels = 1;
+    o.num_classes = 10;
+    o.seed = seed;
+    ch_model_t *m = NULL;
+    assert_ch_ok(ch_model_create(arch, &o, &m));
+    return m;
+}
 
 /* Copies of the "sd.<name>" tensors of a golden file as state-dict views
  * (names point into st; at most capacity, the count in *n); free with

@@ -23,17 +23,7 @@ static ch_compute_t *make_cx(void)
     return cx;
 }
 
-static ch_model_t *make(const char *arch, uint64_t seed)
-{
-    ch_model_options_t o;
-    ch_model_options_default(&o);
-    o.in_channels = 1;
-    o.num_classes = 10;
-    o.seed = seed;
-    ch_model_t *m = NULL;
-    assert_ch_ok(ch_model_create(arch, &o, &m));
-    return m;
-}
+static ch_model_t *make(const char *arch, uint64_t seed) { return nt_model_1x10(arch, seed); }
 
 /* A deterministic batch (N,1,H,W) and labels. */
 static void make_batch(ch_tensor_t *x, ch_tensor_t *y, int n, int hw, unsigned seed)
@@ -290,16 +280,7 @@ static void test_golden_resnet50_summary(void **state)
     ch_sgd_t *sgd;
     assert_ch_ok(ch_sgd_create(&so, &sgd));
     assert_ch_ok(ch_sgd_add_model(sgd, m));
-    const ch_tensor_t *logits;
-    float loss;
-    assert_ch_ok(ch_model_forward(m, cx, &x, &logits));
-    assert_ch_ok(ch_model_loss(m, cx, &y, &loss));
-    float *ref = nt_read_f32(st, "logits", NULL);
-    nt_assert_close(ch_tensor_f32(logits), ref, (size_t)ch_tensor_numel(logits), 1e-4, "resnet50 logits");
-    free(ref);
-    ref = nt_read_f32(st, "loss", NULL);
-    if (fabs(loss - ref[0]) > 1e-4 * fabs(ref[0])) fail_msg("loss %.7g vs torch %.7g", loss, ref[0]);
-    free(ref);
+    nt_golden_forward_loss(st, m, cx, &x, &y);
     assert_ch_ok(ch_model_backward(m, cx, NULL));
     char key[300];
     double sm[18], worst = 0;

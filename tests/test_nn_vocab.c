@@ -63,14 +63,7 @@ static void register_once(void)
 static ch_model_t *make(const char *arch, uint64_t seed)
 {
     register_once();
-    ch_model_options_t o;
-    ch_model_options_default(&o);
-    o.in_channels = 1;
-    o.num_classes = 10;
-    o.seed = seed;
-    ch_model_t *m = NULL;
-    assert_ch_ok(ch_model_create(arch, &o, &m));
-    return m;
+    return nt_model_1x10(arch, seed);
 }
 
 /* One training step of net (cnn / mlp) vs PyTorch with the same mask. */
