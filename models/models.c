@@ -1,4 +1,5 @@
-/* cohort: torchvision ResNets, a small CNN and the registry (models.h). */
+/* cohort: torchvision ResNets, a small CNN and the registry of a program's own networks
+ * (models.h). */
 #include "config.h"
 
 #include "models/models.h"
@@ -98,9 +99,57 @@ static ch_status build_smallcnn(ch_model_t *M, const ch_model_options_t *o)
     return ch_nn_linear(root, "fc", 32, o->num_classes, 1, NULL);
 }
 
-static const char *const names[] = {"resnet18", "resnet34", "resnet50", "smallcnn", NULL};
+enum { N_BUILTIN = 4 };
+/* built-in names, then the registered ones; NULL-terminated */
+static const char *names[N_BUILTIN + CH_MODEL_MAX_REGISTERED + 1] = {"resnet18", "resnet34",
+                                                                     "resnet50", "smallcnn"};
+static struct {
+    char name[64];
+    ch_model_builder_fn fn;
+    void *arg;
+} registered[CH_MODEL_MAX_REGISTERED];
+static int n_registered;
 
 const char *const *ch_model_names(void) { return names; }
+
+static int find_name(const char *name)
+{
+    for (int i = 0; names[i]; i++)
+        if (!strcmp(names[i], name)) return i;
+    return -1;
+}
+
+ch_status ch_model_register(const char *name, ch_model_builder_fn builder, void *arg)
+{
+    CH_REQUIRE(name && builder, "ch_model_register: NULL %s", name ? "builder" : "name");
+    size_t len = strlen(name);
+    int ok = len > 0 && len < sizeof registered[0].name;
+    for (size_t i = 0; ok && i < len; i++)
+        ok = (name[i] >= 'a' && name[i] <= 'z') || (name[i] >= 'A' && name[i] <= 'Z') ||
+             (name[i] >= '0' && name[i] <= '9') || strchr("_-.", name[i]);
+    CH_REQUIRE(ok, "ch_model_register: model name '%s': expected 1 to %d letters, digits, '_', "
+               "'-' or '.'", name, (int)sizeof registered[0].name - 1);
+    CH_REQUIRE(find_name(name) < 0, "ch_model_register: model name '%s' is already taken", name);
+    if (n_registered == CH_MODEL_MAX_REGISTERED)
+        return CH_ERROR(CH_ERR_RANGE, "ch_model_register: '%s': at most %d models can be "
+                        "registered", name, CH_MODEL_MAX_REGISTERED);
+    snprintf(registered[n_registered].name, sizeof registered[0].name, "%s", name);
+    registered[n_registered].fn = builder;
+    registered[n_registered].arg = arg;
+    names[N_BUILTIN + n_registered] = registered[n_registered].name;
+    n_registered++;
+    names[N_BUILTIN + n_registered] = NULL;
+    return CH_OK;
+}
+
+/* "a, b, c" of the known names */
+static void known_names(char *buf, size_t len)
+{
+    size_t at = 0;
+    buf[0] = 0;
+    for (int i = 0; names[i] && at < len; i++)
+        at += (size_t)snprintf(buf + at, len - at, "%s%s", i ? ", " : "", names[i]);
+}
 
 ch_status ch_model_create(const char *name, const ch_model_options_t *opts, ch_model_t **out)
 {
@@ -112,15 +161,12 @@ ch_status ch_model_create(const char *name, const ch_model_options_t *opts, ch_m
     CH_REQUIRE(o.num_classes >= 1, "model '%s': num_classes = %d, expected >= 1", name, o.num_classes);
     CH_REQUIRE(o.in_channels >= 1, "model '%s': in_channels = %d, expected >= 1", name, o.in_channels);
     static const int b18[4] = {2, 2, 2, 2}, b34[4] = {3, 4, 6, 3};
-    int kind;
-    if (!strcmp(name, "resnet18")) kind = 0;
-    else if (!strcmp(name, "resnet34")) kind = 1;
-    else if (!strcmp(name, "resnet50")) kind = 2;
-    else if (!strcmp(name, "smallcnn")) kind = 3;
-    else
-        return CH_ERROR(CH_ERR_INVALID,
-                        "unknown model architecture '%s' (known: resnet18, resnet34, resnet50, smallcnn)",
-                        name);
+    int kind = find_name(name);
+    if (kind < 0) {
+        char known[1024];
+        known_names(known, sizeof known);
+        return CH_ERROR(CH_ERR_INVALID, "unknown model architecture '%s' (known: %s)", name, known);
+    }
     ch_model_t *M;
     CH_TRY(ch_model_new(name, &M));
     ch_status s;
@@ -128,9 +174,15 @@ ch_status ch_model_create(const char *name, const ch_model_options_t *opts, ch_m
     case 0: s = build_resnet(M, 0, b18, &o); break;
     case 1: s = build_resnet(M, 0, b34, &o); break;
     case 2: s = build_resnet(M, 1, b34, &o); break;
-    default: s = build_smallcnn(M, &o); break;
+    case 3: s = build_smallcnn(M, &o); break;
+    default: s = registered[kind - N_BUILTIN].fn(ch_model_root(M), &o,
+                                                 registered[kind - N_BUILTIN].arg); break;
     }
-    if (s == CH_OK) s = ch_model_finalize(M, o.seed);
+    /* torchvision's ResNet init for the built-in networks, PyTorch's
+     * module defaults for registered ones */
+    if (s == CH_OK)
+        s = ch_model_finalize_init(M, kind < N_BUILTIN ? CH_NN_INIT_RESNET : CH_NN_INIT_DEFAULT,
+                                   o.seed);
     if (s != CH_OK) {
         ch_model_destroy(M);
         return ch_error_context("creating model '%s'", name);

@@ -5,6 +5,8 @@
 
 #include "tests/harness.h"
 
+#include "framework/nn/nn_exec.h"
+#include "models/models.h"
 #include "io/formats/safetensors.h"
 
 #include <math.h>
@@ -77,5 +79,79 @@ static inline double nt_rel_err(const float *a, const float *b, size_t n, double
         if (!(nt_e_ <= (tol)))                                                 \
             fail_msg("%s: relative error %.3g > %.1g", (what), nt_e_, (double)(tol)); \
     } while (0)
+
+/* ch_model_create(arch) with 1 input channel, 10 classes and `seed`. */
+static inline ch_model_t *nt_model_1x10(const char *arch, uint64_t seed)
+{
+    ch_model_options_t o;
+    ch_model_options_default(&o);
+    o.in_channels = 1;
+    o.num_classes = 10;
+    o.seed = seed;
+    ch_model_t *m = NULL;
+    assert_ch_ok(ch_model_create(arch, &o, &m));
+    return m;
+}
+
+/* Copies of the "sd.<name>" tensors of a golden file as state-dict views
+ * (names point into st; at most capacity, the count in *n); free with
+ * nt_golden_sd_free. */
+static inline ch_nn_view_t *nt_golden_sd(const ch_safetensors_t *st, int capacity, int *n)
+{
+    ch_nn_view_t *views = calloc((size_t)capacity, sizeof *views);
+    *n = 0;
+    for (size_t i = 0; i < ch_safetensors_count(st); i++) {
+        const ch_st_view_t *v = ch_safetensors_at(st, i);
+        if (strncmp(v->name, "sd.", 3)) continue;
+        assert_true(*n < capacity);
+        ch_nn_view_t *w = &views[(*n)++];
+        w->name = v->name + 3;
+        w->dtype = v->dtype == CH_ST_F32 ? CH_F32 : CH_I64;
+        w->ndim = v->ndim;
+        w->numel = (size_t)ch_st_view_numel(v);
+        for (int d = 0; d < v->ndim; d++) w->shape[d] = v->shape[d];
+        w->data = malloc(v->nbytes ? v->nbytes : 1);
+        memcpy(w->data, v->data, v->nbytes);
+    }
+    return views;
+}
+
+static inline void nt_golden_sd_free(ch_nn_view_t *views, int n)
+{
+    for (int i = 0; i < n; i++) free(views[i].data);
+    free(views);
+}
+
+/* The batch of a golden file: "x" (N, C, H, W) float32 and "y" (N) int64,
+ * copied into new CPU tensors. */
+static inline void nt_golden_batch(const ch_safetensors_t *st, ch_tensor_t *x, ch_tensor_t *y)
+{
+    const ch_st_view_t *vx = ch_safetensors_find(st, "x"), *vy = ch_safetensors_find(st, "y");
+    assert_non_null(vx);
+    assert_non_null(vy);
+    assert_ch_ok(ch_tensor_alloc_f32(x, 4, vx->shape));
+    memcpy(x->data, vx->data, vx->nbytes);
+    assert_ch_ok(ch_tensor_alloc(y, CH_I64, 1, vy->shape, CH_LAYOUT_PLAIN, CH_DEV_CPU, 0));
+    memcpy(y->data, vy->data, vy->nbytes);
+}
+
+/* A training-mode forward and loss of m on (x, y), checked against the
+ * golden file's "logits" and "loss" (relative 1e-4). */
+static inline void nt_golden_forward_loss(const ch_safetensors_t *st, ch_model_t *m,
+                                          ch_compute_t *cx, const ch_tensor_t *x,
+                                          const ch_tensor_t *y)
+{
+    const ch_tensor_t *logits;
+    float loss;
+    ch_model_train(m, 1);
+    assert_ch_ok(ch_model_forward(m, cx, x, &logits));
+    assert_ch_ok(ch_model_loss(m, cx, y, &loss));
+    float *ref = nt_read_f32(st, "logits", NULL);
+    nt_assert_close(ch_tensor_f32(logits), ref, (size_t)ch_tensor_numel(logits), 1e-4, "logits");
+    free(ref);
+    ref = nt_read_f32(st, "loss", NULL);
+    if (fabs(loss - ref[0]) > 1e-4 * fabs(ref[0])) fail_msg("loss %.7g vs torch %.7g", loss, ref[0]);
+    free(ref);
+}
 
 #endif

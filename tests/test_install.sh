@@ -109,6 +109,7 @@ for f in $(for p in $programs; do echo "$prefix/bin/$p $datadir/man/man1/$p.1"; 
     "$pkgdatadir/slurm/multinode.sbatch" "$pkgdatadir/slurm/testcluster" \
     "$pkgdatadir/slurm/farm.sbatch" "$pkgdatadir/slurm/reduce.sbatch" \
     "$pkgdatadir/examples/sampler_allreduce.c" "$pkgdatadir/examples/Makefile" \
+    "$pkgdatadir/examples/fmnist_cnn.c" "$prefix/include/cohort/trainer/trainer.h" \
     "$datadir/man/man1/cohort-train.1" "$datadir/man/man1/cohort-bench.1" \
     "$datadir/man/man7/cohort.7" "$datadir/modulefiles/cohort/$version.lua" \
     "$datadir/doc/cohort/SEMANTICS.md" \
@@ -327,14 +328,18 @@ else
             -x none $(pkg-config --cflags --libs cohort) || exit 1
         "$MPIEXEC" -n 2 ./sampler_allreduce 1000 || exit 1
         "$MPIEXEC" -n 2 ./sampler_allreduce_cxx 998 || exit 1
-        "$MPIEXEC" -n 2 ./sampler_allreduce 999; echo "odd n: status $?"' 2>&1)
+        "$MPIEXEC" -n 2 ./sampler_allreduce 999; echo "odd n: status $?"
+        c++ -x c++ -std=c++11 -Wall -Wextra -Werror $SAN -o fmnist_cnn_cxx fmnist_cnn.c \
+            -x none $(pkg-config --cflags --libs cohort) || exit 1
+        ./fmnist_cnn --help | head -n 1; ./fmnist_cnn_cxx --help | grep -c "^ *--model.arch"' 2>&1)
     r=$?
     echo "$out" | diag
     [ $r = 0 ] &&
         echo "$out" | grep -q '^sampler_allreduce: 2 ranks, 1000 samples, 500 per rank, indices seen once: 1000 of 1000$' &&
         echo "$out" | grep -q '^sampler_allreduce: 2 ranks, 998 samples, 499 per rank, indices seen once: 998 of 998$' &&
-        echo "$out" | grep -q '^odd n: status 2$'
-    ok $? "the installed example, built with pkg-config --cflags --libs cohort as C (its Makefile) and C++, runs on 2 ranks: sampler + all-reduce see every index once"
+        echo "$out" | grep -q '^odd n: status 2$' &&
+        echo "$out" | grep -q '^Usage: fmnist_cnn '
+    ok $? "the installed examples, built with pkg-config --cflags --libs cohort as C (their Makefile) and C++: sampler_allreduce on 2 ranks sees every index once; fmnist_cnn (its own CNN on the library's trainer) has cohort-train's command line"
 
     out=$(fresh '. '"$lmod_init"'; module use "$MODDIR"; module load cohort; module unload cohort
         command -v cohort-train; echo "PKG_CONFIG_PATH=${PKG_CONFIG_PATH:-}"' 2>&1)

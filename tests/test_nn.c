@@ -23,17 +23,7 @@ static ch_compute_t *make_cx(void)
     return cx;
 }
 
-static ch_model_t *make(const char *arch, uint64_t seed)
-{
-    ch_model_options_t o;
-    ch_model_options_default(&o);
-    o.in_channels = 1;
-    o.num_classes = 10;
-    o.seed = seed;
-    ch_model_t *m = NULL;
-    assert_ch_ok(ch_model_create(arch, &o, &m));
-    return m;
-}
+static ch_model_t *make(const char *arch, uint64_t seed) { return nt_model_1x10(arch, seed); }
 
 /* A deterministic batch (N,1,H,W) and labels. */
 static void make_batch(ch_tensor_t *x, ch_tensor_t *y, int n, int hw, unsigned seed)
@@ -58,30 +48,11 @@ typedef struct {
 /* Views of the "sd.<name>" tensors of a golden file (copied, aligned). */
 static void golden_sd(ch_safetensors_t *st, ch_model_t *m, golden_sd_t *g)
 {
-    int n = ch_model_num_entries(m);
     g->st = st;
-    g->views = calloc((size_t)n, sizeof *g->views);
-    g->n = 0;
-    for (size_t i = 0; i < ch_safetensors_count(st); i++) {
-        const ch_st_view_t *v = ch_safetensors_at(st, i);
-        if (strncmp(v->name, "sd.", 3)) continue;
-        assert_true(g->n < n);
-        ch_nn_view_t *w = &g->views[g->n++];
-        w->name = v->name + 3;
-        w->dtype = v->dtype == CH_ST_F32 ? CH_F32 : CH_I64;
-        w->ndim = v->ndim;
-        w->numel = (size_t)ch_st_view_numel(v);
-        for (int d = 0; d < v->ndim; d++) w->shape[d] = v->shape[d];
-        w->data = malloc(v->nbytes ? v->nbytes : 1);
-        memcpy(w->data, v->data, v->nbytes);
-    }
+    g->views = nt_golden_sd(st, ch_model_num_entries(m), &g->n);
 }
 
-static void golden_sd_free(golden_sd_t *g)
-{
-    for (int i = 0; i < g->n; i++) free(g->views[i].data);
-    free(g->views);
-}
+static void golden_sd_free(golden_sd_t *g) { nt_golden_sd_free(g->views, g->n); }
 
 static void write_state_dict(ch_model_t *m, const char *path)
 {
@@ -129,24 +100,8 @@ static void check_entry(const char *what, const ch_param_t *p, const ch_st_view_
 static void golden_fwd_bwd(ch_model_t *m, ch_compute_t *cx, ch_safetensors_t *st, ch_tensor_t *x,
                            ch_tensor_t *y)
 {
-    const ch_st_view_t *vx = ch_safetensors_find(st, "x"), *vy = ch_safetensors_find(st, "y");
-    assert_non_null(vx);
-    assert_non_null(vy);
-    assert_ch_ok(ch_tensor_alloc_f32(x, 4, vx->shape));
-    memcpy(x->data, vx->data, vx->nbytes);
-    assert_ch_ok(ch_tensor_alloc(y, CH_I64, 1, vy->shape, CH_LAYOUT_PLAIN, CH_DEV_CPU, 0));
-    memcpy(y->data, vy->data, vy->nbytes);
-    const ch_tensor_t *logits;
-    float loss;
-    ch_model_train(m, 1);
-    assert_ch_ok(ch_model_forward(m, cx, x, &logits));
-    assert_ch_ok(ch_model_loss(m, cx, y, &loss));
-    float *ref = nt_read_f32(st, "logits", NULL);
-    nt_assert_close(ch_tensor_f32(logits), ref, (size_t)ch_tensor_numel(logits), 1e-4, "logits");
-    free(ref);
-    ref = nt_read_f32(st, "loss", NULL);
-    if (fabs(loss - ref[0]) > 1e-4 * fabs(ref[0])) fail_msg("loss %.7g vs torch %.7g", loss, ref[0]);
-    free(ref);
+    nt_golden_batch(st, x, y);
+    nt_golden_forward_loss(st, m, cx, x, y);
     assert_ch_ok(ch_model_backward(m, cx, NULL));
     for (int i = 0; i < ch_model_num_params(m); i++) {
         ch_param_t *p = ch_model_param(m, i);
@@ -406,16 +361,7 @@ static void test_golden_resnet50_summary(void **state)
     ch_sgd_t *sgd;
     assert_ch_ok(ch_sgd_create(&so, &sgd));
     assert_ch_ok(ch_sgd_add_model(sgd, m));
-    const ch_tensor_t *logits;
-    float loss;
-    assert_ch_ok(ch_model_forward(m, cx, &x, &logits));
-    assert_ch_ok(ch_model_loss(m, cx, &y, &loss));
-    float *ref = nt_read_f32(st, "logits", NULL);
-    nt_assert_close(ch_tensor_f32(logits), ref, (size_t)ch_tensor_numel(logits), 1e-4, "resnet50 logits");
-    free(ref);
-    ref = nt_read_f32(st, "loss", NULL);
-    if (fabs(loss - ref[0]) > 1e-4 * fabs(ref[0])) fail_msg("loss %.7g vs torch %.7g", loss, ref[0]);
-    free(ref);
+    nt_golden_forward_loss(st, m, cx, &x, &y);
     assert_ch_ok(ch_model_backward(m, cx, NULL));
     char key[300];
     double sm[18], worst = 0;

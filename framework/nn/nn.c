@@ -33,6 +33,9 @@ static const char *kind_name(ch_nn_kind_t k)
     case CH_NN_HARDSWISH: return "Hardswish";
     case CH_NN_HARDSIGMOID: return "Hardsigmoid";
     case CH_NN_LAYERNORM2D: return "LayerNorm2d";
+    case CH_NN_FLATTEN: return "Flatten";
+    case CH_NN_IDENTITY: return "Identity";
+    case CH_NN_DROPOUT: return "Dropout";
     default: return "?";
     }
 }
@@ -74,6 +77,7 @@ ch_status ch_model_new(const char *arch, ch_model_t **out)
     M->root->local = strdup("");
     M->root->model = M;
     M->training = 1;
+    M->drop_key.sample_stride = 1;
     if (!M->root->local) {
         ch_model_destroy(M);
         return CH_ERROR(CH_ERR_NOMEM, "ch_model_new: out of memory");
@@ -118,7 +122,12 @@ ch_module_t *ch_module_child(const ch_module_t *m, const char *name)
 static ch_status add_child(ch_module_t *parent, const char *name, ch_nn_kind_t kind,
                            ch_module_t **out)
 {
-    CH_REQUIRE(parent && name && name[0], "nn: adding a %s needs a parent and a non-empty name",
+    char autoname[16];
+    if (parent && !name) { /* nn.Sequential(*layers): the child's position */
+        snprintf(autoname, sizeof autoname, "%d", parent->nchild);
+        name = autoname;
+    }
+    CH_REQUIRE(parent && name[0], "nn: adding a %s needs a parent and a non-empty name",
                kind_name(kind));
     if (out) *out = NULL;
     CH_REQUIRE(!parent->model->finalized, "nn: cannot add '%s' to a finalized model", name);
@@ -385,6 +394,28 @@ static ch_status add_act(ch_module_t *parent, const char *name, ch_nn_kind_t k,
     return CH_OK;
 }
 
+ch_status ch_nn_flatten(ch_module_t *parent, const char *name, ch_module_t **out)
+{
+    return add_child(parent, name, CH_NN_FLATTEN, out);
+}
+
+ch_status ch_nn_identity(ch_module_t *parent, const char *name, ch_module_t **out)
+{
+    return add_child(parent, name, CH_NN_IDENTITY, out);
+}
+
+ch_status ch_nn_dropout(ch_module_t *parent, const char *name, float p, ch_module_t **out)
+{
+    CH_REQUIRE(p >= 0.0f && p <= 1.0f, "nn: Dropout '%s': p = %g, expected 0 <= p <= 1",
+               name ? name : "(automatic name)", (double)p);
+    ch_module_t *m;
+    CH_TRY(add_child(parent, name, CH_NN_DROPOUT, &m));
+    m->drop_p = p;
+    m->drop_stream = (uint64_t)m->model->n_dropout++;
+    if (out) *out = m;
+    return CH_OK;
+}
+
 ch_status ch_nn_hardtanh(ch_module_t *parent, const char *name, float min_val, float max_val,
                          ch_module_t **out)
 {
@@ -466,6 +497,20 @@ ch_status ch_nn_layernorm2d(ch_module_t *parent, const char *name, int channels,
     CH_TRY(add_entry(m, "weight", 0, CH_F32, 1, cs));
     CH_TRY(add_entry(m, "bias", 0, CH_F32, 1, cs));
     if (out) *out = m;
+    return CH_OK;
+}
+
+ch_status ch_model_set_dropout_key(ch_model_t *M, uint64_t seed, uint64_t epoch,
+                                   int64_t sample_base, int64_t sample_stride)
+{
+    CH_REQUIRE(M, "ch_model_set_dropout_key: model is NULL");
+    CH_REQUIRE(sample_base >= 0 && sample_stride >= 1,
+               "ch_model_set_dropout_key: sample_base %lld (expected >= 0), sample_stride %lld "
+               "(expected >= 1)", (long long)sample_base, (long long)sample_stride);
+    M->drop_key.seed = seed;
+    M->drop_key.epoch = epoch;
+    M->drop_key.sample_base = sample_base;
+    M->drop_key.sample_stride = sample_stride;
     return CH_OK;
 }
 
@@ -681,9 +726,15 @@ ch_status ch_model_finalize(ch_model_t *M, uint64_t seed)
     return ch_model_init(M, seed);
 }
 
+ch_status ch_model_finalize_init(ch_model_t *M, ch_nn_init_t scheme, uint64_t seed)
+{
+    CH_TRY(ch_model_finalize(M, seed));
+    return scheme == CH_NN_INIT_RESNET ? CH_OK : ch_model_init_scheme(M, scheme, seed);
+}
+
 /* ------------------------------------------------------------ init */
 
-static ch_status init_module(ch_module_t *m, ch_nn_rng_t *rng)
+static ch_status init_module(ch_module_t *m, ch_nn_rng_t *rng, ch_nn_init_t scheme)
 {
     if (m->kind == CH_NN_CONV2D || m->kind == CH_NN_LINEAR) {
         /* torch _calculate_fan_in_and_fan_out: from the weight's shape
@@ -694,14 +745,16 @@ static ch_status init_module(ch_module_t *m, ch_nn_rng_t *rng)
         double bound = 1.0 / sqrt((double)fan_in);
         for (int i = 0; i < m->nent; i++) {
             ch_param_t *p = &m->ent[i];
-            if (m->kind == CH_NN_CONV2D && !strcmp(p->local, "weight")) {
+            if (m->kind == CH_NN_CONV2D && !strcmp(p->local, "weight") &&
+                scheme == CH_NN_INIT_RESNET) {
                 /* kaiming_normal_(mode='fan_out', nonlinearity='relu') */
                 double fan_out = (double)(wsh[0] * wsh[2] * wsh[3]);
                 ch_nn_rng_fill_normal(rng, p->data, p->numel, sqrt(2.0 / fan_out));
             } else {
                 /* Linear.reset_parameters: kaiming_uniform_(a=sqrt(5)) for the
                  * weight = U(+-1/sqrt(fan_in)); bias U(+-1/sqrt(fan_in)). The
-                 * same holds for a conv bias (Conv2d.reset_parameters). */
+                 * same holds for a conv bias, and for the conv weight under
+                 * CH_NN_INIT_DEFAULT (Conv2d.reset_parameters). */
                 ch_nn_rng_fill_uniform(rng, p->data, p->numel, bound);
             }
         }
@@ -719,19 +772,31 @@ static ch_status init_module(ch_module_t *m, ch_nn_rng_t *rng)
             for (size_t k = 0; k < p->numel; k++) d[k] = v;
         }
     }
-    for (int i = 0; i < m->nchild; i++) CH_TRY(init_module(m->child[i], rng));
+    for (int i = 0; i < m->nchild; i++) CH_TRY(init_module(m->child[i], rng, scheme));
+    return CH_OK;
+}
+
+ch_status ch_model_init_scheme(ch_model_t *M, ch_nn_init_t scheme, uint64_t seed)
+{
+    CH_REQUIRE(M && M->finalized, "ch_model_init: model not finalized");
+    CH_REQUIRE(scheme == CH_NN_INIT_RESNET || scheme == CH_NN_INIT_DEFAULT,
+               "ch_model_init_scheme: unknown scheme %d", (int)scheme);
+    ch_nn_rng_t rng;
+    ch_nn_rng_seed(&rng, seed);
+    ch_tensor_data_changed(); /* new parameter values (tensor.h) */
+    CH_TRY(init_module(M->root, &rng, scheme));
+    ch_model_zero_grad(M);
     return CH_OK;
 }
 
 ch_status ch_model_init(ch_model_t *M, uint64_t seed)
 {
-    CH_REQUIRE(M && M->finalized, "ch_model_init: model not finalized");
-    ch_nn_rng_t rng;
-    ch_nn_rng_seed(&rng, seed);
-    ch_tensor_data_changed(); /* new parameter values (tensor.h) */
-    CH_TRY(init_module(M->root, &rng));
-    ch_model_zero_grad(M);
-    return CH_OK;
+    return ch_model_init_scheme(M, CH_NN_INIT_RESNET, seed);
+}
+
+ch_status ch_model_init_default(ch_model_t *M, uint64_t seed)
+{
+    return ch_model_init_scheme(M, CH_NN_INIT_DEFAULT, seed);
 }
 
 /* ------------------------------------------------------------ entries */

@@ -65,6 +65,9 @@ typedef enum {
     CH_NN_HARDSIGMOID,      /* torch.nn.Hardsigmoid */
     CH_NN_LAYERNORM2D,      /* ConvNeXt's LayerNorm2d: LayerNorm over C at each (n, h, w) */
     CH_NN_AVGPOOL2D,        /* torch.nn.AvgPool2d */
+    CH_NN_FLATTEN,          /* torch.nn.Flatten() (start_dim 1): (N, C, H, W) -> (N, C*H*W) */
+    CH_NN_IDENTITY,         /* torch.nn.Identity */
+    CH_NN_DROPOUT,          /* torch.nn.Dropout(p) (own generator: ch_model_set_dropout_key) */
     CH_NN_KIND_COUNT_
 } ch_nn_kind_t;
 
@@ -115,9 +118,12 @@ const char *ch_model_arch(const ch_model_t *model);
 ch_module_t *ch_model_root(ch_model_t *model);
 
 /* Add children to `parent` (a Sequential or residual container) under the
- * local name `name` (unique among its siblings). The child is returned in
- * *out (may be NULL). All fail with CH_ERR_INVALID on bad sizes, a duplicate
- * name, or after ch_model_finalize. */
+ * local name `name` (unique among its siblings). name NULL gives the child
+ * PyTorch's automatic name in nn.Sequential(*layers): its position among
+ * the parent's children, "0", "1", ... (parameterless children count).
+ * The child is returned in *out (may be NULL). All fail with
+ * CH_ERR_INVALID on bad sizes, a duplicate name, or after
+ * ch_model_finalize. */
 ch_status ch_nn_sequential(ch_module_t *parent, const char *name, ch_module_t **out);
 /* Conv2d(in, out, kernel k x k, stride, padding, bias). */
 ch_status ch_nn_conv2d(ch_module_t *parent, const char *name, int in_channels, int out_channels,
@@ -225,6 +231,36 @@ ch_status ch_nn_avgpool2d(ch_module_t *parent, const char *name, const ch_pool2d
  * ch_nn_adaptive_avgpool2d (global average, output (N, C) for Linear). */
 ch_status ch_nn_adaptive_avgpool2d_hw(ch_module_t *parent, const char *name, int out_h,
                                       int out_w, ch_module_t **out);
+/* Flatten (torch.nn.Flatten(), start_dim 1, end_dim -1): (N, C, H, W) ->
+ * (N, C*H*W) in PyTorch's order (c, h, w), whatever layout the activation
+ * had (a blocked or channels-last input is reordered to plain; a plain one
+ * is only viewed); (N, F) passes through. No entries. Linear takes its
+ * output. */
+ch_status ch_nn_flatten(ch_module_t *parent, const char *name, ch_module_t **out);
+/* Identity (torch.nn.Identity): y = x, dx = dy. No entries. */
+ch_status ch_nn_identity(ch_module_t *parent, const char *name, ch_module_t **out);
+/* Dropout(p) (torch.nn.Dropout, 0 <= p <= 1): in training mode each element
+ * is zeroed with probability p and the rest scaled by 1 / (1 - p)
+ * (ch_op_dropout); in eval mode the identity. The backward applies the
+ * forward's mask to dy. Masks come from cohort's own counter-based
+ * generator (framework/ops/dropout_mask.h), keyed per step by
+ * ch_model_set_dropout_key and per layer by its ordinal among the model's
+ * Dropout layers: the same for any thread count and device, and NOT
+ * mask-identical to PyTorch's (statistics match, bits do not). Output:
+ * plain layout (a blocked input is reordered first). No entries. */
+ch_status ch_nn_dropout(ch_module_t *parent, const char *name, float p, ch_module_t **out);
+
+/* Which masks the model's Dropout layers draw in the next training
+ * forward (ch_dropout_key_t of ops.h, with stream = the layer's ordinal):
+ * local sample n of the batch is global sample sample_base + n *
+ * sample_stride of `epoch`. The trainer calls it before every step with
+ * train.seed, the epoch, step * batch * world + rank and the world size,
+ * so the masks are a function of (seed, layer, epoch, global sample) and
+ * do not change with the world size; a hand-written loop must call it per
+ * step too (otherwise each step repeats the masks). Defaults: 0, 0, 0, 1.
+ * CH_ERR_INVALID for sample_base < 0 or sample_stride < 1. */
+ch_status ch_model_set_dropout_key(ch_model_t *model, uint64_t seed, uint64_t epoch,
+                                   int64_t sample_base, int64_t sample_stride);
 
 /* A residual container computing final_relu(main(x) + shortcut(x)).
  * Add its children with the ch_nn_* builders in torchvision's registration
@@ -245,6 +281,30 @@ const char *ch_module_path(const ch_module_t *m);
 /* Assign names, check them (unique, < CH_NN_NAME_MAX), allocate parameter,
  * gradient and buffer storage, and initialise with ch_model_init(seed). */
 ch_status ch_model_finalize(ch_model_t *model, uint64_t seed);
+
+/* Initialisation schemes (ch_model_init_scheme). */
+typedef enum {
+    CH_NN_INIT_RESNET = 0, /* torchvision's ResNet init (ch_model_init) */
+    CH_NN_INIT_DEFAULT     /* each module's PyTorch reset_parameters (ch_model_init_default) */
+} ch_nn_init_t;
+
+/* ch_model_finalize with the given scheme instead of the ResNet one. */
+ch_status ch_model_finalize_init(ch_model_t *model, ch_nn_init_t scheme, uint64_t seed);
+
+/* Re-initialise with `scheme` (ch_model_init or ch_model_init_default). */
+ch_status ch_model_init_scheme(ch_model_t *model, ch_nn_init_t scheme, uint64_t seed);
+
+/* PyTorch's default initialisation of a module a user builds
+ * (torch.nn.Conv2d / Linear .reset_parameters, torch 1.13 and 2.x):
+ * weight kaiming_uniform_(a=sqrt(5)), which is U(-b, b) with
+ * b = gain * sqrt(3 / fan_in), gain = sqrt(2 / (1 + 5)), i.e.
+ * b = 1 / sqrt(fan_in); bias U(-1/sqrt(fan_in), 1/sqrt(fan_in));
+ * fan_in = in_channels * kh * kw (conv) or in_features (linear).
+ * BatchNorm weight 1, bias 0, running_mean 0, running_var 1,
+ * num_batches_tracked 0. One xoshiro256** stream seeded with `seed`,
+ * entries in state-dict order (so the same on every rank; not torch's
+ * generator: the distributions match, not the bits). Gradients zeroed. */
+ch_status ch_model_init_default(ch_model_t *model, uint64_t seed);
 
 /* Re-initialise every entry as torchvision's ResNet does (SEMANTICS.md):
  * Conv2d weight ~ N(0, 2 / (out_channels * kh * kw)) (kaiming_normal_,

@@ -145,6 +145,22 @@ static ch_status plan_module(ch_model_t *M, ch_compute_t *cx, ch_module_t *m, co
         CH_TRY(reserve(M, &m->y, out));
         return reserve(M, &m->dx, in);
     }
+    case CH_NN_IDENTITY:
+        *out = *in;
+        return CH_OK;
+    case CH_NN_FLATTEN:
+    case CH_NN_DROPOUT: {
+        /* a non-plain input is reordered to plain (m->y) on the way in and
+         * the gradient back into the input's layout (m->dx) */
+        const int reorder = in->layout != CH_LAYOUT_PLAIN;
+        *out = *in;
+        out->layout = CH_LAYOUT_PLAIN;
+        if (m->kind == CH_NN_DROPOUT || reorder) CH_TRY(reserve(M, &m->y, out));
+        if (reorder) CH_TRY(reserve(M, &m->dx, in));
+        if (m->kind == CH_NN_FLATTEN && in->ndim == 4)
+            *out = (shp_t){2, {in->s[0], in->s[1] * in->s[2] * in->s[3], 1, 1}, CH_LAYOUT_PLAIN};
+        return CH_OK;
+    }
     default:
         return CH_ERROR(CH_ERR_INTERNAL, "nn: unknown module kind %d", (int)m->kind);
     }
@@ -493,6 +509,38 @@ static ch_status fwd(ch_model_t *M, ch_compute_t *cx, ch_module_t *m, const ch_t
         *y = &m->y;
         break;
     }
+    case CH_NN_IDENTITY:
+        *y = x;
+        break;
+    case CH_NN_FLATTEN: {
+        const ch_tensor_t *src = x;
+        if (x->layout != CH_LAYOUT_PLAIN) {
+            CH_TRY(ch_op_reorder(cx, x, &m->y));
+            src = &m->y;
+        }
+        if (x->ndim == 4) {
+            int64_t s2[2] = {x->shape[0], x->shape[1] * x->shape[2] * x->shape[3]};
+            CH_TRY(ch_tensor_view(&m->flat, src, 2, s2));
+            src = &m->flat;
+        }
+        *y = src;
+        break;
+    }
+    case CH_NN_DROPOUT: {
+        const ch_tensor_t *src = x;
+        if (x->layout != CH_LAYOUT_PLAIN) {
+            CH_TRY(ch_op_reorder(cx, x, &m->y));
+            src = &m->y;
+        }
+        if (M->training) {
+            ch_dropout_key_t k = M->drop_key;
+            k.stream = m->drop_stream;
+            CH_TRY(ch_op_dropout(cx, src, m->drop_p, &k, &m->y));
+            src = &m->y;
+        }
+        *y = src;
+        break;
+    }
     default:
         return CH_ERROR(CH_ERR_INTERNAL, "nn: unknown module kind %d", (int)m->kind);
     }
@@ -806,6 +854,29 @@ static ch_status bwd(ch_model_t *M, ch_compute_t *cx, ch_module_t *m, ch_tensor_
             *dx = &m->dx;
         }
         return CH_OK;
+    case CH_NN_IDENTITY:
+        *dx = dy;
+        return CH_OK;
+    case CH_NN_FLATTEN:
+    case CH_NN_DROPOUT: {
+        if (!m->needs_dx) return CH_OK;
+        ch_tensor_t *d = dy;
+        if (m->kind == CH_NN_DROPOUT) {
+            /* the forward's mask, in place on dy (the key is the forward's) */
+            ch_dropout_key_t k = M->drop_key;
+            k.stream = m->drop_stream;
+            CH_TRY(ch_op_dropout(cx, dy, m->drop_p, &k, dy));
+        } else if (m->in->ndim == 4) {
+            CH_TRY(ch_tensor_view(&m->dyview, dy, 4, m->in->shape));
+            d = &m->dyview;
+        }
+        if (m->in->layout != CH_LAYOUT_PLAIN) {
+            CH_TRY(ch_op_reorder(cx, d, &m->dx));
+            d = &m->dx;
+        }
+        *dx = d;
+        return CH_OK;
+    }
     default:
         return CH_ERROR(CH_ERR_INTERNAL, "nn: unknown module kind %d", (int)m->kind);
     }

@@ -34,6 +34,8 @@ struct ch_module {
     int out_h, out_w;                      /* adaptive avg pool; 0: global (1, 1) */
     ch_conv2d_params_t conv;
     ch_pool2d_params_t pool;
+    float drop_p;                          /* dropout probability */
+    uint64_t drop_stream;                  /* dropout: ordinal among the model's Dropout layers */
 
     /* residual container */
     ch_module_t **main;
@@ -59,6 +61,7 @@ struct ch_module {
     /* activations (arena) */
     ch_tensor_t y, dx;
     ch_tensor_t xview;                     /* linear: 2-D view of a (N,C,1,1) input */
+    ch_tensor_t flat, dyview;              /* flatten: 2-D output view, 4-D view of dy */
     const ch_tensor_t *in;                 /* input of the last forward */
     const ch_tensor_t *out;                /* output of the last forward */
     int forward_training;                  /* mode of the last forward */
@@ -109,6 +112,9 @@ struct ch_model {
 
     ch_nn_grad_hook_fn hook;
     void *hook_arg;
+
+    ch_dropout_key_t drop_key;    /* ch_model_set_dropout_key (stream set per layer) */
+    int n_dropout;                /* Dropout layers added so far */
 
     ch_nn_sync_t sync;            /* SyncBN process group (valid when has_sync) */
     int has_sync;

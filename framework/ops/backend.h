@@ -136,6 +136,9 @@ typedef struct ch_ops_backend {
                                const ch_tensor_t *mean, const ch_tensor_t *rstd,
                                const ch_tensor_t *weight, ch_tensor_t *dx, ch_tensor_t *dweight,
                                ch_tensor_t *dbias);
+    /* ops.h ch_op_dropout (arguments checked); NULL: not available */
+    ch_status (*dropout)(void *st, const ch_tensor_t *x, float p, const ch_dropout_key_t *key,
+                         ch_tensor_t *y);
 } ch_ops_backend_t;
 
 /* The CPU backend (always built). */

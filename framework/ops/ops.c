@@ -1051,6 +1051,32 @@ ch_status ch_op_scale(ch_compute_t *cx, ch_tensor_t *t, float alpha)
 #undef OP
 }
 
+/* -------------------------------------------------------------- dropout */
+
+ch_status ch_op_dropout(ch_compute_t *cx, const ch_tensor_t *x, float p,
+                        const ch_dropout_key_t *key, ch_tensor_t *y)
+{
+#define OP "ch_op_dropout"
+    CH_REQUIRE(x && y && key, OP ": NULL argument");
+    CH_TRY(need(OP, "x", x, CH_F32, 0));
+    CH_TRY(need(OP, "y", y, CH_F32, 0));
+    CH_TRY(need_plain(OP, "x", x));
+    CH_TRY(need_plain(OP, "y", y));
+    CH_REQUIRE(x->ndim == 2 || x->ndim == 4, OP ": x must be (N, F) or (N, C, H, W), got %d-D",
+               x->ndim);
+    CH_REQUIRE(ch_tensor_same_shape(x, y), OP ": x and y differ in shape");
+    CH_REQUIRE(p >= 0.0f && p <= 1.0f, OP ": p = %g, expected 0 <= p <= 1", (double)p);
+    CH_REQUIRE(key->sample_base >= 0 && key->sample_stride >= 1,
+               OP ": sample_base %lld (expected >= 0), sample_stride %lld (expected >= 1)",
+               (long long)key->sample_base, (long long)key->sample_stride);
+    SAME_DEVICE(OP, x, y);
+    BE(x);
+    CH_REQUIRE(be->dropout, OP ": not available on the %s backend", be->name);
+    wrote(y, NULL, NULL);
+    return be->dropout(st, x, p, key, y);
+#undef OP
+}
+
 /* ----------------------------------------------------------------- loss */
 
 static ch_status logits_labels(const char *op, const ch_tensor_t *logits,

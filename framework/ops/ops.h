@@ -568,6 +568,33 @@ ch_status ch_op_add_inplace(ch_compute_t *cx, ch_tensor_t *acc, const ch_tensor_
 /* t *= alpha (float32). */
 ch_status ch_op_scale(ch_compute_t *cx, ch_tensor_t *t, float alpha);
 
+/* -------------------------------------------------------------- dropout */
+
+/* Which mask a dropout call draws (framework/ops/dropout_mask.h): local
+ * sample n of the batch is the sample with global index
+ * g = sample_base + n * sample_stride (the trainer passes the position in
+ * the epoch's global sampler order: step * batch * world + rank, stride
+ * world, so the masks do not depend on the world size). */
+typedef struct {
+    uint64_t seed;         /* the run's seed (train.seed) */
+    uint64_t stream;       /* which dropout layer (its ordinal in the model) */
+    uint64_t epoch;        /* the epoch (a sample is drawn once per epoch) */
+    int64_t sample_base;   /* >= 0 */
+    int64_t sample_stride; /* >= 1 */
+} ch_dropout_key_t;
+
+/* y = x * mask / (1 - p) (torch.nn.functional.dropout, training): each
+ * element is zeroed with probability p, the others multiplied by the
+ * float32 scale 1 / (float)(1 - p) (torch 1.13: noise.div_(1 - p)); p = 1 gives
+ * zeros. The mask is a function of (key, element) only (not PyTorch's
+ * generator: its statistics match, not its bits), so the backward is the
+ * same call on dy with the same key: dx = dy * mask / (1 - p). x and y:
+ * float32 PLAIN, same shape, 2-D (N, F) or 4-D (N, C, H, W) (F = C*H*W,
+ * row-major), on one device; y may be x. Errors: CH_ERR_INVALID (p
+ * outside [0, 1], bad key, shapes or layouts). */
+ch_status ch_op_dropout(ch_compute_t *cx, const ch_tensor_t *x, float p,
+                        const ch_dropout_key_t *key, ch_tensor_t *y);
+
 /* --------------------------------------------------------------------- loss */
 
 /* Softmax cross-entropy with mean reduction over the batch

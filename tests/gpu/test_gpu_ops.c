@@ -756,6 +756,27 @@ static void test_layernorm2d(void **state)
         gt_compare(cx, "layernorm2d dbias", &db, TOL_BWD);
         gt_pair_t *all[] = {&x, &w, &b, &dy, &y, &mean, &rstd, &dx, &dw, &db};
         for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) gt_pair_free(all[i]);
+/* Dropout: the CUDA kernel draws the CPU kernel's mask, bit for bit. */
+static void test_dropout(void **state)
+{
+    contexts();
+    ch_compute_t *cx = cx32;
+    int64_t s4[4] = {6, 16, 5, 7}, s2[2] = {37, 301};
+    for (int v = 0; v < 2; v++) {
+        const int nd = v ? 2 : 4;
+        const int64_t *s = v ? s2 : s4;
+        gt_pair_t x, y;
+        gt_pair_rand(cx, &x, nd, s, CH_LAYOUT_PLAIN, 61 + v, -1, 1);
+        gt_pair_out(cx, &y, nd, s, CH_LAYOUT_PLAIN);
+        const float ps[] = {0.0f, 0.3f, 0.5f, 1.0f};
+        for (int k = 0; k < 4; k++) {
+            ch_dropout_key_t key = {123, (uint64_t)k, 7, 3, 2};
+            assert_ch_ok(ch_op_dropout(cx, &x.h, ps[k], &key, &y.h));
+            assert_ch_ok(ch_op_dropout(cx, &x.d, ps[k], &key, &y.d));
+            gt_compare(cx, "dropout", &y, 0);
+        }
+        gt_pair_free(&x);
+        gt_pair_free(&y);
     }
 }
 
@@ -1449,6 +1470,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_upload_async),
         cmocka_unit_test(test_upload_slot_reuse),
         cmocka_unit_test(test_blocked_layout_rejected),
+        cmocka_unit_test(test_dropout),
         cmocka_unit_test(test_conv_fp32),
         cmocka_unit_test(test_conv_bf16),
         cmocka_unit_test(test_conv_search),

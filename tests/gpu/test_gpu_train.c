@@ -17,7 +17,9 @@
  *                         over all tensors together.
  *   The fp32 comparison again with SyncBatchNorm over a world of one (the
  *   device SyncBN path: statistics gathered in place on the device, counts
- *   on the host). Also: host mirror round trips (to device, sync back, to the CPU) are
+ *   on the host). The fp32 comparison again for a user's CNN from the
+ *   registry with Flatten, Dropout (the same mask on both) and Identity.
+ *   Also: host mirror round trips (to device, sync back, to the CPU) are
  *   exact, and the device API's errors on a machine without a GPU.
  *
  * The comparisons SKIP with a visible reason where ch_device_count() is 0
@@ -71,6 +73,30 @@ static void fill_batch(float *x, int64_t *y)
     for (int i = 0; i < N; i++) y[i] = (int64_t)((i * 7 + 3) % K);
 }
 
+/* The network compare_step trains: resnet18, or test_step_vocab's CNN. */
+static const char *step_arch = "resnet18";
+
+/* A user's CNN through the registry (PyTorch default init, automatic
+ * names): conv-BN-ReLU-maxpool twice, Flatten (of the GPU's channels-last
+ * activation), Dropout, Linear-ReLU-Identity-Linear. */
+static ch_status vocab_cnn(ch_module_t *r, const ch_model_options_t *o, void *arg)
+{
+    (void)arg;
+    for (int i = 0, c = o->in_channels; i < 2; c = 16 << i, i++) {
+        /* no conv bias: before BN its gradient is rounding noise only */
+        CH_TRY(ch_nn_conv2d(r, NULL, c, 16 << i, 3, 1, 1, 0, NULL));
+        CH_TRY(ch_nn_batchnorm2d(r, NULL, 16 << i, NULL));
+        CH_TRY(ch_nn_relu(r, NULL, NULL));
+        CH_TRY(ch_nn_maxpool2d(r, NULL, 2, 2, 0, NULL));
+    }
+    CH_TRY(ch_nn_flatten(r, NULL, NULL));
+    CH_TRY(ch_nn_dropout(r, NULL, 0.5f, NULL));
+    CH_TRY(ch_nn_linear(r, NULL, 32 * (H / 4) * (W / 4), 64, 1, NULL));
+    CH_TRY(ch_nn_relu(r, NULL, NULL));
+    CH_TRY(ch_nn_identity(r, NULL, NULL));
+    return ch_nn_linear(r, NULL, 64, o->num_classes, 1, NULL);
+}
+
 static ch_model_t *make_resnet18(void)
 {
     ch_model_options_t o;
@@ -79,7 +105,9 @@ static ch_model_t *make_resnet18(void)
     o.in_channels = C;
     o.seed = 1234;
     ch_model_t *m = NULL;
-    assert_ch_ok(ch_model_create("resnet18", &o, &m));
+    assert_ch_ok(ch_model_create(step_arch, &o, &m));
+    /* the same dropout masks on both devices */
+    assert_ch_ok(ch_model_set_dropout_key(m, 5, 2, 3, 2));
     return m;
 }
 
@@ -290,6 +318,19 @@ static void compare_step(int bf16, double tol_fwd, double tol_grad, int per_tens
     if (!(e_mom <= tol_grad)) fail_msg("momentum buffers: relative L2 %.3g > %.3g", e_mom, tol_grad);
 }
 
+/* Flatten, Dropout (the CUDA kernel draws the CPU's mask) and Identity in
+ * a training step on the GPU vs the CPU. */
+static void test_step_vocab(void **state)
+{
+    (void)state;
+    static int registered;
+    if (!registered) assert_ch_ok(ch_model_register("gpu_vocab_cnn", vocab_cnn, NULL));
+    registered = 1;
+    step_arch = "gpu_vocab_cnn";
+    compare_step(0, 1e-4, 1e-3, 1, 0);
+    step_arch = "resnet18";
+}
+
 static void test_step_fp32(void **state)
 {
     (void)state;
@@ -409,6 +450,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_device_api_cpu),
         cmocka_unit_test(test_mirror_round_trip),
         cmocka_unit_test(test_step_fp32),
+        cmocka_unit_test(test_step_vocab),
         cmocka_unit_test(test_step_syncbn),
         cmocka_unit_test(test_step_bf16),
     };

@@ -403,6 +403,7 @@ static const ch_ops_backend_t cpu_backend = {
     .argmax = ch_cpu_argmax,
     .count_correct = ch_cpu_count_correct,
     .sgd_step = ch_cpu_sgd_step,
+    .dropout = ch_cpu_dropout,
 };
 
 const ch_ops_backend_t *ch_ops_cpu_backend(void) { return &cpu_backend; }

@@ -143,6 +143,9 @@ ch_status ch_cpu_fill(void *st, ch_tensor_t *t, float value);
 ch_status ch_cpu_copy(void *st, const ch_tensor_t *src, ch_tensor_t *dst);
 ch_status ch_cpu_add(void *st, const ch_tensor_t *a, const ch_tensor_t *b, ch_tensor_t *out);
 ch_status ch_cpu_scale(void *st, ch_tensor_t *t, float alpha);
+/* dropout.c: ops.h ch_op_dropout */
+ch_status ch_cpu_dropout(void *st, const ch_tensor_t *x, float p, const ch_dropout_key_t *key,
+                         ch_tensor_t *y);
 ch_status ch_cpu_relu_forward(void *st, const ch_tensor_t *x, ch_tensor_t *y);
 ch_status ch_cpu_relu_backward(void *st, const ch_tensor_t *y, const ch_tensor_t *dy,
                                ch_tensor_t *dx);

@@ -706,4 +706,5 @@ void ch_cuda_table_dense(ch_ops_backend_t *t)
     ch_cuda_table_linear(t);
     ch_cuda_table_pool(t);
     ch_cuda_table_eltwise(t);
+    ch_cuda_table_dropout(t);
 }

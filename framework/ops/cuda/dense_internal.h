@@ -57,6 +57,7 @@ void ch_cuda_table_conv(ch_ops_backend_t *t);   /* conv.cu */
 void ch_cuda_table_linear(ch_ops_backend_t *t); /* linear.cu */
 void ch_cuda_table_pool(ch_ops_backend_t *t);   /* pool.cu */
 void ch_cuda_table_eltwise(ch_ops_backend_t *t); /* eltwise.cu: activations, LayerNorm2d */
+void ch_cuda_table_dropout(ch_ops_backend_t *t); /* dropout.cu */
 
 #define CH_CD_THREADS 256
 
