@@ -756,6 +756,9 @@ static void test_layernorm2d(void **state)
         gt_compare(cx, "layernorm2d dbias", &db, TOL_BWD);
         gt_pair_t *all[] = {&x, &w, &b, &dy, &y, &mean, &rstd, &dx, &dw, &db};
         for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) gt_pair_free(all[i]);
+    }
+}
+
 /* Dropout: the CUDA kernel draws the CPU kernel's mask, bit for bit. */
 static void test_dropout(void **state)
 {
