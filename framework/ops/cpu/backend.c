@@ -395,6 +395,9 @@ static const ch_ops_backend_t cpu_backend = {
     .argmax = ch_cpu_argmax,
     .count_correct = ch_cpu_count_correct,
     .sgd_step = ch_cpu_sgd_step,
+    .adamw_step = ch_cpu_adamw_step,
+    .rmsprop_step = ch_cpu_rmsprop_step,
+    .cross_entropy_smooth = ch_cpu_cross_entropy_smooth,
 };
 
 const ch_ops_backend_t *ch_ops_cpu_backend(void) { return &cpu_backend; }
