@@ -195,7 +195,7 @@ void ch_optimizer_destroy(ch_optimizer_t *s)
 {
     if (!s) return;
     ch_sgd_destroy(s->sgd);
-    for (int i = 0; i < s->n; i++) free_param(s, &s->p[i]);
+    for (int i = 0; !s->sgd && i < s->n; i++) free_param(s, &s->p[i]);
     free(s->p);
     free(s->ts);
     free(s);

@@ -54,7 +54,7 @@ ch_status ch_cuda_count_correct(void *st, const ch_tensor_t *logits, const ch_te
 ch_status ch_cuda_sgd_step(void *st, const ch_sgd_tensor_t *ts, int n,
                            const ch_sgd_hparams_t *h);
 
-/* optim.cu: AdamW, RMSprop (one launch per parameter) */
+/* adamw_rmsprop.cu: AdamW, RMSprop (one launch per parameter) */
 ch_status ch_cuda_adamw_step(void *st, const ch_adamw_tensor_t *ts, int n,
                              const ch_adamw_hparams_t *h);
 ch_status ch_cuda_rmsprop_step(void *st, const ch_rmsprop_tensor_t *ts, int n,

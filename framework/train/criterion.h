@@ -1,4 +1,4 @@
-/* cohort: the training loss and its config keys.
+/* cohort: the training criterion (loss) and its config keys.
  *
  * torch.nn.CrossEntropyLoss(label_smoothing=e) with mean reduction over the
  * local batch (PyTorch 1.13): loss = (1 - e) * nll + e * mean over classes
@@ -6,8 +6,8 @@
  * formula, its gradient and its numerics). e = 0 is the plain
  * ch_op_cross_entropy, bitwise.
  */
-#ifndef COHORT_TRAIN_LOSS_H
-#define COHORT_TRAIN_LOSS_H
+#ifndef COHORT_TRAIN_CRITERION_H
+#define COHORT_TRAIN_CRITERION_H
 
 #include "framework/core/configuration.h"
 #include "framework/core/status.h"
@@ -39,4 +39,4 @@ ch_status ch_loss_cross_entropy(ch_compute_t *cx, const ch_loss_options_t *o,
 #ifdef __cplusplus
 }
 #endif
-#endif /* COHORT_TRAIN_LOSS_H */
+#endif /* COHORT_TRAIN_CRITERION_H */

@@ -1,7 +1,7 @@
-/* cohort: the training loss (see loss.h). */
+/* cohort: the training loss (see criterion.h). */
 #include "config.h"
 
-#include "framework/train/loss.h"
+#include "framework/train/criterion.h"
 
 static const ch_config_key_t loss_keys[] = {
     {"loss.label_smoothing", CH_CFG_FLOAT, "0", 0, 1,
