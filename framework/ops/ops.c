@@ -1073,6 +1073,15 @@ ch_status ch_op_sgd_step(ch_compute_t *cx, ch_devkind_t dev, int dev_index,
 #undef OP
 }
 
+/* The arguments every fused optimizer step checks first. */
+static ch_status optim_list(const char *op, const void *h, const void *ts, int n)
+{
+    CH_REQUIRE(h, "%s: hyperparameters are NULL", op);
+    CH_REQUIRE(n >= 0, "%s: %d tensors, expected >= 0", op, n);
+    CH_REQUIRE(n == 0 || ts, "%s: tensor list is NULL", op);
+    return CH_OK;
+}
+
 /* The backend and state of a fused optimizer step whose pointers live on
  * (dev, dev_index); *be NULL with CH_OK for a CPU step without context. */
 static ch_status optim_pick(ch_compute_t *cx, const char *op, ch_devkind_t dev, int dev_index,
@@ -1099,9 +1108,7 @@ ch_status ch_op_adamw_step(ch_compute_t *cx, ch_devkind_t dev, int dev_index,
                            const ch_adamw_tensor_t *ts, int n, const ch_adamw_hparams_t *h)
 {
 #define OP "ch_op_adamw_step"
-    CH_REQUIRE(h, OP ": hyperparameters are NULL");
-    CH_REQUIRE(n >= 0, OP ": %d tensors, expected >= 0", n);
-    CH_REQUIRE(n == 0 || ts, OP ": tensor list is NULL");
+    CH_TRY(optim_list(OP, h, ts, n));
     for (int i = 0; i < n; i++) {
         CH_REQUIRE(ts[i].numel >= 0, OP ": tensor %d has numel %lld", i, (long long)ts[i].numel);
         if (ts[i].numel == 0) continue;
@@ -1124,9 +1131,7 @@ ch_status ch_op_rmsprop_step(ch_compute_t *cx, ch_devkind_t dev, int dev_index,
                              const ch_rmsprop_tensor_t *ts, int n, const ch_rmsprop_hparams_t *h)
 {
 #define OP "ch_op_rmsprop_step"
-    CH_REQUIRE(h, OP ": hyperparameters are NULL");
-    CH_REQUIRE(n >= 0, OP ": %d tensors, expected >= 0", n);
-    CH_REQUIRE(n == 0 || ts, OP ": tensor list is NULL");
+    CH_TRY(optim_list(OP, h, ts, n));
     for (int i = 0; i < n; i++) {
         CH_REQUIRE(ts[i].numel >= 0, OP ": tensor %d has numel %lld", i, (long long)ts[i].numel);
         if (ts[i].numel == 0) continue;

@@ -2,7 +2,7 @@
  * ch_optimizer_t) against the CPU ones, bit for bit (the kernels perform
  * the CPU loop's float32 operations with round-to-nearest intrinsics), the
  * GPU state read back for resume files, and cross-entropy with label
- * smoothing (loss_smooth.cu) against the CPU op (double sums in another
+ * smoothing (loss.cu) against the CPU op (double sums in another
  * order: relative 1e-6 / 1e-5). SKIPs without a GPU; COHORT_GPU_TESTS_ON_CPU=1
  * runs it CPU against CPU (a self-check of the test). */
 #include "config.h"

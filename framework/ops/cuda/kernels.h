@@ -59,7 +59,7 @@ ch_status ch_cuda_adamw_step(void *st, const ch_adamw_tensor_t *ts, int n,
                              const ch_adamw_hparams_t *h);
 ch_status ch_cuda_rmsprop_step(void *st, const ch_rmsprop_tensor_t *ts, int n,
                                const ch_rmsprop_hparams_t *h);
-/* loss_smooth.cu: cross-entropy with label smoothing */
+/* loss.cu: cross-entropy with label smoothing */
 ch_status ch_cuda_cross_entropy_smooth(void *st, const ch_tensor_t *logits,
                                        const ch_tensor_t *labels, double e, ch_tensor_t *loss,
                                        ch_tensor_t *dlogits);

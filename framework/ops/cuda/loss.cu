@@ -1,5 +1,7 @@
-/* cohort: CUDA softmax cross-entropy, argmax and accuracy count (own
- * kernels; issue #7). Numerics of framework/ops/cpu/kernels.c:
+/* cohort: CUDA softmax cross-entropy (also with label smoothing), argmax
+ * and accuracy count (own kernels; issue #7). Numerics of
+ * framework/ops/cpu/kernels.c (label smoothing: cpu/optim_kernels.c, the
+ * sums in another order, so equal to double rounding, not bit for bit):
  *  - cross_entropy: per row mx = max (float; a NaN in column 0 propagates
  *    as in the CPU loop), s = sum exp((double)x - mx) in double,
  *    lse = mx + log(s), row loss lse - x[label] in double; the mean over
@@ -131,6 +133,47 @@ __global__ void __launch_bounds__(ROW_THREADS)
     }
 }
 
+/* Label smoothing e (ch_op_cross_entropy_smooth): row term
+ * (1 - e)(lse - x[label]) + (e/K) sum_k (lse - x_k) in double (per-lane
+ * sums, then the warp butterfly), dlogits (float)((softmax - e/K - (1 - e)
+ * [k == label]) / N). Out-of-range labels as k_xent_rows. */
+__global__ void __launch_bounds__(ROW_THREADS)
+    k_xent_smooth_rows(const float *X, const int64_t *lab, int64_t N, int64_t K, double e,
+                       float *D, double *rowloss, unsigned long long *bad)
+{
+    const int lane = threadIdx.x & 31;
+    const int64_t warp = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    const int64_t nwarps = ((int64_t)gridDim.x * blockDim.x) >> 5;
+    const double dN = (double)N, eK = e / (double)K, keep = 1.0 - e;
+    for (int64_t n = warp; n < N; n += nwarps) {
+        const float *r = X + n * K;
+        float *d = D ? D + n * K : nullptr;
+        const int64_t L = lab[n];
+        if (L < 0 || L >= K) {
+            if (lane == 0) {
+                atomicMin(bad, (unsigned long long)n);
+                rowloss[n] = nan("");
+            }
+            if (d)
+                for (int64_t k = lane; k < K; k += 32) d[k] = nanf("");
+            continue;
+        }
+        float mx = r[0];
+        for (int64_t k = lane; k < K; k += 32) mx = r[k] > mx ? r[k] : mx;
+        mx = warp_max_cpu(mx);
+        double s = 0.0, sm = 0.0;
+        for (int64_t k = lane; k < K; k += 32) s += exp((double)r[k] - (double)mx);
+        s = warp_sum(s);
+        const double lse = (double)mx + log(s);
+        for (int64_t k = lane; k < K; k += 32) sm += lse - (double)r[k];
+        sm = warp_sum(sm);
+        if (lane == 0) rowloss[n] = keep * (lse - (double)r[L]) + eK * sm;
+        if (d)
+            for (int64_t k = lane; k < K; k += 32)
+                d[k] = (float)((exp((double)r[k] - lse) - eK - (k == L ? keep : 0.0)) / dN);
+    }
+}
+
 /* loss[0] = (float)(sum of row terms / N): one block, fixed order. */
 __global__ void __launch_bounds__(SUM_THREADS)
     k_xent_mean(const double *rowloss, int64_t N, float *loss)
@@ -195,6 +238,23 @@ __global__ void __launch_bounds__(ROW_THREADS)
     if (lane == 0 && c) atomicAdd(count, c);
 }
 
+/* The label check of a cross-entropy launch: wait for the flag (see the
+ * file comment) and name the lowest bad sample. */
+ch_status wait_label_check(cudaStream_t s, unsigned long long *host,
+                           const unsigned long long *bad, const ch_tensor_t *labels, int64_t K,
+                           const char *op)
+{
+    CH_CHECK_CUDA(cudaMemcpyAsync(host, bad, sizeof *bad, cudaMemcpyDeviceToHost, s));
+    CH_CHECK_CUDA(cudaStreamSynchronize(s));
+    if (host[0] == NO_BAD) return CH_OK;
+    const int64_t n = (int64_t)host[0];
+    CH_CHECK_CUDA(cudaMemcpyAsync(host + 1, (const int64_t *)labels->data + n, sizeof(int64_t),
+                                  cudaMemcpyDeviceToHost, s));
+    CH_CHECK_CUDA(cudaStreamSynchronize(s));
+    return CH_ERROR(CH_ERR_RANGE, "%s: label of sample %lld is %lld, expected 0..%lld", op,
+                    (long long)n, (long long)host[1], (long long)(K - 1));
+}
+
 } // namespace
 
 ch_status ch_cuda_cross_entropy(void *st, const ch_tensor_t *logits, const ch_tensor_t *labels,
@@ -215,19 +275,7 @@ ch_status ch_cuda_cross_entropy(void *st, const ch_tensor_t *logits, const ch_te
     CH_CUDA_CHECK_LAUNCH();
     k_xent_mean<<<1, SUM_THREADS, 0, s>>>(rowloss, N, (float *)loss->data);
     CH_CUDA_CHECK_LAUNCH();
-    /* label check: wait for the flag (see the file comment) */
-    CH_CHECK_CUDA(cudaMemcpyAsync(host, bad, sizeof *bad, cudaMemcpyDeviceToHost, s));
-    CH_CHECK_CUDA(cudaStreamSynchronize(s));
-    if (host[0] != NO_BAD) {
-        const int64_t n = (int64_t)host[0];
-        CH_CHECK_CUDA(cudaMemcpyAsync(host + 1, (const int64_t *)labels->data + n,
-                                      sizeof(int64_t), cudaMemcpyDeviceToHost, s));
-        CH_CHECK_CUDA(cudaStreamSynchronize(s));
-        return CH_ERROR(CH_ERR_RANGE,
-                        "ch_op_cross_entropy: label of sample %lld is %lld, expected 0..%lld",
-                        (long long)n, (long long)host[1], (long long)(K - 1));
-    }
-    return CH_OK;
+    return wait_label_check(s, host, bad, labels, K, "ch_op_cross_entropy");
 }
 
 ch_status ch_cuda_argmax(void *st, const ch_tensor_t *logits, ch_tensor_t *out)
@@ -260,4 +308,26 @@ ch_status ch_cuda_count_correct(void *st, const ch_tensor_t *logits, const ch_te
     CH_CHECK_CUDA(cudaStreamSynchronize(s));
     *correct = (int64_t)host[0];
     return CH_OK;
+}
+
+ch_status ch_cuda_cross_entropy_smooth(void *st, const ch_tensor_t *logits,
+                                       const ch_tensor_t *labels, double e, ch_tensor_t *loss,
+                                       ch_tensor_t *dlogits)
+{
+    const int64_t N = logits->shape[0], K = logits->shape[1];
+    unsigned long long *host = nullptr;
+    CH_TRY(host_words(st, &host));
+    void *ws = nullptr;
+    CH_TRY(ch_cuda_workspace(st, (size_t)N * sizeof(double) + sizeof(unsigned long long), &ws));
+    double *rowloss = (double *)ws;
+    unsigned long long *bad = (unsigned long long *)(rowloss + N);
+    cudaStream_t s = ch_cuda_stream(st);
+    CH_CHECK_CUDA(cudaMemsetAsync(bad, 0xff, sizeof *bad, s)); /* NO_BAD */
+    k_xent_smooth_rows<<<row_blocks(st, N), ROW_THREADS, 0, s>>>(
+        (const float *)logits->data, (const int64_t *)labels->data, N, K, e,
+        dlogits ? (float *)dlogits->data : nullptr, rowloss, bad);
+    CH_CUDA_CHECK_LAUNCH();
+    k_xent_mean<<<1, SUM_THREADS, 0, s>>>(rowloss, N, (float *)loss->data);
+    CH_CUDA_CHECK_LAUNCH();
+    return wait_label_check(s, host, bad, labels, K, "ch_op_cross_entropy_smooth");
 }
