@@ -6,11 +6,11 @@
  * for operation (ops.h gives the order). ATen's add_(x, alpha) and
  * addcmul_ run as vec::fmadd (one rounding) in its AVX2 kernels, so those
  * steps use fmaf() here; every other step is one float32 operation with
- * its own rounding. This file is compiled without -mfma and without the
- * per-ISA clones (CH_CPU_SIMD), so the compiler cannot contract the plain
- * products and sums into FMAs: the result does not depend on the CPU.
- * Elementwise loops are split over the OpenMP threads in contiguous element
- * ranges: bitwise the same for any thread count.
+ * its own rounding. The loops are compiled per ISA (CH_CPU_SIMD) with
+ * floating-point contraction off, so the compiler never fuses the plain
+ * products and sums: the result does not depend on the CPU. Elementwise
+ * loops are split over the OpenMP threads in contiguous element ranges:
+ * bitwise the same for any thread count.
  */
 #include "config.h"
 
@@ -26,32 +26,54 @@ static inline float nan_max(float a, float b)
     return (b > a || b != b) ? b : a;
 }
 
-static void adamw_one(const ch_adamw_tensor_t *t, const ch_adamw_hparams_t *h)
+/* The loops over [i0, i1) are compiled per ISA like the other hot loops
+ * (CH_CPU_SIMD), with contraction off: only the explicit fmaf calls fuse
+ * (one instruction where the CPU has FMA, glibc's correctly rounded fmaf
+ * elsewhere), so every clone gives the same bits. */
+#define OPT_LOOP CH_CPU_SIMD __attribute__((optimize("fp-contract=off")))
+/* elements per piece handed to a thread */
+#define OPT_PIECE 16384
+
+OPT_LOOP static void adamw_range(const ch_adamw_tensor_t *t, const ch_adamw_hparams_t *h,
+                                 int64_t i0, int64_t i1)
 {
     float *restrict p = t->param, *restrict m = t->exp_avg, *restrict v = t->exp_avg_sq;
     float *restrict vmax = t->max_exp_avg_sq;
     const float *restrict g = t->grad;
-    const int64_t n = t->numel;
     const float decay = h->decay, b1 = h->beta1, c1 = h->one_minus_beta1, b2 = h->beta2,
                 c2 = h->one_minus_beta2, bc2 = h->bias_correction2_sqrt,
                 nss = h->neg_step_size, eps = h->eps;
-    const int ams = h->amsgrad;
-#pragma omp parallel for schedule(static) if (n >= CH_CPU_PAR_MIN / 4)
-    for (int64_t i = 0; i < n; i++) {
+    if (h->amsgrad) {
+        for (int64_t i = i0; i < i1; i++) {
+            const float gi = g[i];
+            const float pi = p[i] * decay;
+            const float mi = fmaf(gi, c1, m[i] * b1);
+            const float vi = fmaf(c2 * gi, gi, v[i] * b2);
+            const float u = nan_max(vmax[i], vi);
+            m[i] = mi;
+            v[i] = vi;
+            vmax[i] = u;
+            p[i] = pi + (nss * mi) / (sqrtf(u) / bc2 + eps);
+        }
+        return;
+    }
+    for (int64_t i = i0; i < i1; i++) {
         const float gi = g[i];
         const float pi = p[i] * decay;
         const float mi = fmaf(gi, c1, m[i] * b1);
         const float vi = fmaf(c2 * gi, gi, v[i] * b2);
         m[i] = mi;
         v[i] = vi;
-        float u = vi;
-        if (ams) {
-            u = nan_max(vmax[i], vi);
-            vmax[i] = u;
-        }
-        const float d = sqrtf(u) / bc2 + eps;
-        p[i] = pi + (nss * mi) / d;
+        p[i] = pi + (nss * mi) / (sqrtf(vi) / bc2 + eps);
     }
+}
+
+static void adamw_one(const ch_adamw_tensor_t *t, const ch_adamw_hparams_t *h)
+{
+    const int64_t n = t->numel, pieces = (n + OPT_PIECE - 1) / OPT_PIECE;
+#pragma omp parallel for schedule(static) if (n >= CH_CPU_PAR_MIN / 4)
+    for (int64_t q = 0; q < pieces; q++)
+        adamw_range(t, h, q * OPT_PIECE, q + 1 < pieces ? (q + 1) * OPT_PIECE : n);
 }
 
 ch_status ch_cpu_adamw_step(void *st, const ch_adamw_tensor_t *ts, int n,
@@ -63,17 +85,16 @@ ch_status ch_cpu_adamw_step(void *st, const ch_adamw_tensor_t *ts, int n,
     return CH_OK;
 }
 
-static void rmsprop_one(const ch_rmsprop_tensor_t *t, const ch_rmsprop_hparams_t *h)
+OPT_LOOP static void rmsprop_range(const ch_rmsprop_tensor_t *t, const ch_rmsprop_hparams_t *h,
+                                   int64_t i0, int64_t i1)
 {
     float *restrict p = t->param, *restrict v = t->square_avg, *restrict ga = t->grad_avg;
     float *restrict buf = t->momentum_buffer;
     const float *restrict g = t->grad;
-    const int64_t n = t->numel;
     const float nlr = h->neg_lr, a = h->alpha, c = h->one_minus_alpha, eps = h->eps,
                 wd = h->weight_decay, mom = h->momentum;
     const int centered = h->centered, use_mom = mom > 0.0f, use_wd = wd != 0.0f;
-#pragma omp parallel for schedule(static) if (n >= CH_CPU_PAR_MIN / 4)
-    for (int64_t i = 0; i < n; i++) {
+    for (int64_t i = i0; i < i1; i++) {
         const float pi = p[i];
         const float gi = use_wd ? fmaf(pi, wd, g[i]) : g[i];
         const float vi = fmaf(c * gi, gi, v[i] * a);
@@ -95,6 +116,14 @@ static void rmsprop_one(const ch_rmsprop_tensor_t *t, const ch_rmsprop_hparams_t
             p[i] = pi + (nlr * gi) / avg;
         }
     }
+}
+
+static void rmsprop_one(const ch_rmsprop_tensor_t *t, const ch_rmsprop_hparams_t *h)
+{
+    const int64_t n = t->numel, pieces = (n + OPT_PIECE - 1) / OPT_PIECE;
+#pragma omp parallel for schedule(static) if (n >= CH_CPU_PAR_MIN / 4)
+    for (int64_t q = 0; q < pieces; q++)
+        rmsprop_range(t, h, q * OPT_PIECE, q + 1 < pieces ? (q + 1) * OPT_PIECE : n);
 }
 
 ch_status ch_cpu_rmsprop_step(void *st, const ch_rmsprop_tensor_t *ts, int n,
