@@ -528,6 +528,11 @@ static void test_resume_round_trip(void **state)
         assert_ch_ok(ch_train_state_write_resume_optimizer(a, oa, path, &p, ""));
         ch_optimizer_t *ob = make_opt(b, &os[c]);
         ch_train_progress_t q;
+        ch_pretrained_report_t rep;
+        assert_ch_ok(ch_train_state_load_pretrained(b, path, NULL, &rep));
+        assert_int_equal(rep.not_in_model, 0); /* optimizer state is reported as such */
+        assert_int_equal(rep.optimizer_state,
+                         ch_optimizer_num_state(oa) * ch_optimizer_num_params(oa));
         assert_ch_ok(ch_train_state_read_resume_optimizer(b, ob, path, &q));
         assert_int_equal(q.global_step, 3);
         assert_int_equal(ch_optimizer_steps(ob), 3);

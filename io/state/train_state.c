@@ -15,6 +15,9 @@
 #include <string.h>
 #include <unistd.h>
 
+/* Prefix of the optimizer state a resume file holds besides the state dict. */
+#define OPTIM_PREFIX "optim."
+
 /* ------------------------------------------------------------ output.* keys */
 
 static const ch_config_key_t ch_train_output_config_keys[] = {
@@ -404,7 +407,9 @@ ch_status ch_train_state_load_pretrained(ch_model_t *model, const char *path,
         const ch_param_t *e = ch_model_find(model, name);
         char text[256], a[96], b[96];
         if (!e) {
-            int opt = ch_checkpoint_is_momentum(name);
+            /* SGD momentum buffers and the optim.<state>.<param> tensors of other optimizers */
+            int opt = ch_checkpoint_is_momentum(name) ||
+                      !strncmp(name, OPTIM_PREFIX, strlen(OPTIM_PREFIX));
             skip_add(sk, opt ? SKIP_OPTIMIZER : SKIP_NOT_IN_MODEL, name);
             if (opt) r.optimizer_state++;
             else r.not_in_model++;
@@ -599,8 +604,6 @@ ch_status ch_train_resume_config_check(const char *path, const char *saved_confi
 }
 
 /* ------------------------------------------- resume files, any optimizer */
-
-#define OPTIM_PREFIX "optim."
 
 ch_status ch_train_state_write_resume_optimizer(ch_model_t *model, const ch_optimizer_t *opt,
                                                 const char *path, const ch_train_progress_t *p,

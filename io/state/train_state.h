@@ -199,7 +199,7 @@ typedef struct {
     int reshaped;        /* of which with another shape (reshape = 1) */
     int not_in_model;    /* skipped: no model entry of that name */
     int other_shape;     /* skipped: another shape (or element count) or dtype */
-    int optimizer_state; /* skipped: momentum buffers of a resume file */
+    int optimizer_state; /* skipped: optimizer state of a resume file ("optim.*") */
     int prefix_stripped; /* 1: every name began with "module." and one was removed */
     int not_in_file;     /* model entries the file does not name: left as they were
                             (a warning names the first few; PyTorch's missing_keys) */
