@@ -353,7 +353,7 @@ static const struct {
     ch_lr_schedule_kind_t kind;
     double base;
     int epochs;
-    double lrf;
+    double lrf; /* lr_min for cosine_annealing */
     int step_size;
     double gamma;
     int milestones[4], n_milestones, warmup;
@@ -366,7 +366,11 @@ static const struct {
     {CH_LR_STEP, 0.2, 15, 0.0, 4, 0.3, {0}, 0, 2, CH_LR_WARMUP_CONSTANT, 0.1},
     {CH_LR_MULTISTEP, 0.05, 14, 0.0, 0, 0.5, {3, 5, 5, 9}, 4, 4, CH_LR_WARMUP_LINEAR, 0.001},
     {CH_LR_MULTISTEP, 0.05, 10, 0.0, 0, 0.1, {2, 6}, 2, 0, CH_LR_WARMUP_LINEAR, 0.0},
+    {CH_LR_COSINE_ANNEALING, 0.1, 10, 0.0, 0, 0.0, {0}, 0, 0, CH_LR_WARMUP_LINEAR, 0.0},
+    {CH_LR_COSINE_ANNEALING, 0.5, 20, 1e-4, 0, 0.0, {0}, 0, 5, CH_LR_WARMUP_LINEAR, 0.01},
+    {CH_LR_COSINE_ANNEALING, 0.5, 8, 0.02, 0, 0.0, {0}, 0, 2, CH_LR_WARMUP_CONSTANT, 0.25},
 };
+enum { EXTRA_EPOCHS = 3 }; /* as optimizer_golden.py: past the end too */
 
 static void test_schedules_golden(void **state)
 {
@@ -381,6 +385,7 @@ static void test_schedules_golden(void **state)
         o.base_lr = schedules[k].base;
         o.epochs = schedules[k].epochs;
         o.lrf = schedules[k].lrf;
+        o.lr_min = schedules[k].lrf;
         o.step_size = schedules[k].step_size;
         o.gamma = schedules[k].gamma;
         o.n_milestones = schedules[k].n_milestones;
@@ -390,7 +395,7 @@ static void test_schedules_golden(void **state)
         o.warmup_factor = schedules[k].factor;
         ch_lr_schedule_t s;
         assert_ch_ok(ch_lr_schedule_init(&s, &o));
-        for (int e = 0; e <= o.epochs; e++) {
+        for (int e = 0; e <= o.epochs + EXTRA_EPOCHS; e++) {
             double ref;
             assert_int_equal(fscanf(f, "%lf", &ref), 1);
             double mine = ch_lr_schedule_get(&s);

@@ -9,12 +9,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char *const schedule_names[] = {"cosine", "step", "multistep"};
+static const char *const schedule_names[] = {"cosine", "step", "multistep", "cosine_annealing"};
 static const char *const warmup_names[] = {"linear", "constant"};
 
 static const ch_config_key_t schedule_keys[] = {
     {"schedule.name", CH_CFG_STRING, "cosine", CH_CFG_NO_RANGE,
-     "LR schedule: cosine (LambdaLR), step (StepLR) or multistep (MultiStepLR)."},
+     "LR schedule: cosine (LambdaLR), step (StepLR), multistep (MultiStepLR) or "
+     "cosine_annealing (CosineAnnealingLR)."},
     {"schedule.warmup_epochs", CH_CFG_INT, "0", 0, 1e6,
      "Warmup epochs before the main schedule (SequentialLR), 0 = none."},
     {"schedule.warmup_method", CH_CFG_STRING, "linear", CH_CFG_NO_RANGE,
@@ -25,6 +26,7 @@ static const ch_config_key_t schedule_keys[] = {
     {"schedule.gamma", CH_CFG_FLOAT, "0.1", 0, 1e3, "StepLR / MultiStepLR decay factor."},
     {"schedule.milestones", CH_CFG_STRLIST, "", CH_CFG_NO_RANGE,
      "MultiStepLR: epochs of the main schedule at which lr *= gamma, e.g. 30,60,80."},
+    {"schedule.lr_min", CH_CFG_FLOAT, "0", 0, 1e3, "CosineAnnealingLR's eta_min."},
 };
 
 ch_config_table_t ch_lr_schedule_config_table(void)
@@ -39,7 +41,7 @@ ch_status ch_lr_schedule_options_from_config(const ch_config_t *cfg, double base
 {
     memset(o, 0, sizeof *o);
     int kind, wm;
-    CH_TRY(ch_config_get_choice(cfg, "schedule.name", schedule_names, 3, &kind));
+    CH_TRY(ch_config_get_choice(cfg, "schedule.name", schedule_names, 4, &kind));
     CH_TRY(ch_config_get_choice(cfg, "schedule.warmup_method", warmup_names, 2, &wm));
     o->kind = (ch_lr_schedule_kind_t)kind;
     o->warmup_method = (ch_lr_warmup_method_t)wm;
@@ -50,6 +52,7 @@ ch_status ch_lr_schedule_options_from_config(const ch_config_t *cfg, double base
     CH_TRY(ch_config_get_double(cfg, "schedule.warmup_factor", &o->warmup_factor));
     CH_TRY(ch_config_get_int(cfg, "schedule.step_size", &o->step_size));
     CH_TRY(ch_config_get_double(cfg, "schedule.gamma", &o->gamma));
+    CH_TRY(ch_config_get_double(cfg, "schedule.lr_min", &o->lr_min));
     const char *const *ms;
     int n;
     CH_TRY(ch_config_get_strlist(cfg, "schedule.milestones", &ms, &n));
@@ -77,7 +80,7 @@ ch_status ch_lr_schedule_options_from_config(const ch_config_t *cfg, double base
 ch_status ch_lr_schedule_init(ch_lr_schedule_t *s, const ch_lr_schedule_options_t *o)
 {
     CH_REQUIRE(s && o, "ch_lr_schedule_init: NULL argument");
-    CH_REQUIRE((unsigned)o->kind < 3, "LR schedule: unknown kind %d", (int)o->kind);
+    CH_REQUIRE((unsigned)o->kind < 4, "LR schedule: unknown kind %d", (int)o->kind);
     CH_REQUIRE(isfinite(o->base_lr) && o->base_lr >= 0.0,
                "LR schedule: base lr = %g, expected a finite value >= 0", o->base_lr);
     CH_REQUIRE(o->epochs > 0, "LR schedule: epochs = %d, expected > 0", o->epochs);
@@ -87,16 +90,21 @@ ch_status ch_lr_schedule_init(ch_lr_schedule_t *s, const ch_lr_schedule_options_
                    (o->warmup_factor > 0.0 && o->warmup_factor <= 1.0 &&
                     (unsigned)o->warmup_method < 2),
                "LR schedule: warmup_factor = %g, expected a value in (0, 1]", o->warmup_factor);
-    if (o->kind == CH_LR_COSINE) {
+    if (o->kind == CH_LR_COSINE || o->kind == CH_LR_COSINE_ANNEALING)
         CH_REQUIRE(o->warmup_epochs < o->epochs,
                    "cosine schedule: warmup_epochs = %d leaves no epochs of %d for the cosine",
                    o->warmup_epochs, o->epochs);
+    CH_REQUIRE(o->kind != CH_LR_COSINE_ANNEALING || (isfinite(o->lr_min) && o->lr_min >= 0.0),
+               "cosine_annealing schedule: lr_min = %g, expected a finite value >= 0",
+               o->lr_min);
+    if (o->kind == CH_LR_COSINE) {
         CH_REQUIRE(isfinite(o->lrf) && o->lrf >= 0.0 && o->lrf <= 1.0,
                    "cosine schedule: lrf = %g, expected a value in [0, 1]", o->lrf);
     }
     CH_REQUIRE(o->kind != CH_LR_STEP || o->step_size > 0,
                "step schedule: step_size = %d, expected > 0", o->step_size);
-    CH_REQUIRE(o->kind == CH_LR_COSINE || (isfinite(o->gamma) && o->gamma > 0.0),
+    CH_REQUIRE(o->kind == CH_LR_COSINE || o->kind == CH_LR_COSINE_ANNEALING ||
+                   (isfinite(o->gamma) && o->gamma > 0.0),
                "LR schedule: gamma = %g, expected > 0", o->gamma);
     CH_REQUIRE(o->n_milestones >= 0 && o->n_milestones <= CH_LR_MAX_MILESTONES,
                "multistep schedule: %d milestones, expected 0..%d", o->n_milestones,
@@ -108,6 +116,28 @@ ch_status ch_lr_schedule_init(ch_lr_schedule_t *s, const ch_lr_schedule_options_
     s->o = *o;
     s->epoch = 0;
     return CH_OK;
+}
+
+/* CosineAnnealingLR at its own epoch m (PyTorch 1.13 get_lr, recursive;
+ * the Python expressions in their order of evaluation). */
+static double cosine_annealing_at(const ch_lr_schedule_options_t *o, int m)
+{
+    const int T = o->epochs - o->warmup_epochs;
+    const double base = o->base_lr, eta = o->lr_min, dT = (double)T;
+    /* alone: last_epoch 0 keeps group['lr']; after warmup SequentialLR's
+     * main.step(0) takes _get_closed_form_lr at epoch 0 */
+    double lr = o->warmup_epochs > 0 ? eta + (base - eta) * (1.0 + cos(M_PI * 0.0 / dT)) / 2.0
+                                     : base;
+    for (int k = 1; k <= m; k++) {
+        const long r = ((long)k - 1 - T) % (2L * T);
+        if (r == 0) /* Python's % of a negative number is >= 0: only r == 0 matters */
+            lr = lr + (base - eta) * (1.0 - cos(M_PI / dT)) / 2.0;
+        else
+            lr = (1.0 + cos(M_PI * (double)k / dT)) / (1.0 + cos(M_PI * (double)(k - 1) / dT)) *
+                     (lr - eta) +
+                 eta;
+    }
+    return lr;
 }
 
 double ch_lr_schedule_at(const ch_lr_schedule_options_t *o, int epoch)
@@ -123,6 +153,7 @@ double ch_lr_schedule_at(const ch_lr_schedule_options_t *o, int epoch)
     }
     const int m = epoch - W; /* the main schedule's own epoch */
     if (o->kind == CH_LR_COSINE) return ch_lr_cosine_at(base, o->lrf, o->epochs - W, m);
+    if (o->kind == CH_LR_COSINE_ANNEALING) return cosine_annealing_at(o, m);
     double lr = base;
     for (int k = 1; k <= m; k++) {
         if (o->kind == CH_LR_STEP) {

@@ -9,9 +9,16 @@
  *              e % step_size == 0 (e > 0), else lr(e-1)
  *   multistep  MultiStepLR(milestones, gamma): lr(e) = lr(e-1) * gamma^c,
  *              c = how often e is in milestones
- * StepLR and MultiStepLR are recursive in PyTorch (get_lr multiplies the
- * group's current lr); cohort computes them the same way, one multiply per
- * epoch in double from the start, so the rates are PyTorch's bit for bit.
+ *   cosine_annealing  CosineAnnealingLR(T_max = E, eta_min = lr_min),
+ *              torchvision's "cosineannealinglr": lr(0) = base, then
+ *              lr(e) = (1 + cos(pi e / E)) / (1 + cos(pi (e-1) / E))
+ *                      * (lr(e-1) - lr_min) + lr_min,
+ *              or lr(e-1) + (base - lr_min)(1 - cos(pi / E)) / 2 when
+ *              (e - 1 - E) mod 2E == 0 (past the end the cosine goes up again)
+ * StepLR, MultiStepLR and CosineAnnealingLR are recursive in PyTorch (get_lr
+ * works on the group's current lr); cohort computes them the same way, one
+ * epoch at a time in double from the start, so the rates are PyTorch's bit
+ * for bit.
  *
  * Warmup (warmup_epochs W > 0), as train.py builds it:
  *   SequentialLR([warmup, main], milestones=[W]) with warmup
@@ -20,8 +27,10 @@
  *               (W f + (e - 1)(1 - f))) for 0 < e <= W
  *     constant  ConstantLR(factor=f, total_iters=W): lr(e) = base * f for e < W
  *   and the main schedule restarted at epoch W (its epoch e - W; at the
- *   hand-over SequentialLR calls main.step(0), which starts from base: for
- *   cosine E is then epochs - W, as train.py's T_max = epochs - warmup).
+ *   hand-over SequentialLR calls main.step(0), which starts from base — for
+ *   cosine_annealing from its closed form lr_min + (base - lr_min) * 2 / 2 —
+ *   and for both cosines E is epochs - W, as train.py's
+ *   T_max = epochs - lr_warmup_epochs).
  *   W = 0: the main schedule alone; cosine is then exactly ch_lr_cosine_at.
  */
 #ifndef COHORT_SCHEDULE_H
@@ -34,7 +43,12 @@
 extern "C" {
 #endif
 
-typedef enum { CH_LR_COSINE = 0, CH_LR_STEP, CH_LR_MULTISTEP } ch_lr_schedule_kind_t;
+typedef enum {
+    CH_LR_COSINE = 0,
+    CH_LR_STEP,
+    CH_LR_MULTISTEP,
+    CH_LR_COSINE_ANNEALING
+} ch_lr_schedule_kind_t;
 typedef enum { CH_LR_WARMUP_LINEAR = 0, CH_LR_WARMUP_CONSTANT } ch_lr_warmup_method_t;
 
 #define CH_LR_MAX_MILESTONES 32
@@ -44,6 +58,7 @@ typedef struct {
     double base_lr;     /* after linear scaling by the world size, >= 0 */
     int epochs;         /* epochs trained (> 0); cosine spans epochs - warmup_epochs */
     double lrf;         /* cosine: final fraction of base_lr, [0, 1] */
+    double lr_min;      /* cosine_annealing: eta_min, >= 0 */
     int step_size;      /* step: > 0 */
     double gamma;       /* step, multistep: > 0 */
     int milestones[CH_LR_MAX_MILESTONES]; /* multistep: epochs of the main schedule, > 0, */
@@ -60,13 +75,15 @@ typedef struct {
 
 /* The keys beside ch_lr_cosine_config_table()'s schedule.epochs and
  * schedule.lrf (a job lists both tables):
- *   schedule.name            string cosine | step | multistep (default cosine)
+ *   schedule.name            string cosine | step | multistep | cosine_annealing
+ *                            (default cosine)
  *   schedule.warmup_epochs   int (default 0, [0, 1e6])
  *   schedule.warmup_method   string linear | constant (default linear)
  *   schedule.warmup_factor   float (default 0.01, (0, 1]; torchvision's lr_warmup_decay)
  *   schedule.step_size       int (default 30, [1, 1e6])
  *   schedule.gamma           float (default 0.1, [0, 1e3])
  *   schedule.milestones      list of epochs (default "", e.g. "30,60,80")
+ *   schedule.lr_min          float (default 0, [0, 1e3]; torchvision's lr_min)
  */
 ch_config_table_t ch_lr_schedule_config_table(void);
 

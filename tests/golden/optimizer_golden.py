@@ -14,7 +14,7 @@ for tests/test_optimizer (torch 1.13, CPU, single-tensor optimizer path).
     ls.logits (N, K), ls.labels (N) I64, ls<k>.loss (1), ls<k>.grad (N, K)
                                         CrossEntropyLoss(label_smoothing=LS[k])
   OUTDIR/schedules.txt: one line per schedule of SCHEDULES, the lr of
-    epochs 0..epochs as %.17g (SequentialLR(LinearLR|ConstantLR, main) as
+    epochs 0..epochs+3 as %.17g (SequentialLR(LinearLR|ConstantLR, main) as
     torchvision's references/classification/train.py builds it).
 The tables below are repeated in test_optimizer.c.
 """
@@ -45,7 +45,7 @@ RMSPROP = [
     (0.99, 1e-8, 0.01, 0.5, True),
 ]
 LS = [0.1, 0.25, 1.0]
-# (name, base, epochs, lrf, step_size, gamma, milestones, warmup, method, factor)
+# (name, base, epochs, lrf or lr_min, step_size, gamma, milestones, warmup, method, factor)
 SCHEDULES = [
     ("cosine", 0.1, 10, 0.01, 0, 0.0, [], 0, "linear", 0.0),
     ("cosine", 0.1, 12, 0.05, 0, 0.0, [], 3, "linear", 0.01),
@@ -53,7 +53,11 @@ SCHEDULES = [
     ("step", 0.2, 15, 0.0, 4, 0.3, [], 2, "constant", 0.1),
     ("multistep", 0.05, 14, 0.0, 0, 0.5, [3, 5, 5, 9], 4, "linear", 0.001),
     ("multistep", 0.05, 10, 0.0, 0, 0.1, [2, 6], 0, "linear", 0.0),
+    ("cosine_annealing", 0.1, 10, 0.0, 0, 0.0, [], 0, "linear", 0.0),
+    ("cosine_annealing", 0.5, 20, 1e-4, 0, 0.0, [], 5, "linear", 0.01),
+    ("cosine_annealing", 0.5, 8, 0.02, 0, 0.0, [], 2, "constant", 0.25),
 ]
+EXTRA_EPOCHS = 3  # evaluated past the end too (cosine_annealing rises again)
 
 
 def run(make, init, grads, prefix, t):
@@ -81,6 +85,8 @@ def schedule_lrs(name, base, epochs, lrf, step_size, gamma, milestones, warmup, 
     if name == "cosine":
         lf = lambda e: ((1 + math.cos(e * math.pi / main_epochs)) / 2) * (1 - lrf) + lrf  # noqa: E731
         main = torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda=lf)
+    elif name == "cosine_annealing":
+        main = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=main_epochs, eta_min=lrf)
     elif name == "step":
         main = torch.optim.lr_scheduler.StepLR(opt, step_size=step_size, gamma=gamma)
     else:
@@ -94,7 +100,7 @@ def schedule_lrs(name, base, epochs, lrf, step_size, gamma, milestones, warmup, 
         sched = torch.optim.lr_scheduler.SequentialLR(opt, schedulers=[w, main],
                                                       milestones=[warmup])
     lrs = []
-    for _ in range(epochs + 1):
+    for _ in range(epochs + 1 + EXTRA_EPOCHS):
         lrs.append(opt.param_groups[0]["lr"])
         opt.step()
         sched.step()
