@@ -337,6 +337,15 @@ static void test_errors_and_config(void **state)
     assert_ch_error(ch_optimizer_options_from_config(cfg, &o), CH_ERR_CONFIG,
                     "expected two numbers");
     ch_config_destroy(cfg);
+    char *ca[] = {"prog", "--schedule.name=cosine_annealing", "--schedule.warmup_epochs=2",
+                  "--schedule.lr_min=0.001", NULL};
+    assert_ch_ok(ch_config_load_tables(t, 4, NULL, 4, ca, &cfg));
+    assert_ch_ok(ch_lr_schedule_options_from_config(cfg, 0.1, &so));
+    assert_true(so.kind == CH_LR_COSINE_ANNEALING && so.warmup_epochs == 2 &&
+                so.warmup_method == CH_LR_WARMUP_CONSTANT && so.warmup_factor == 0.01 &&
+                so.lr_min == 0.001); /* torchvision's warmup defaults */
+    assert_true(ch_lr_schedule_at(&so, 0) == 0.1 * 0.01);
+    ch_config_destroy(cfg);
     char *bad3[] = {"prog", "--schedule.name=multistep", NULL};
     assert_ch_ok(ch_config_load_tables(t, 4, NULL, 2, bad3, &cfg));
     assert_ch_error(ch_lr_schedule_options_from_config(cfg, 0.1, &so), CH_ERR_CONFIG,

@@ -10,7 +10,7 @@
 #include <string.h>
 
 static const char *const schedule_names[] = {"cosine", "step", "multistep", "cosine_annealing"};
-static const char *const warmup_names[] = {"linear", "constant"};
+static const char *const warmup_names[] = {"linear", "constant"}; /* ch_lr_warmup_method_t */
 
 static const ch_config_key_t schedule_keys[] = {
     {"schedule.name", CH_CFG_STRING, "cosine", CH_CFG_NO_RANGE,
@@ -18,8 +18,8 @@ static const ch_config_key_t schedule_keys[] = {
      "cosine_annealing (CosineAnnealingLR)."},
     {"schedule.warmup_epochs", CH_CFG_INT, "0", 0, 1e6,
      "Warmup epochs before the main schedule (SequentialLR), 0 = none."},
-    {"schedule.warmup_method", CH_CFG_STRING, "linear", CH_CFG_NO_RANGE,
-     "Warmup: linear (LinearLR) or constant (ConstantLR)."},
+    {"schedule.warmup_method", CH_CFG_STRING, "constant", CH_CFG_NO_RANGE,
+     "Warmup: linear (LinearLR) or constant (ConstantLR; torchvision's default)."},
     {"schedule.warmup_factor", CH_CFG_FLOAT, "0.01", 0, 1,
      "Warmup start factor (linear) or factor (constant) of the base lr."},
     {"schedule.step_size", CH_CFG_INT, "30", 1, 1e6, "StepLR: epochs between decays."},

@@ -78,7 +78,8 @@ typedef struct {
  *   schedule.name            string cosine | step | multistep | cosine_annealing
  *                            (default cosine)
  *   schedule.warmup_epochs   int (default 0, [0, 1e6])
- *   schedule.warmup_method   string linear | constant (default linear)
+ *   schedule.warmup_method   string linear | constant (default constant, as
+ *                            train.py's --lr-warmup-method)
  *   schedule.warmup_factor   float (default 0.01, (0, 1]; torchvision's lr_warmup_decay)
  *   schedule.step_size       int (default 30, [1, 1e6])
  *   schedule.gamma           float (default 0.1, [0, 1e3])
