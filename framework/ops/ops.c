@@ -933,18 +933,26 @@ static ch_status logits_labels(const char *op, const ch_tensor_t *logits,
     return CH_OK;
 }
 
+/* The tensors of a cross-entropy op (logits, labels, loss, dlogits). */
+static ch_status xent_args(const char *op, const ch_tensor_t *logits, const ch_tensor_t *labels,
+                           const ch_tensor_t *loss, const ch_tensor_t *dlogits)
+{
+    CH_TRY(logits_labels(op, logits, labels));
+    CH_REQUIRE(logits->shape[0] >= 1 && logits->shape[1] >= 1,
+               "%s: logits need N >= 1 rows and K >= 1 classes", op);
+    CH_REQUIRE(loss, "%s: loss is NULL", op);
+    CH_TRY(need_vec(op, "loss", loss, 1, 0));
+    if (dlogits) CH_TRY(mat(op, "dlogits", dlogits, logits->shape[0], logits->shape[1]));
+    SAME_DEVICE(op, logits, loss, dlogits);
+    return CH_OK;
+}
+
 ch_status ch_op_cross_entropy(ch_compute_t *cx, const ch_tensor_t *logits,
                               const ch_tensor_t *labels, ch_tensor_t *loss,
                               ch_tensor_t *dlogits)
 {
 #define OP "ch_op_cross_entropy"
-    CH_TRY(logits_labels(OP, logits, labels));
-    CH_REQUIRE(logits->shape[0] >= 1 && logits->shape[1] >= 1,
-               OP ": logits need N >= 1 rows and K >= 1 classes");
-    CH_REQUIRE(loss, OP ": loss is NULL");
-    CH_TRY(need_vec(OP, "loss", loss, 1, 0));
-    if (dlogits) CH_TRY(mat(OP, "dlogits", dlogits, logits->shape[0], logits->shape[1]));
-    SAME_DEVICE(OP, logits, loss, dlogits);
+    CH_TRY(xent_args(OP, logits, labels, loss, dlogits));
     BE(logits);
     wrote(loss, dlogits, NULL);
     return be->cross_entropy(st, logits, labels, loss, dlogits);
@@ -959,13 +967,7 @@ ch_status ch_op_cross_entropy_smooth(ch_compute_t *cx, const ch_tensor_t *logits
     CH_REQUIRE(label_smoothing >= 0.0 && label_smoothing <= 1.0,
                OP ": label_smoothing = %g, expected a value in [0, 1]", label_smoothing);
     if (label_smoothing == 0.0) return ch_op_cross_entropy(cx, logits, labels, loss, dlogits);
-    CH_TRY(logits_labels(OP, logits, labels));
-    CH_REQUIRE(logits->shape[0] >= 1 && logits->shape[1] >= 1,
-               OP ": logits need N >= 1 rows and K >= 1 classes");
-    CH_REQUIRE(loss, OP ": loss is NULL");
-    CH_TRY(need_vec(OP, "loss", loss, 1, 0));
-    if (dlogits) CH_TRY(mat(OP, "dlogits", dlogits, logits->shape[0], logits->shape[1]));
-    SAME_DEVICE(OP, logits, loss, dlogits);
+    CH_TRY(xent_args(OP, logits, labels, loss, dlogits));
     BE(logits);
     if (!be->cross_entropy_smooth)
         return CH_ERROR(CH_ERR_UNSUPPORTED, OP ": the %s backend has no label smoothing",

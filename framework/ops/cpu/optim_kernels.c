@@ -31,8 +31,19 @@ static inline float nan_max(float a, float b)
  * (one instruction where the CPU has FMA, glibc's correctly rounded fmaf
  * elsewhere), so every clone gives the same bits. */
 #define OPT_LOOP CH_CPU_SIMD __attribute__((optimize("fp-contract=off")))
-/* elements per piece handed to a thread */
+/* Run CALL over [i0_, i1_) pieces of OPT_PIECE elements of [0, n), on the
+ * OpenMP threads when n is large (contiguous pieces: any thread count gives
+ * the same bits). */
 #define OPT_PIECE 16384
+#define OPT_PIECES(n, CALL)                                                            \
+    do {                                                                               \
+        const int64_t n_ = (n), pieces_ = (n_ + OPT_PIECE - 1) / OPT_PIECE;            \
+        _Pragma("omp parallel for schedule(static) if (n_ >= CH_CPU_PAR_MIN / 4)")     \
+        for (int64_t q_ = 0; q_ < pieces_; q_++) {                                     \
+            const int64_t i0_ = q_ * OPT_PIECE, i1_ = q_ + 1 < pieces_ ? i0_ + OPT_PIECE : n_; \
+            CALL;                                                                      \
+        }                                                                              \
+    } while (0)
 
 OPT_LOOP static void adamw_range(const ch_adamw_tensor_t *t, const ch_adamw_hparams_t *h,
                                  int64_t i0, int64_t i1)
@@ -70,10 +81,7 @@ OPT_LOOP static void adamw_range(const ch_adamw_tensor_t *t, const ch_adamw_hpar
 
 static void adamw_one(const ch_adamw_tensor_t *t, const ch_adamw_hparams_t *h)
 {
-    const int64_t n = t->numel, pieces = (n + OPT_PIECE - 1) / OPT_PIECE;
-#pragma omp parallel for schedule(static) if (n >= CH_CPU_PAR_MIN / 4)
-    for (int64_t q = 0; q < pieces; q++)
-        adamw_range(t, h, q * OPT_PIECE, q + 1 < pieces ? (q + 1) * OPT_PIECE : n);
+    OPT_PIECES(t->numel, adamw_range(t, h, i0_, i1_));
 }
 
 ch_status ch_cpu_adamw_step(void *st, const ch_adamw_tensor_t *ts, int n,
@@ -120,10 +128,7 @@ OPT_LOOP static void rmsprop_range(const ch_rmsprop_tensor_t *t, const ch_rmspro
 
 static void rmsprop_one(const ch_rmsprop_tensor_t *t, const ch_rmsprop_hparams_t *h)
 {
-    const int64_t n = t->numel, pieces = (n + OPT_PIECE - 1) / OPT_PIECE;
-#pragma omp parallel for schedule(static) if (n >= CH_CPU_PAR_MIN / 4)
-    for (int64_t q = 0; q < pieces; q++)
-        rmsprop_range(t, h, q * OPT_PIECE, q + 1 < pieces ? (q + 1) * OPT_PIECE : n);
+    OPT_PIECES(t->numel, rmsprop_range(t, h, i0_, i1_));
 }
 
 ch_status ch_cpu_rmsprop_step(void *st, const ch_rmsprop_tensor_t *ts, int n,

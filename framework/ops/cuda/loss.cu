@@ -93,6 +93,19 @@ __device__ double warp_sum(double s)
     return s;
 }
 
+/* A row with an out-of-range label: record it (the lowest such row wins),
+ * NaN for its loss term and dlogits row instead of reading out of bounds. */
+__device__ void mark_bad_row(int lane, int64_t n, int64_t K, float *d, double *rowloss,
+                             unsigned long long *bad)
+{
+    if (lane == 0) {
+        atomicMin(bad, (unsigned long long)n);
+        rowloss[n] = nan("");
+    }
+    if (d)
+        for (int64_t k = lane; k < K; k += 32) d[k] = nanf("");
+}
+
 /* Per-row loss terms (double) and optional dlogits. */
 __global__ void __launch_bounds__(ROW_THREADS)
     k_xent_rows(const float *X, const int64_t *lab, int64_t N, int64_t K, float *D,
@@ -108,12 +121,7 @@ __global__ void __launch_bounds__(ROW_THREADS)
         float *d = D ? D + n * K : nullptr;
         const int64_t L = lab[n];
         if (L < 0 || L >= K) {
-            if (lane == 0) {
-                atomicMin(bad, (unsigned long long)n);
-                rowloss[n] = nan("");
-            }
-            if (d)
-                for (int64_t k = lane; k < K; k += 32) d[k] = nanf("");
+            mark_bad_row(lane, n, K, d, rowloss, bad);
             continue;
         }
         float mx = r[0];
@@ -150,12 +158,7 @@ __global__ void __launch_bounds__(ROW_THREADS)
         float *d = D ? D + n * K : nullptr;
         const int64_t L = lab[n];
         if (L < 0 || L >= K) {
-            if (lane == 0) {
-                atomicMin(bad, (unsigned long long)n);
-                rowloss[n] = nan("");
-            }
-            if (d)
-                for (int64_t k = lane; k < K; k += 32) d[k] = nanf("");
+            mark_bad_row(lane, n, K, d, rowloss, bad);
             continue;
         }
         float mx = r[0];
