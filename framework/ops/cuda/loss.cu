@@ -93,6 +93,19 @@ __device__ double warp_sum(double s)
     return s;
 }
 
+/* logsumexp of row r (K values) by the warp, in every lane: mx = max in
+ * float (the CPU loop's order), then mx + log(sum exp((double)x - mx)). */
+__device__ double row_lse(const float *r, int64_t K, int lane)
+{
+    float mx = r[0];
+    for (int64_t k = lane; k < K; k += 32) mx = r[k] > mx ? r[k] : mx;
+    mx = warp_max_cpu(mx);
+    double s = 0.0;
+    for (int64_t k = lane; k < K; k += 32) s += exp((double)r[k] - (double)mx);
+    s = warp_sum(s);
+    return (double)mx + log(s);
+}
+
 /* A row with an out-of-range label: record it (the lowest such row wins),
  * NaN for its loss term and dlogits row instead of reading out of bounds. */
 __device__ void mark_bad_row(int lane, int64_t n, int64_t K, float *d, double *rowloss,
@@ -124,13 +137,7 @@ __global__ void __launch_bounds__(ROW_THREADS)
             mark_bad_row(lane, n, K, d, rowloss, bad);
             continue;
         }
-        float mx = r[0];
-        for (int64_t k = lane; k < K; k += 32) mx = r[k] > mx ? r[k] : mx;
-        mx = warp_max_cpu(mx);
-        double s = 0.0;
-        for (int64_t k = lane; k < K; k += 32) s += exp((double)r[k] - (double)mx);
-        s = warp_sum(s);
-        const double lse = (double)mx + log(s);
+        const double lse = row_lse(r, K, lane);
         if (lane == 0) rowloss[n] = lse - (double)r[L];
         if (d)
             for (int64_t k = lane; k < K; k += 32) {
@@ -161,13 +168,8 @@ __global__ void __launch_bounds__(ROW_THREADS)
             mark_bad_row(lane, n, K, d, rowloss, bad);
             continue;
         }
-        float mx = r[0];
-        for (int64_t k = lane; k < K; k += 32) mx = r[k] > mx ? r[k] : mx;
-        mx = warp_max_cpu(mx);
-        double s = 0.0, sm = 0.0;
-        for (int64_t k = lane; k < K; k += 32) s += exp((double)r[k] - (double)mx);
-        s = warp_sum(s);
-        const double lse = (double)mx + log(s);
+        const double lse = row_lse(r, K, lane);
+        double sm = 0.0;
         for (int64_t k = lane; k < K; k += 32) sm += lse - (double)r[k];
         sm = warp_sum(sm);
         if (lane == 0) rowloss[n] = keep * (lse - (double)r[L]) + eK * sm;
