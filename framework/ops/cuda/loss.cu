@@ -1,7 +1,5 @@
-/* cohort: CUDA softmax cross-entropy (also with label smoothing), argmax
- * and accuracy count (own kernels; issue #7). Numerics of
- * framework/ops/cpu/kernels.c (label smoothing: cpu/optim_kernels.c, the
- * sums in another order, so equal to double rounding, not bit for bit):
+/* cohort: CUDA softmax cross-entropy, argmax and accuracy count (own
+ * kernels; issue #7). Numerics of framework/ops/cpu/kernels.c:
  *  - cross_entropy: per row mx = max (float; a NaN in column 0 propagates
  *    as in the CPU loop), s = sum exp((double)x - mx) in double,
  *    lse = mx + log(s), row loss lse - x[label] in double; the mean over
@@ -134,10 +132,21 @@ __global__ void __launch_bounds__(ROW_THREADS)
         float *d = D ? D + n * K : nullptr;
         const int64_t L = lab[n];
         if (L < 0 || L >= K) {
-            mark_bad_row(lane, n, K, d, rowloss, bad);
+            if (lane == 0) {
+                atomicMin(bad, (unsigned long long)n);
+                rowloss[n] = nan("");
+            }
+            if (d)
+                for (int64_t k = lane; k < K; k += 32) d[k] = nanf("");
             continue;
         }
-        const double lse = row_lse(r, K, lane);
+        float mx = r[0];
+        for (int64_t k = lane; k < K; k += 32) mx = r[k] > mx ? r[k] : mx;
+        mx = warp_max_cpu(mx);
+        double s = 0.0;
+        for (int64_t k = lane; k < K; k += 32) s += exp((double)r[k] - (double)mx);
+        s = warp_sum(s);
+        const double lse = (double)mx + log(s);
         if (lane == 0) rowloss[n] = lse - (double)r[L];
         if (d)
             for (int64_t k = lane; k < K; k += 32) {
@@ -148,7 +157,9 @@ __global__ void __launch_bounds__(ROW_THREADS)
     }
 }
 
-/* Label smoothing e (ch_op_cross_entropy_smooth): row term
+/* Label smoothing e (ch_op_cross_entropy_smooth; the CPU loop is
+ * framework/ops/cpu/optim_kernels.c, whose sums run in another order: equal
+ * to double rounding, not bit for bit): row term
  * (1 - e)(lse - x[label]) + (e/K) sum_k (lse - x_k) in double (per-lane
  * sums, then the warp butterfly), dlogits (float)((softmax - e/K - (1 - e)
  * [k == label]) / N). Out-of-range labels as k_xent_rows. */
@@ -280,7 +291,19 @@ ch_status ch_cuda_cross_entropy(void *st, const ch_tensor_t *logits, const ch_te
     CH_CUDA_CHECK_LAUNCH();
     k_xent_mean<<<1, SUM_THREADS, 0, s>>>(rowloss, N, (float *)loss->data);
     CH_CUDA_CHECK_LAUNCH();
-    return wait_label_check(s, host, bad, labels, K, "ch_op_cross_entropy");
+    /* label check: wait for the flag (see the file comment) */
+    CH_CHECK_CUDA(cudaMemcpyAsync(host, bad, sizeof *bad, cudaMemcpyDeviceToHost, s));
+    CH_CHECK_CUDA(cudaStreamSynchronize(s));
+    if (host[0] != NO_BAD) {
+        const int64_t n = (int64_t)host[0];
+        CH_CHECK_CUDA(cudaMemcpyAsync(host + 1, (const int64_t *)labels->data + n,
+                                      sizeof(int64_t), cudaMemcpyDeviceToHost, s));
+        CH_CHECK_CUDA(cudaStreamSynchronize(s));
+        return CH_ERROR(CH_ERR_RANGE,
+                        "ch_op_cross_entropy: label of sample %lld is %lld, expected 0..%lld",
+                        (long long)n, (long long)host[1], (long long)(K - 1));
+    }
+    return CH_OK;
 }
 
 ch_status ch_cuda_argmax(void *st, const ch_tensor_t *logits, ch_tensor_t *out)
