@@ -332,6 +332,18 @@ static void test_errors_and_config(void **state)
     assert_ch_error(ch_optimizer_options_from_config(cfg, &o), CH_ERR_CONFIG,
                     "optimizer.betas (command line");
     ch_config_destroy(cfg);
+    /* repeating a default is not a choice (jobs/train.cfg writes every SGD key) */
+    char *rep[] = {"prog", "--optimizer.name=adamw", "--optimizer.nesterov=false",
+                   "--optimizer.momentum=0.9", "--optimizer.weight_decay=0.005", NULL};
+    assert_ch_ok(ch_config_load_tables(t, 4, NULL, 5, rep, &cfg));
+    assert_ch_ok(ch_optimizer_options_from_config(cfg, &o));
+    assert_true(o.kind == CH_OPTIM_ADAMW && o.weight_decay == 0.005); /* as given */
+    ch_config_destroy(cfg);
+    char *bad1[] = {"prog", "--optimizer.name=rmsprop", "--optimizer.nesterov=true", NULL};
+    assert_ch_ok(ch_config_load_tables(t, 4, NULL, 3, bad1, &cfg));
+    assert_ch_error(ch_optimizer_options_from_config(cfg, &o), CH_ERR_CONFIG,
+                    "optimizer.nesterov (command line");
+    ch_config_destroy(cfg);
     char *bad2[] = {"prog", "--optimizer.name=adamw", "--optimizer.betas=0.8", NULL};
     assert_ch_ok(ch_config_load_tables(t, 4, NULL, 3, bad2, &cfg));
     assert_ch_error(ch_optimizer_options_from_config(cfg, &o), CH_ERR_CONFIG,

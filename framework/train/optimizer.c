@@ -98,16 +98,58 @@ static int is_default(const ch_config_t *cfg, const char *key)
     return src && !strcmp(src, "default");
 }
 
+static const ch_config_key_t *find_key(const char *name)
+{
+    const ch_config_table_t t[2] = {ch_sgd_config_table(), ch_optimizer_config_table()};
+    for (int i = 0; i < 2; i++)
+        for (int k = 0; k < t[i].n_keys; k++)
+            if (!strcmp(t[i].keys[k].name, name)) return &t[i].keys[k];
+    return NULL;
+}
+
+/* The key's value differs from its table default (1), or not (0); a file
+ * that repeats a default (jobs/train.cfg writes every SGD key) is not a
+ * choice of the user. */
+static ch_status differs_from_default(const ch_config_t *cfg, const char *name, int *differs)
+{
+    const ch_config_key_t *k = find_key(name);
+    *differs = 0;
+    if (!k || is_default(cfg, name)) return CH_OK;
+    if (k->type == CH_CFG_FLOAT) {
+        double v;
+        CH_TRY(ch_config_get_double(cfg, name, &v));
+        *differs = v != strtod(k->def, NULL);
+    } else if (k->type == CH_CFG_BOOL) {
+        int v;
+        CH_TRY(ch_config_get_bool(cfg, name, &v));
+        *differs = v != !strcmp(k->def, "true");
+    } else { /* the betas list: compare the words */
+        const char *const *items;
+        int n;
+        char joined[256] = "";
+        CH_TRY(ch_config_get_strlist(cfg, name, &items, &n));
+        for (int i = 0; i < n; i++)
+            snprintf(joined + strlen(joined), sizeof joined - strlen(joined), "%s%s",
+                     i ? "," : "", items[i]);
+        *differs = strcmp(joined, k->def) != 0;
+    }
+    return CH_OK;
+}
+
 ch_status ch_optimizer_options_from_config(const ch_config_t *cfg, ch_optimizer_options_t *o)
 {
     int kind;
     CH_TRY(ch_config_get_choice(cfg, "optimizer.name", kind_names, 3, &kind));
     ch_optimizer_options_default((ch_optimizer_kind_t)kind, o);
-    for (size_t i = 0; i < sizeof key_users / sizeof key_users[0]; i++)
-        if (!(key_users[i].used_by & (1u << kind)) && !is_default(cfg, key_users[i].key))
+    for (size_t i = 0; i < sizeof key_users / sizeof key_users[0]; i++) {
+        int differs;
+        if (key_users[i].used_by & (1u << kind)) continue;
+        CH_TRY(differs_from_default(cfg, key_users[i].key, &differs));
+        if (differs)
             return CH_ERROR(CH_ERR_CONFIG, "%s (%s) is not used by optimizer.name = %s",
                             key_users[i].key, ch_config_source(cfg, key_users[i].key),
                             kind_names[kind]);
+    }
     ch_sgd_options_t s;
     CH_TRY(ch_sgd_options_from_config(cfg, &s));
     o->lr = s.lr;

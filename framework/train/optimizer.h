@@ -96,9 +96,12 @@ ch_config_table_t ch_optimizer_config_table(void);
  * (SGD) defaults take PyTorch's default of that optimizer instead (adamw
  * weight_decay 0.01, rmsprop momentum 0 and weight_decay 0): a PyTorch user
  * writing optimizer.name = "adamw" gets torch.optim.AdamW(lr=...).
- * Errors: CH_ERR_CONFIG naming the key for a key set that the chosen
- * optimizer does not use (e.g. optimizer.betas with sgd, optimizer.nesterov
- * with adamw), for a betas list that is not two numbers in [0, 1), and
+ * (A value set in a file or on the command line is used as given, also
+ * for these two: jobs/train.cfg's weight_decay = 0.005 applies to adamw.)
+ * Errors: CH_ERR_CONFIG naming the key for a key set to a value other than
+ * its default that the chosen optimizer does not use (e.g. optimizer.betas
+ * with sgd, optimizer.nesterov = true with adamw; a file repeating the
+ * default is fine), for a betas list that is not two numbers in [0, 1), and
  * those of ch_sgd_options_from_config; CH_ERR_INVALID for a key missing
  * from cfg's tables. */
 ch_status ch_optimizer_options_from_config(const ch_config_t *cfg, ch_optimizer_options_t *o);
