@@ -16,12 +16,21 @@
 #include <string.h>
 #include <limits.h>
 
-/* The farm's keys, checked before the run directory is made: a bad choice
- * (--farm.output=all) leaves no farm.dir/cohort.lock behind. */
+/* The task file, read by check_keys: every rank parses it (a small file,
+ * and no rank waits for another's copy). */
+static ch_taskfile_t *g_tasks;
+
+/* The farm's keys and the task file, checked before the run directory is
+ * made: a bad choice (--farm.output=all) or a bad task file leaves no
+ * farm.dir/cohort.lock behind. */
 static ch_status check_keys(const ch_config_t *c)
 {
     ch_farm_options_t o;
-    return ch_farm_options_from_config(c, &o);
+    const char *path;
+    CH_TRY(ch_farm_options_from_config(c, &o));
+    CH_TRY(ch_config_get_string(c, "farm.tasks", &path));
+    if (!*path) return CH_ERROR(CH_ERR_CONFIG, "farm.tasks: no task file given (--tasks FILE)");
+    return ch_taskfile_load(path, &g_tasks);
 }
 
 static int stop_requested(void *job) { return ch_job_stop_local(job, 0) != 0; }
@@ -31,12 +40,10 @@ static void show_progress(void *job, int64_t ended, int64_t total, const char *t
     ch_job_progress(job, "tasks", ended, total, 20, text);
 }
 
-static ch_status setup(ch_job_t *job, ch_farm_options_t *o, ch_taskfile_t **tf, char **dir)
+static ch_status setup(ch_job_t *job, ch_farm_options_t *o, char **dir)
 {
     ch_config_t *c = ch_job_config(job);
-    const char *path;
     CH_TRY(ch_farm_options_from_config(c, o));
-    CH_TRY(ch_config_get_string(c, "farm.tasks", &path));
     const char *restarts = getenv("SLURM_RESTART_COUNT"); /* requeued: go on where it stopped */
     if (restarts && atoi(restarts) > 0) o->resume = 1;
     const char *warn; /* srun passes it to the tasks too: they ignore it, the farm answers */
@@ -49,8 +56,7 @@ static ch_status setup(ch_job_t *job, ch_farm_options_t *o, ch_taskfile_t **tf, 
     o->should_stop = stop_requested;
     o->progress = show_progress;
     o->cb_arg = job;
-    CH_TRY(ch_taskfile_load(path, tf));
-    o->tasks = *tf;
+    o->tasks = g_tasks;
     return CH_OK;
 }
 
@@ -66,12 +72,15 @@ int main(int argc, char **argv)
     jo.check_config = check_keys;
     ch_job_t *job;
     int rc = ch_job_init(&jo, argc, argv, &job);
-    if (rc != CH_JOB_CONTINUE) return ch_job_finalize(job, rc);
+    ch_taskfile_t *tf = g_tasks; /* read by check_keys, or NULL */
+    if (rc != CH_JOB_CONTINUE) {
+        ch_taskfile_destroy(tf);
+        return ch_job_finalize(job, rc);
+    }
     ch_farm_options_t o;
-    ch_taskfile_t *tf = NULL;
     char *dir = NULL;
-    ch_status s = setup(job, &o, &tf, &dir);
-    if (ch_job_agree(job, s, "task file")) {
+    ch_status s = setup(job, &o, &dir);
+    if (ch_job_agree(job, s, "farm setup")) {
         ch_taskfile_destroy(tf);
         free(dir);
         return ch_job_finalize(job, CH_EXIT_BAD_INPUT);

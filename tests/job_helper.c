@@ -25,6 +25,8 @@
  *   mpierr     every rank's own collective fails at step S with CH_ERR_MPI
  *              naming rank K (as MPICH words a lost peer): each says in one
  *              line that rank K is gone, exit CH_EXIT_PEER_LOST.
+ *   teardown_hang  after the loop, rank K registers a cleanup that never
+ *              returns (a teardown stuck on a dead peer): dist.timeout ends it.
  *
  * Every rank that finishes the loop prints on stdout
  *   "rank R: stopped at step X of N, reasons 0xH, signal G"
@@ -63,6 +65,13 @@ static void cleanup(void *arg)
     fflush(stdout);
     free(c->buffer);
     free(c);
+}
+
+/* A cleanup that never returns (mode teardown_hang). */
+static void hang_forever(void *arg)
+{
+    (void)arg;
+    for (;;) sleep(1);
 }
 
 int main(int argc, char **argv)
@@ -153,6 +162,12 @@ int main(int argc, char **argv)
            reasons, ch_job_stop_signal(job));
     fflush(stdout);
     if (!strcmp(mode, "requeue")) ch_job_requeue(job);
+    /* a teardown that never ends on rank K (an NCCL group draining towards
+     * a dead peer): dist.timeout's watchdog must end it */
+    if (!strcmp(mode, "teardown_hang") && rank == k) {
+        s = ch_job_on_finalize(job, hang_forever, NULL);
+        if (s != CH_OK) fprintf(stderr, "job_helper: %s\n", ch_error_message());
+    }
     if (reasons & CH_STOP_NONFINITE) return ch_job_finalize(job, CH_EXIT_ERROR);
     if (reasons & (CH_STOP_PREEMPT | CH_STOP_FILE)) return ch_job_finalize(job, CH_EXIT_PREEMPTED);
     return ch_job_finalize(job, CH_EXIT_OK);

@@ -11,14 +11,22 @@
 # (compute.cpu_conv_algorithm) runs oneDNN's Winograd kernels on AVX-512 and,
 # below it, says once that there are none and runs the direct ones; no
 # reference kernel either way.
+# One more point per ISA: the activations and LayerNorm2d (tests/act_step:
+# every activation as an op in each CPU layout and as a module in a train
+# and an eval step) run oneDNN's eltwise kernels for all 8 algorithms cohort
+# maps onto oneDNN (clip_v2, relu, swish, logistic, tanh, gelu_erf,
+# gelu_tanh, hardswish), none of them a reference kernel (cohort would fall
+# back to its C loop then, so a missing algorithm fails the point too).
 . "${COHORT_SRCDIR:-.}/tests/train_lib.sh"   # TAP helpers (ok, not_ok, skip), $tmp, $build
 BENCH="$build/tests/bench_nn"
+ACT="$build/tests/act_step"
+act_algs="clip_v2 relu swish logistic tanh gelu_erf gelu_tanh hardswish"
 
 cases="resnet18:1:28 resnet18:3:32 resnet18:3:224 resnet34:1:28 resnet50:1:28 resnet50:3:32
 resnet50:3:224"
 ncases=$(echo $cases | wc -w)
 isas="SSE41 AVX2 AVX512_CORE native"
-echo "1..$((4 * (2 * ncases + 2)))"
+echo "1..$((4 * (2 * ncases + 3)))"
 
 # effective ISA under a cap, as cohort reports it ("isa avx2")
 effective() {
@@ -34,12 +42,14 @@ for isa in $isas; do
     not_ok "$isa: bench_nn runs and reports its ISA"
     for c in $cases; do not_ok "$isa $c train: not run"; not_ok "$isa $c eval: not run"; done
     not_ok "$isa winograd: not run"
+    not_ok "$isa activations: not run"
     continue
   fi
   if [ "$isa" != native ] && [ "$eff" != "$want" ]; then
     skip "$isa: the machine's ISA is $eff" "no $isa on this CPU"
     for c in $cases; do skip "$isa $c train" "no $isa"; skip "$isa $c eval" "no $isa"; done
     skip "$isa winograd" "no $isa"
+    skip "$isa activations" "no $isa"
     continue
   fi
   ok "$isa: oneDNN runs at ISA $eff"
@@ -100,5 +110,29 @@ for isa in $isas; do
     ok "$name: $nwino Winograd convolutions ($said primitives)"
   else
     ok "$name: no Winograd kernel on $eff, said so, direct kernels ran"
+  fi
+  log="$tmp/$isa-act.log"
+  if [ "$isa" = native ]; then
+    env -u ONEDNN_MAX_CPU_ISA DNNL_VERBOSE=1 "$ACT" > "$log" 2>&1
+  else
+    ONEDNN_MAX_CPU_ISA=$isa DNNL_VERBOSE=1 "$ACT" > "$log" 2>&1
+  fi
+  rc=$?
+  name="$isa activations and LayerNorm2d"
+  elt=$(grep '^onednn_verbose,exec,cpu,eltwise,' "$log")
+  refs=$(grep '^onednn_verbose,exec,' "$log" | awk -F, '$5 ~ /^ref/' | cut -d, -f4-10 | sort -u)
+  missing=
+  for a in $act_algs; do
+    echo "$elt" | grep -q ",alg:eltwise_$a " || missing="$missing $a"
+  done
+  if [ "$rc" != 0 ]; then
+    tail -n 20 "$log" >&2
+    not_ok "$name: act_step exit $rc"
+  elif [ -n "$refs" ]; then
+    not_ok "$name: reference kernel: $(echo "$refs" | head -n 1)"
+  elif [ -n "$missing" ]; then
+    not_ok "$name: no oneDNN eltwise kernel for:$missing (C fallback?)"
+  else
+    ok "$name: $(echo "$elt" | wc -l) oneDNN eltwise runs ($(echo "$elt" | cut -d, -f5 | sort -u | tr '\n' ' ')), no reference kernel"
   fi
 done

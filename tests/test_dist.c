@@ -11,6 +11,7 @@
 #include "framework/dist/dist.h"
 #include "framework/dist/dist_internal.h" /* work-pool size, for the no-malloc check */
 #include "framework/core/status.h"
+#include "framework/ops/ops.h" /* a compute context's stream for the NCCL group */
 
 #include <math.h>
 #include <mpi.h>
@@ -596,6 +597,7 @@ static void test_nccl(void **state)
         enum { N = 1023 };
         const size_t bytes = N * sizeof(float);
         ch_pg_t *sp = NULL, *nc = NULL;
+        ch_compute_t *cx = NULL;
         float *host = malloc((size_t)ndev * bytes);
         void *dev = NULL, *gath = NULL;
         ch_status s = host ? ch_pg_create_mpi(sub, &sp) : CH_ERR_NOMEM;
@@ -604,6 +606,28 @@ static void test_nccl(void **state)
             w = ch_pg_size(nc);
             assert_int_equal(ch_pg_backend_of(nc), CH_PG_NCCL);
             s = ch_pg_buffer_alloc(nc, bytes, &dev);
+        }
+        /* without a compute stream a collective is refused (it would be
+         * unordered against the ops' non-blocking streams), as is NULL */
+        if (s == CH_OK) {
+            ch_status r0 = ch_pg_allreduce(nc, dev, dev, N, CH_DIST_FLOAT32, CH_REDUCE_SUM);
+            if (r0 != CH_ERR_INVALID || !strstr(ch_error_message(), "compute stream"))
+                s = CH_ERROR(CH_ERR_INTERNAL, "all-reduce without a compute stream gave %s: %s",
+                             ch_status_name(r0), ch_error_message());
+        }
+        if (s == CH_OK && ch_pg_nccl_set_stream(nc, NULL) != CH_ERR_INVALID)
+            s = CH_ERROR(CH_ERR_INTERNAL, "ch_pg_nccl_set_stream(NULL) was accepted");
+        if (s == CH_OK) {
+            ch_error_clear();
+            ch_compute_options_t co;
+            ch_compute_options_default(&co);
+            co.gpu_device = rank;
+            s = ch_compute_create(&cx, &co);
+        }
+        if (s == CH_OK) {
+            void *stream = ch_compute_stream(cx, CH_DEV_CUDA);
+            s = stream ? ch_pg_nccl_set_stream(nc, stream)
+                       : CH_ERROR(CH_ERR_CUDA, "no GPU stream for GPU %d", rank);
         }
         if (s == CH_OK) s = ch_pg_buffer_alloc(nc, (size_t)w * bytes, &gath);
         int r = ch_pg_rank(nc);
@@ -654,6 +678,7 @@ static void test_nccl(void **state)
         ch_pg_buffer_free(nc, dev);
         ch_pg_buffer_free(nc, gath);
         ch_pg_destroy(nc);
+        ch_compute_destroy(cx);
         ch_pg_destroy(sp);
         free(host);
         MPI_Comm_free(&sub);

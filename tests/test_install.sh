@@ -111,11 +111,12 @@ for f in $(for p in $programs; do echo "$prefix/bin/$p $datadir/man/man1/$p.1"; 
     "$pkgdatadir/examples/sampler_allreduce.c" "$pkgdatadir/examples/Makefile" \
     "$datadir/man/man1/cohort-train.1" "$datadir/man/man1/cohort-bench.1" \
     "$datadir/man/man7/cohort.7" "$datadir/modulefiles/cohort/$version.lua" \
+    "$datadir/doc/cohort/SEMANTICS.md" \
     "$prefix/include/cohort/framework/dist/dist.h" "$prefix/include/cohort/io/data/sampler.h"; do
     [ -e "$f" ] || missing="$missing $f"
 done
 [ -z "$missing" ]
-ok $? "installed: the 5 programs, library, cohort.pc, configs, templates, README, testcluster, examples, man pages, modulefile, headers${missing:+ (missing:$missing)}"
+ok $? "installed: the 5 programs, library, cohort.pc, configs, templates, README, testcluster, examples, man pages, SEMANTICS.md, modulefile, headers${missing:+ (missing:$missing)}"
 
 # ---- headers
 inc=$stage$prefix/include
@@ -232,6 +233,11 @@ check_tree() {
         sed 's/\\://g' "$man7" | grep -q -x ".I $lib/pkgconfig/cohort.pc" &&
         sed 's/\\://g' "$man7" | grep -q -x ".I $pkgdata/slurm/"
     ok $? "$how: cohort(7)'s FILES name $dir/bin, $lib/pkgconfig/cohort.pc, $pkgdata/slurm/"
+    # the numerics page the installed headers cite, where cohort(7) says it is
+    sed 's/\\://g' "$man7" | grep -q -x ".I $data/doc/cohort/SEMANTICS.md" &&
+        grep -q "^# cohort: the numerics that match PyTorch" "$root$data/doc/cohort/SEMANTICS.md" &&
+        grep -q "SEMANTICS.md" "$root$(under "$prefix/include" "$dir")/cohort/framework/nn/nn.h"
+    ok $? "$how: SEMANTICS.md (cited by the headers) installed in $data/doc/cohort, named by cohort(7)"
 
     # pkg-config against the tree (a staged one relocated with --define-prefix)
     local pcs=(env PKG_CONFIG_PATH="$root$lib/pkgconfig" pkg-config)

@@ -599,6 +599,37 @@ static void test_dead_rank_watchdog(void **state)
     }
 }
 
+/* A teardown that never finishes on one rank (an NCCL group draining its
+ * comm stream towards a dead peer, an MPI free waiting for it): the
+ * watchdog covers ch_job_finalize with a fresh dist.timeout and ends that
+ * rank with one line naming the teardown and exit 4, not a hang. */
+static void test_teardown_watchdog(void **state)
+{
+    (void)state;
+    for (int w = 0; w < 2; w++) {
+        int np = world_sizes[w];
+        char dir[64];
+        const char *extra[] = {"--test.mode=teardown_hang", "--test.rank=0", "--dist.timeout=3",
+                               NULL};
+        run_t r;
+        double t0 = now();
+        run_in_new_dir(&r, np, dir, extra);
+        if (r.timed_out) fail_msg("the teardown hung (%d ranks)", np);
+        assert_true(now() - t0 < 30);
+        assert_true(r.exited);
+        if (np == 1) assert_int_equal(r.code, 4);
+        else assert_int_not_equal(r.code, 0);
+        /* the loop itself finished everywhere */
+        assert_int_equal(count_lines(r.out, "stopped at step 6 of 6"), np);
+        assert_int_equal(count_lines(r.err, "teardown (profile table, cleanups, process groups"),
+                         1);
+        assert_non_null(strstr(r.err, "rank 0: teardown"));
+        assert_non_null(strstr(r.err, "(dist.timeout = 3): a peer rank is gone or hung; ending "
+                                      "this rank (exit 4)"));
+        remove_dir(dir);
+    }
+}
+
 /* A job's own collective fails with CH_ERR_MPI (how a lost peer shows up
  * where the launcher lets the survivors run): one line naming the lost
  * rank, exit CH_EXIT_PEER_LOST (4), finalize without collectives. With
@@ -700,7 +731,7 @@ static void test_compute_from_config(void **state)
     (void)state;
     const ch_config_table_t tables[] = {ch_compute_config_table(), ch_job_runtime_table()};
     assert_string_equal(tables[0].title, "compute");
-    assert_int_equal(tables[0].n_keys, 5);
+    assert_int_equal(tables[0].n_keys, 6);
     assert_string_equal(tables[1].title, "runtime");
     assert_int_equal(tables[1].n_keys, 4);
     char *argv[] = {(char *)"x", NULL, NULL, NULL};
@@ -712,6 +743,7 @@ static void test_compute_from_config(void **state)
     assert_int_equal(o.allow_tf32, 1);
     assert_int_equal(o.bf16, 0);
     assert_int_equal(o.conv_search, 0);
+    assert_int_equal(o.deterministic, 0); /* torch.backends.cudnn.deterministic = False */
     assert_true(o.gpu_workspace_bytes == (size_t)1024 << 20);
     assert_int_equal(o.num_threads, d.num_threads);
     assert_int_equal(o.gpu_device, d.gpu_device);
@@ -738,6 +770,21 @@ static void test_compute_from_config(void **state)
     assert_int_equal(o.conv_search, 1);
     assert_int_equal(o.allow_tf32, 0);
     assert_true(o.gpu_workspace_bytes == (size_t)64 << 20);
+    ch_config_destroy(cfg);
+
+    argv[1] = (char *)"--compute.deterministic=true";
+    argv[2] = NULL;
+    assert_ch_ok(ch_config_load_tables(tables, 2, NULL, 2, argv, &cfg));
+    assert_ch_ok(ch_compute_from_config(cfg, &o));
+    assert_int_equal(o.deterministic, 1);
+    ch_config_destroy(cfg);
+    argv[1] = (char *)"--compute.deterministic=maybe"; /* not a bool: refused */
+    cfg = NULL;
+    ch_status bad = ch_config_load_tables(tables, 2, NULL, 2, argv, &cfg);
+    if (bad == CH_OK) bad = ch_compute_from_config(cfg, &o);
+    assert_int_not_equal(bad, CH_OK);
+    assert_non_null(strstr(ch_error_message(), "compute.deterministic"));
+    ch_error_clear();
     ch_config_destroy(cfg);
 
     argv[1] = (char *)"--compute.cpu_conv_algorithm=winograd";
@@ -788,6 +835,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_run_dir_lock),
         cmocka_unit_test(test_dead_rank_ends_the_job),
         cmocka_unit_test(test_dead_rank_watchdog),
+        cmocka_unit_test(test_teardown_watchdog),
         cmocka_unit_test(test_lost_peer_line_and_exit_code),
         cmocka_unit_test(test_progress_lines),
         cmocka_unit_test(test_requeue),

@@ -7,6 +7,7 @@
 
 #include "io/data/dataset.h"
 #include "io/data/loader.h"
+#include "framework/tensor/device.h"
 
 #include <mpi.h>
 #include <stdio.h>
@@ -410,6 +411,65 @@ static void test_ranks_cover_dataset(void **state)
     ch_dataset_destroy(ds);
 }
 
+/* The page-locked cap: the first slots that fit are asked to be pinned,
+ * the others pageable; a batch through a pageable slot equals one through a
+ * pinned slot (the same epoch as with no pinning at all). Without a GPU no
+ * slot is page-locked, whatever is asked. */
+static void test_pinned_cap(void **state)
+{
+    (void)state;
+    ch_dataset_t *ds = synthetic(200);
+    ch_transform_t ops[3];
+    ch_loader_options_t cfg;
+    train_config(&cfg, ops);
+    cfg.num_workers = 2;
+    cfg.prefetch = 6;
+    const size_t slot = (size_t)cfg.batch_size * 784 * sizeof(float) +
+                        (size_t)cfg.batch_size * sizeof(int64_t);
+    const struct { int pinned; size_t cap; int asked; } cases[] = {
+        {0, 0, 0},                 /* not asked */
+        {1, 0, 6},                 /* default cap (1 GiB): every slot */
+        {1, 2 * slot + slot / 2, 2}, /* 2.5 slots: the first two */
+        {1, 2 * slot, 2},          /* exactly two */
+        {1, slot - 1, 0},          /* not even one */
+    };
+    float *img[2];
+    int64_t *lab[2], *idx[2], n[2] = {0, 0};
+    for (int k = 0; k < 2; k++) {
+        img[k] = malloc(200 * 784 * sizeof(float));
+        lab[k] = malloc(200 * sizeof(int64_t));
+        idx[k] = malloc(200 * sizeof(int64_t));
+        assert_true(img[k] && lab[k] && idx[k]);
+    }
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        cfg.pinned = cases[c].pinned;
+        cfg.pinned_max_bytes = cases[c].cap;
+        ch_loader_t *l;
+        assert_ch_ok(ch_loader_create(&l, ds, &cfg));
+        int asked = -1, got = -1;
+        ch_loader_pinned_slots(l, &asked, &got);
+        assert_int_equal(asked, cases[c].asked);
+        assert_true(got >= 0 && got <= asked);
+        int ndev = 0;
+        if (ch_device_count(&ndev) != CH_OK) ch_error_clear();
+        if (ndev == 0) assert_int_equal(got, 0);
+        int k = c == 0 ? 0 : 1;
+        n[k] = run_epoch(l, 1, img[k], lab[k], idx[k]);
+        if (k == 1) {
+            assert_int_equal(n[1], n[0]);
+            assert_memory_equal(img[1], img[0], (size_t)n[0] * 784 * sizeof(float));
+            assert_memory_equal(lab[1], lab[0], (size_t)n[0] * sizeof(int64_t));
+        }
+        ch_loader_destroy(l);
+    }
+    for (int k = 0; k < 2; k++) {
+        free(img[k]);
+        free(lab[k]);
+        free(idx[k]);
+    }
+    ch_dataset_destroy(ds);
+}
+
 int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
@@ -420,6 +480,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_fashion_mnist_epoch),
         cmocka_unit_test(test_fashion_mnist_helper),
         cmocka_unit_test(test_ranks_cover_dataset),
+        cmocka_unit_test(test_pinned_cap),
     };
     return ch_test_main_mpi(argc, argv, tests, sizeof tests / sizeof tests[0]);
 }

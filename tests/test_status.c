@@ -30,7 +30,15 @@ static void test_error_message_and_context(void **state)
     assert_int_equal(outer(-3), CH_ERR_RANGE);
     assert_int_equal(ch_error_code(), CH_ERR_RANGE);
     assert_non_null(strstr(ch_error_message(), "loading 'job.cfg': value -3 below 0"));
-    assert_non_null(strstr(ch_error_message(), "test_status.c:"));
+    /* users see no source location (issue 27 item 5) */
+    assert_null(strstr(ch_error_message(), "test_status.c:"));
+    assert_string_equal(ch_error_message(), "loading 'job.cfg': value -3 below 0");
+    /* developers get it at COHORT_LOG_LEVEL=debug */
+    ch_log_level old = ch_log_get_level();
+    ch_log_set_level(CH_LOG_DEBUG);
+    assert_int_equal(outer(-3), CH_ERR_RANGE);
+    assert_non_null(strstr(ch_error_message(), "value -3 below 0 (test_status.c:"));
+    ch_log_set_level(old);
     ch_error_clear();
     assert_string_equal(ch_error_message(), "");
     assert_int_equal(ch_error_code(), CH_OK);

@@ -6,7 +6,7 @@
 # without a single training step.
 . "${COHORT_SRCDIR:-.}/tests/train_lib.sh"
 need_data
-echo "1..12"
+echo "1..14"
 small="--model.arch=smallcnn --data.train_subset=256 --train.eval=false --schedule.epochs=1"
 
 # expect_error NAME NEEDLE NP ARGS...: non-zero exit, NEEDLE in the output, no step run
@@ -52,6 +52,12 @@ expect_error "mismatched pretrained file is reported" "no tensor matching" 2 \
   --data.train_subset=256 --train.eval=false
 expect_error "garbage pretrained file names the file" "$tmp/typo.cfg" 2 $small \
   --model.weights="$tmp/typo.cfg"
+# user-facing lines carry no source location; COHORT_LOG_LEVEL=debug adds it
+check "error lines name no source file (file.c:line)" \
+  sh -c "! grep -E '[a-z_]+\.(c|cu):[0-9]+\)' '$tmp/e10.log' '$tmp/e3.log' '$tmp/e2.log'"
+COHORT_LOG_LEVEL=debug "$MPIEXEC" -n 1 "$TRAIN" --output.dir="$tmp/dbg" $small \
+  --model.weights="$tmp/typo.cfg" > "$tmp/dbg.log" 2>&1
+check "... at COHORT_LOG_LEVEL=debug they do" grep -q -E '\.c:[0-9]+\)' "$tmp/dbg.log"
 # srun --mpi=none: every process believes it is rank 0 of 1
 SLURM_PROCID=1 SLURM_NTASKS=4 SLURM_STEP_NUM_TASKS=4 SLURM_LOCALID=1 "$TRAIN" $small \
   --output.dir="$tmp/mm" > "$tmp/mm.log" 2>&1

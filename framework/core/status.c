@@ -43,8 +43,13 @@ ch_status ch_error_set(ch_status code, const char *file, int line,
     va_start(ap, fmt);
     vsnprintf(body, sizeof body, fmt, ap);
     va_end(ap);
-    snprintf(tl_message, sizeof tl_message, "%.1900s (%.100s:%d)", body,
-             basename_of(file), line);
+    /* The source location is for developers: only at COHORT_LOG_LEVEL=debug,
+     * so a user's error line names the file, key or value and nothing else. */
+    if (ch_log_get_level() >= CH_LOG_DEBUG)
+        snprintf(tl_message, sizeof tl_message, "%.1900s (%.100s:%d)", body,
+                 basename_of(file), line);
+    else
+        snprintf(tl_message, sizeof tl_message, "%.2000s", body);
     tl_code = code == CH_OK ? CH_ERR_INTERNAL : code;
     return tl_code;
 }

@@ -1,8 +1,8 @@
 /* cohort: status codes, thread-local error messages and check macros.
  *
  * Every fallible function returns ch_status (CH_OK == 0). On failure it sets
- * a thread-local message with context (source file, line, what failed, the
- * offending value) through CH_ERROR; callers may add outer context with
+ * a thread-local message with context (what failed, the offending value;
+ * the source file and line at COHORT_LOG_LEVEL=debug) through CH_ERROR; callers may add outer context with
  * ch_error_context() on the way up, PETSc-traceback style:
  *
  *     CH_TRY(ch_config_load(cfg, path));       // propagate
@@ -51,8 +51,10 @@ enum {
 /* Short name of a status code ("CH_ERR_IO"); never NULL. */
 const char *ch_status_name(ch_status s);
 
-/* Set the calling thread's error message to "FILE:LINE: <fmt...>" and return
- * code (so `return CH_ERROR(...)` works). code must not be CH_OK. */
+/* Set the calling thread's error message to "<fmt...>" and return code (so
+ * `return CH_ERROR(...)` works). At COHORT_LOG_LEVEL=debug (ch_log_get_level()
+ * == CH_LOG_DEBUG) the message ends with the source location
+ * " (FILE:LINE)"; user-facing messages carry none. code must not be CH_OK. */
 ch_status ch_error_set(ch_status code, const char *file, int line,
                        const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));

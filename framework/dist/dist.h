@@ -241,8 +241,13 @@ ch_status ch_pg_check_all(ch_pg_t *pg, ch_status local, int *failed_rank);
 /* ------------------------------------------------------- NCCL ordering
  *
  * An NCCL group has its own communication stream (cudaStreamNonBlocking)
- * and a "compute stream" that produces the inputs and consumes the outputs
- * (default: the legacy default stream, i.e. NULL). Every collective:
+ * and a "compute stream" that produces the inputs and consumes the outputs:
+ * the compute context's (ch_compute_stream), given with
+ * ch_pg_nccl_set_stream before the first collective. Until then every
+ * collective is CH_ERR_INVALID naming the group: on the legacy default
+ * stream it would be unordered against the ops' non-blocking streams. The
+ * buffer helpers (ch_pg_buffer_*) and ch_pg_barrier / ch_pg_check_all work
+ * without it. Every collective:
  *   1. makes the comm stream wait for the work already queued on the compute
  *      stream (event recorded on the compute stream),
  *   2. enqueues the NCCL call on the comm stream,
@@ -255,8 +260,9 @@ ch_status ch_pg_check_all(ch_pg_t *pg, ch_status local, int *failed_rank);
  * with a synchronous cudaMemcpy from another stream, or before exit).
  * On the MPI backend these functions are valid no-ops. */
 
-/* Set the compute stream (a cudaStream_t passed as void *; NULL = legacy
- * default stream) of an NCCL group. MPI group: ignored, CH_OK. */
+/* Set the compute stream (a cudaStream_t passed as void *, the compute
+ * context's ch_compute_stream) of an NCCL group; NULL (the legacy default
+ * stream) is CH_ERR_INVALID. MPI group: ignored, CH_OK. */
 ch_status ch_pg_nccl_set_stream(ch_pg_t *pg, void *cuda_stream);
 
 /* The comm stream (cudaStream_t as void *) of an NCCL group; NULL for MPI. */

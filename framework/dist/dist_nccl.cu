@@ -26,7 +26,7 @@
 struct ch_pg_nccl {
     ncclComm_t comm;        /* NULL until ncclCommInitRank succeeded */
     cudaStream_t stream;    /* communication stream */
-    cudaStream_t compute;   /* producer/consumer stream (NULL = legacy default) */
+    cudaStream_t compute;   /* producer/consumer stream; NULL until set: collectives refused */
     cudaEvent_t ev_ready;   /* recorded on compute, waited on by the comm stream */
     cudaEvent_t ev_done;    /* recorded on the comm stream, waited on by compute */
     int64_t *dev_scratch;   /* 2 elements on the device */
@@ -123,6 +123,13 @@ static ch_status check_async(ch_pg_t *pg, const char *what)
 static ch_status prologue(ch_pg_t *pg, const char *what)
 {
     struct ch_pg_nccl *n = pg->nccl;
+    if (!n->compute)
+        return CH_ERROR(CH_ERR_INVALID,
+                        "%s: the NCCL process group (rank %d of %d, GPU %d) has no compute "
+                        "stream: give it the compute context's (ch_pg_nccl_set_stream with "
+                        "ch_compute_stream) first; on the legacy default stream the collective "
+                        "would be unordered against the ops' non-blocking streams",
+                        what, pg->rank, pg->size, n->device);
     CH_TRY(use_device(n));
     CH_TRY(check_async(pg, what));
     CH_CHECK_CUDA(cudaEventRecord(n->ev_ready, n->compute));
@@ -258,6 +265,11 @@ extern "C" ch_status ch_nccl_work_test_(ch_work_t *work, int *done)
 
 extern "C" ch_status ch_nccl_set_stream_(ch_pg_t *pg, void *stream)
 {
+    if (!stream)
+        return CH_ERROR(CH_ERR_INVALID,
+                        "ch_pg_nccl_set_stream: NULL (the legacy default stream) for the NCCL "
+                        "process group of rank %d: give it the compute context's stream "
+                        "(ch_compute_stream), which the ops run on", pg->rank);
     pg->nccl->compute = (cudaStream_t)stream;
     return CH_OK;
 }

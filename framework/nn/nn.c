@@ -23,6 +23,15 @@ static const char *kind_name(ch_nn_kind_t k)
     case CH_NN_MAXPOOL2D: return "MaxPool2d";
     case CH_NN_ADAPTIVE_AVGPOOL2D: return "AdaptiveAvgPool2d";
     case CH_NN_LINEAR: return "Linear";
+    case CH_NN_HARDTANH: return "Hardtanh";
+    case CH_NN_LEAKY_RELU: return "LeakyReLU";
+    case CH_NN_SILU: return "SiLU";
+    case CH_NN_SIGMOID: return "Sigmoid";
+    case CH_NN_TANH: return "Tanh";
+    case CH_NN_GELU: return "GELU";
+    case CH_NN_HARDSWISH: return "Hardswish";
+    case CH_NN_HARDSIGMOID: return "Hardsigmoid";
+    case CH_NN_LAYERNORM2D: return "LayerNorm2d";
     default: return "?";
     }
 }
@@ -246,6 +255,103 @@ ch_status ch_nn_linear(ch_module_t *parent, const char *name, int in_f, int out_
     int64_t ws[2] = {out_f, in_f}, bs[1] = {out_f};
     CH_TRY(add_entry(m, "weight", 0, CH_F32, 2, ws));
     if (bias) CH_TRY(add_entry(m, "bias", 0, CH_F32, 1, bs));
+    if (out) *out = m;
+    return CH_OK;
+}
+
+/* An activation module of kind k computing p. */
+static ch_status add_act(ch_module_t *parent, const char *name, ch_nn_kind_t k,
+                         ch_act_kind_t f, float alpha, float beta, ch_module_t **out)
+{
+    ch_module_t *m;
+    CH_TRY(add_child(parent, name, k, &m));
+    m->act.kind = f;
+    m->act.alpha = alpha;
+    m->act.beta = beta;
+    if (out) *out = m;
+    return CH_OK;
+}
+
+ch_status ch_nn_hardtanh(ch_module_t *parent, const char *name, float min_val, float max_val,
+                         ch_module_t **out)
+{
+    CH_REQUIRE(isfinite(min_val) && isfinite(max_val) && min_val <= max_val,
+               "nn: Hardtanh '%s': min_val %g and max_val %g, expected finite min_val <= max_val",
+               name ? name : "(null)", (double)min_val, (double)max_val);
+    return add_act(parent, name, CH_NN_HARDTANH, CH_ACT_HARDTANH, min_val, max_val, out);
+}
+
+ch_status ch_nn_relu6(ch_module_t *parent, const char *name, ch_module_t **out)
+{
+    return ch_nn_hardtanh(parent, name, 0.0f, 6.0f, out);
+}
+
+ch_status ch_nn_leaky_relu(ch_module_t *parent, const char *name, float negative_slope,
+                           ch_module_t **out)
+{
+    CH_REQUIRE(isfinite(negative_slope), "nn: LeakyReLU '%s': negative_slope %g is not finite",
+               name ? name : "(null)", (double)negative_slope);
+    return add_act(parent, name, CH_NN_LEAKY_RELU, CH_ACT_LEAKY_RELU, negative_slope, 0.0f, out);
+}
+
+ch_status ch_nn_silu(ch_module_t *parent, const char *name, ch_module_t **out)
+{
+    return add_act(parent, name, CH_NN_SILU, CH_ACT_SILU, 0.0f, 0.0f, out);
+}
+
+ch_status ch_nn_sigmoid(ch_module_t *parent, const char *name, ch_module_t **out)
+{
+    return add_act(parent, name, CH_NN_SIGMOID, CH_ACT_SIGMOID, 0.0f, 0.0f, out);
+}
+
+ch_status ch_nn_tanh(ch_module_t *parent, const char *name, ch_module_t **out)
+{
+    return add_act(parent, name, CH_NN_TANH, CH_ACT_TANH, 0.0f, 0.0f, out);
+}
+
+ch_status ch_nn_gelu(ch_module_t *parent, const char *name, const char *approximate,
+                     ch_module_t **out)
+{
+    const char *a = approximate ? approximate : "none";
+    CH_REQUIRE(!strcmp(a, "none") || !strcmp(a, "tanh"),
+               "nn: GELU '%s': approximate '%s', expected 'none' or 'tanh'",
+               name ? name : "(null)", a);
+    return add_act(parent, name, CH_NN_GELU, strcmp(a, "tanh") ? CH_ACT_GELU_ERF : CH_ACT_GELU_TANH,
+                   0.0f, 0.0f, out);
+}
+
+ch_status ch_nn_hardswish(ch_module_t *parent, const char *name, ch_module_t **out)
+{
+    return add_act(parent, name, CH_NN_HARDSWISH, CH_ACT_HARDSWISH, 0.0f, 0.0f, out);
+}
+
+ch_status ch_nn_hardsigmoid(ch_module_t *parent, const char *name, ch_module_t **out)
+{
+    return add_act(parent, name, CH_NN_HARDSIGMOID, CH_ACT_HARDSIGMOID, 0.0f, 0.0f, out);
+}
+
+ch_status ch_module_activation(const ch_module_t *m, ch_act_params_t *p)
+{
+    CH_REQUIRE(m && p, "ch_module_activation: NULL argument");
+    CH_REQUIRE(ch_nn_is_activation(m->kind),
+               "nn: '%s' is a %s, not an activation", ch_module_path(m), kind_name(m->kind));
+    *p = m->act;
+    return CH_OK;
+}
+
+ch_status ch_nn_layernorm2d(ch_module_t *parent, const char *name, int channels, float eps,
+                            ch_module_t **out)
+{
+    CH_REQUIRE(channels > 0 && eps > 0.0f && isfinite(eps),
+               "nn: LayerNorm2d '%s': channels = %d, eps = %g, expected channels > 0 and eps > 0",
+               name ? name : "(null)", channels, (double)eps);
+    ch_module_t *m;
+    CH_TRY(add_child(parent, name, CH_NN_LAYERNORM2D, &m));
+    m->channels = channels;
+    m->ln_eps = eps;
+    int64_t cs[1] = {channels};
+    CH_TRY(add_entry(m, "weight", 0, CH_F32, 1, cs));
+    CH_TRY(add_entry(m, "bias", 0, CH_F32, 1, cs));
     if (out) *out = m;
     return CH_OK;
 }
@@ -483,7 +589,9 @@ static ch_status init_module(ch_module_t *m, ch_nn_rng_t *rng)
                 ch_nn_rng_fill_uniform(rng, p->data, p->numel, bound);
             }
         }
-    } else if (m->kind == CH_NN_BATCHNORM2D || m->kind == CH_NN_SYNC_BATCHNORM) {
+    } else if (m->kind == CH_NN_BATCHNORM2D || m->kind == CH_NN_SYNC_BATCHNORM ||
+               m->kind == CH_NN_LAYERNORM2D) {
+        /* LayerNorm.reset_parameters: weight 1, bias 0 */
         for (int i = 0; i < m->nent; i++) {
             ch_param_t *p = &m->ent[i];
             if (p->dtype == CH_I64) {

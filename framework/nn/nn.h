@@ -30,6 +30,7 @@
 
 #include "framework/core/status.h"
 #include "framework/tensor/tensor.h"
+#include "framework/ops/ops.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -53,6 +54,16 @@ typedef enum {
     CH_NN_MAXPOOL2D,        /* torch.nn.MaxPool2d */
     CH_NN_ADAPTIVE_AVGPOOL2D, /* torch.nn.AdaptiveAvgPool2d((1, 1)) */
     CH_NN_LINEAR,           /* torch.nn.Linear; input (N, C, 1, 1) or (N, C) is flattened */
+    /* activations (formulas: framework/ops/ops.h, "activations") */
+    CH_NN_HARDTANH,         /* torch.nn.Hardtanh(min_val, max_val); torch.nn.ReLU6 = (0, 6) */
+    CH_NN_LEAKY_RELU,       /* torch.nn.LeakyReLU(negative_slope) */
+    CH_NN_SILU,             /* torch.nn.SiLU */
+    CH_NN_SIGMOID,          /* torch.nn.Sigmoid */
+    CH_NN_TANH,             /* torch.nn.Tanh */
+    CH_NN_GELU,             /* torch.nn.GELU(approximate='none' | 'tanh') */
+    CH_NN_HARDSWISH,        /* torch.nn.Hardswish */
+    CH_NN_HARDSIGMOID,      /* torch.nn.Hardsigmoid */
+    CH_NN_LAYERNORM2D,      /* ConvNeXt's LayerNorm2d: LayerNorm over C at each (n, h, w) */
     CH_NN_KIND_COUNT_
 } ch_nn_kind_t;
 
@@ -118,6 +129,49 @@ ch_status ch_nn_adaptive_avgpool2d(ch_module_t *parent, const char *name, ch_mod
 ch_status ch_nn_linear(ch_module_t *parent, const char *name, int in_features, int out_features,
                        int bias, ch_module_t **out);
 
+/* Activations, PyTorch's modules with their defaults (inplace=False: the
+ * output is a tensor of its own; backward reads the module's input). Any
+ * input shape; the output has the input's shape and layout. Formulas, their
+ * PyTorch sources and derivatives (breakpoints included): framework/ops/ops.h,
+ * "activations"; docs/nn-numerics.md. No state-dict entries.
+ * Errors: CH_ERR_INVALID for a bad name (add_child rules) or parameter. */
+/* torch.nn.Hardtanh(min_val, max_val): clamp to [min_val, max_val]
+ * (min_val <= max_val; PyTorch's defaults -1, 1). */
+ch_status ch_nn_hardtanh(ch_module_t *parent, const char *name, float min_val, float max_val,
+                         ch_module_t **out);
+/* torch.nn.ReLU6: Hardtanh(0, 6) (kind CH_NN_HARDTANH, as ReLU6 subclasses
+ * Hardtanh in PyTorch). */
+ch_status ch_nn_relu6(ch_module_t *parent, const char *name, ch_module_t **out);
+/* torch.nn.LeakyReLU(negative_slope); PyTorch's default slope: */
+#define CH_NN_LEAKY_RELU_SLOPE 0.01f
+ch_status ch_nn_leaky_relu(ch_module_t *parent, const char *name, float negative_slope,
+                           ch_module_t **out);
+ch_status ch_nn_silu(ch_module_t *parent, const char *name, ch_module_t **out);
+ch_status ch_nn_sigmoid(ch_module_t *parent, const char *name, ch_module_t **out);
+ch_status ch_nn_tanh(ch_module_t *parent, const char *name, ch_module_t **out);
+/* torch.nn.GELU(approximate): "none" (or NULL; the erf form) or "tanh". */
+ch_status ch_nn_gelu(ch_module_t *parent, const char *name, const char *approximate,
+                     ch_module_t **out);
+ch_status ch_nn_hardswish(ch_module_t *parent, const char *name, ch_module_t **out);
+ch_status ch_nn_hardsigmoid(ch_module_t *parent, const char *name, ch_module_t **out);
+
+/* The element-wise function of an activation module (kind CH_NN_HARDTANH ..
+ * CH_NN_HARDSIGMOID; ops.h ch_act_params_t), e.g. for an exporter.
+ * CH_ERR_INVALID for another kind. */
+ch_status ch_module_activation(const ch_module_t *m, ch_act_params_t *p);
+
+/* LayerNorm over channels of (N, C, H, W) inputs: ConvNeXt's LayerNorm2d
+ * (torchvision.models.convnext.LayerNorm2d, the official ConvNeXt
+ * LayerNorm(data_format="channels_first")): at each (n, h, w), normalise
+ * the C values with their mean and biased variance, y = (x - mean) /
+ * sqrt(var + eps) * weight[c] + bias[c]. Entries "weight" (C, init 1) and
+ * "bias" (C, init 0), elementwise_affine as PyTorch's default. eps > 0;
+ * ConvNeXt's value is CH_NN_LAYERNORM2D_EPS. Same in training and eval.
+ * Formulas of forward and backward: ops.h ch_op_layernorm2d_forward. */
+#define CH_NN_LAYERNORM2D_EPS 1e-6f
+ch_status ch_nn_layernorm2d(ch_module_t *parent, const char *name, int channels, float eps,
+                            ch_module_t **out);
+
 /* A residual container computing final_relu(main(x) + shortcut(x)).
  * Add its children with the ch_nn_* builders in torchvision's registration
  * order, then describe the computation with ch_nn_residual_set_path: `main`
@@ -143,7 +197,7 @@ ch_status ch_model_finalize(ch_model_t *model, uint64_t seed);
  * mode='fan_out', nonlinearity='relu'), conv bias (if any) and Linear weight
  * and bias ~ U(-1/sqrt(fan_in), 1/sqrt(fan_in)) (Linear.reset_parameters),
  * BatchNorm weight 1, bias 0, running_mean 0, running_var 1,
- * num_batches_tracked 0. Draws from one xoshiro256** stream seeded with
+ * num_batches_tracked 0, LayerNorm2d weight 1, bias 0. Draws from one xoshiro256** stream seeded with
  * `seed`, entries in state-dict order. Gradients are zeroed. */
 ch_status ch_model_init(ch_model_t *model, uint64_t seed);
 

@@ -37,6 +37,11 @@ static ch_status plan_module(ch_model_t *M, ch_compute_t *cx, ch_module_t *m, co
                              shp_t *out)
 {
     char b1[96];
+    if (ch_nn_is_activation(m->kind)) { /* own output (inplace=False) and input gradient */
+        *out = *in;
+        CH_TRY(reserve(M, &m->y, out));
+        return reserve(M, &m->dx, in);
+    }
     switch (m->kind) {
     case CH_NN_SEQUENTIAL: {
         shp_t cur = *in, nxt;
@@ -90,6 +95,17 @@ static ch_status plan_module(ch_model_t *M, ch_compute_t *cx, ch_module_t *m, co
     case CH_NN_RELU:
         *out = *in;
         return CH_OK;
+    case CH_NN_LAYERNORM2D: {
+        CH_REQUIRE(in->ndim == 4 && in->s[1] == m->channels,
+                   "nn: LayerNorm2d '%s' expects (N, %d, H, W), got input %s", m->path,
+                   m->channels, shp_str(in, b1, sizeof b1));
+        shp_t pos = {1, {in->s[0] * in->s[2] * in->s[3]}, CH_LAYOUT_PLAIN};
+        *out = *in;
+        CH_TRY(reserve(M, &m->y, out));
+        CH_TRY(reserve(M, &m->dx, in));
+        CH_TRY(reserve(M, &m->ln_mean, &pos));
+        return reserve(M, &m->ln_rstd, &pos);
+    }
     case CH_NN_MAXPOOL2D: {
         CH_REQUIRE(in->ndim == 4, "nn: MaxPool2d '%s' expects (N,C,H,W), got %s", m->path,
                    shp_str(in, b1, sizeof b1));
@@ -373,6 +389,11 @@ static ch_status fwd(ch_model_t *M, ch_compute_t *cx, ch_module_t *m, const ch_t
 {
     m->in = x;
     m->forward_training = M->training;
+    if (ch_nn_is_activation(m->kind)) {
+        CH_TRY(ch_op_act_forward(cx, &m->act, x, &m->y));
+        *y = m->out = &m->y;
+        return CH_OK;
+    }
     switch (m->kind) {
     case CH_NN_SEQUENTIAL: {
         const ch_tensor_t *cur = x;
@@ -429,6 +450,11 @@ static ch_status fwd(ch_model_t *M, ch_compute_t *cx, ch_module_t *m, const ch_t
         *y = t;
         break;
     }
+    case CH_NN_LAYERNORM2D:
+        CH_TRY(ch_op_layernorm2d_forward(cx, x, &m->w, &m->b, m->ln_eps, &m->y, &m->ln_mean,
+                                         &m->ln_rstd));
+        *y = &m->y;
+        break;
     case CH_NN_MAXPOOL2D:
         CH_TRY(ch_op_maxpool2d_forward(cx, x, &m->pool, &m->y));
         *y = &m->y;
@@ -503,6 +529,9 @@ ch_status ch_model_loss_value(ch_model_t *M, ch_compute_t *cx, float *loss)
     ch_status s = ch_device_memcpy(M->dev_index, &M->loss_host, M->loss.data, sizeof(float),
                                    CH_MEMCPY_DEVICE_TO_HOST);
     if (s) return ch_error_context("reading the loss of '%s' from GPU %d", M->arch, M->dev_index);
+    /* the GPU's label check is deferred to here (ch_op_cross_entropy) */
+    s = ch_compute_sync(cx);
+    if (s) return ch_error_context("loss of '%s'", M->arch);
     *loss = M->loss_host;
     return CH_OK;
 }
@@ -631,6 +660,11 @@ static ch_status bwd(ch_model_t *M, ch_compute_t *cx, ch_module_t *m, ch_tensor_
 {
     *dx = NULL;
     if (!m->trainable && !m->needs_dx) return CH_OK;
+    if (ch_nn_is_activation(m->kind)) {
+        CH_TRY(ch_op_act_backward(cx, &m->act, m->in, dy, &m->dx));
+        *dx = &m->dx;
+        return CH_OK;
+    }
     ch_param_t *pw = entry_of(m, "weight"), *pb = entry_of(m, "bias");
     int tw = pw && pw->requires_grad, tb = pb && pb->requires_grad;
     switch (m->kind) {
@@ -717,6 +751,13 @@ static ch_status bwd(ch_model_t *M, ch_compute_t *cx, ch_module_t *m, ch_tensor_
     case CH_NN_RELU:
         CH_TRY(ch_op_relu_backward(cx, m->out, dy, dy));
         *dx = dy;
+        return CH_OK;
+    case CH_NN_LAYERNORM2D:
+        CH_TRY(ch_op_layernorm2d_backward(cx, m->in, dy, &m->ln_mean, &m->ln_rstd, &m->w,
+                                          m->needs_dx ? &m->dx : NULL, tw ? &m->dw : NULL,
+                                          tb ? &m->db : NULL));
+        CH_TRY(fire(M, m));
+        if (m->needs_dx) *dx = &m->dx;
         return CH_OK;
     case CH_NN_MAXPOOL2D:
         CH_TRY(ch_op_maxpool2d_backward(cx, m->in, dy, &m->pool, &m->dx));

@@ -61,6 +61,11 @@ struct ch_module {
     const ch_tensor_t *out;                /* output of the last forward */
     int forward_training;                  /* mode of the last forward */
 
+    /* activations (CH_NN_HARDTANH .. CH_NN_HARDSIGMOID) and LayerNorm2d */
+    ch_act_params_t act;
+    float ln_eps;
+    ch_tensor_t ln_mean, ln_rstd;          /* (N*H*W) per position, arena */
+
     /* backward flags, recomputed at the start of each backward */
     int needs_dx;                          /* gradient w.r.t. the input is wanted */
     int trainable;                         /* subtree has a parameter with requires_grad */
@@ -115,6 +120,13 @@ struct ch_model {
     const ch_tensor_t *deferred_dy;
     const ch_tensor_t *last_sync_dx; /* dx of the SyncBN backward that ran last */
 };
+
+/* Kinds CH_NN_HARDTANH .. CH_NN_HARDSIGMOID: element-wise activations
+ * computed by ch_op_act_* with the module's act parameters. */
+static inline int ch_nn_is_activation(ch_nn_kind_t k)
+{
+    return k >= CH_NN_HARDTANH && k <= CH_NN_HARDSIGMOID;
+}
 
 /* (Re)allocate the SyncBN gather storage of batch-norm module m for the
  * model's device and world size (nn_exec.c; used by convert and by

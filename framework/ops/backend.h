@@ -122,6 +122,20 @@ typedef struct ch_ops_backend {
      * (ops.h ch_op_upload_async / ch_compute_wait_upload); NULL for the CPU */
     ch_status (*upload_async)(void *st, const ch_tensor_t *src, ch_tensor_t *dst);
     ch_status (*wait_upload)(void *st);
+
+    /* activations and LayerNorm2d (ops.h ch_op_act_*, ch_op_layernorm2d_*;
+     * arguments checked) */
+    ch_status (*act_forward)(void *st, const ch_act_params_t *p, const ch_tensor_t *x,
+                             ch_tensor_t *y);
+    ch_status (*act_backward)(void *st, const ch_act_params_t *p, const ch_tensor_t *x,
+                              const ch_tensor_t *dy, ch_tensor_t *dx);
+    ch_status (*ln2d_forward)(void *st, const ch_tensor_t *x, const ch_tensor_t *weight,
+                              const ch_tensor_t *bias, float eps, ch_tensor_t *y,
+                              ch_tensor_t *mean, ch_tensor_t *rstd);
+    ch_status (*ln2d_backward)(void *st, const ch_tensor_t *x, const ch_tensor_t *dy,
+                               const ch_tensor_t *mean, const ch_tensor_t *rstd,
+                               const ch_tensor_t *weight, ch_tensor_t *dx, ch_tensor_t *dweight,
+                               ch_tensor_t *dbias);
 } ch_ops_backend_t;
 
 /* The CPU backend (always built). */

@@ -18,6 +18,10 @@ static const ch_config_key_t compute_keys[] = {
     {"compute.conv_search", CH_CFG_STRING, "heuristics", CH_CFG_NO_RANGE,
      "GPU: convolution algorithm choice: heuristics (cuDNN's ranking) or timed "
      "(cudnnFind*, torch.backends.cudnn.benchmark = True). Ignored on CPU ranks."},
+    {"compute.deterministic", CH_CFG_BOOL, "false", CH_CFG_NO_RANGE,
+     "GPU: only deterministic cuDNN convolution algorithms (torch.backends.cudnn.deterministic): "
+     "bitwise the same results run after run, at some cost in speed. CPU ranks are "
+     "deterministic always."},
     {"compute.gpu_workspace_mb", CH_CFG_INT, "1024", 1, 1048576,
      "GPU: cap on the cuDNN convolution workspace in MiB. Ignored on CPU ranks."},
     {"compute.cpu_conv_algorithm", CH_CFG_STRING, "direct", CH_CFG_NO_RANGE,
@@ -50,6 +54,7 @@ ch_status ch_compute_from_config(const ch_config_t *cfg, ch_compute_options_t *o
     CH_TRY(ch_config_get_bool(cfg, "compute.bf16", &r.bf16));
     CH_TRY(ch_config_get_choice(cfg, "compute.conv_search", ch_compute_conv_search_names, 2,
                                 &r.conv_search));
+    CH_TRY(ch_config_get_bool(cfg, "compute.deterministic", &r.deterministic));
     CH_TRY(ch_config_get_int(cfg, "compute.gpu_workspace_mb", &mb));
     CH_TRY(ch_config_get_choice(cfg, "compute.cpu_conv_algorithm",
                                 ch_compute_cpu_conv_algorithm_names, 3, &r.cpu_conv_algorithm));

@@ -5,6 +5,7 @@
 #include "framework/ops/ops.h"
 #include "framework/ops/backend.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,6 +28,7 @@ void ch_compute_options_default(ch_compute_options_t *o)
     o->allow_tf32 = 1;
     o->bf16 = 0;
     o->conv_search = 0;
+    o->deterministic = 0;
     o->gpu_workspace_bytes = 0;
     o->cpu_conv_algorithm = CH_CPU_CONV_DIRECT;
 }
@@ -50,6 +52,8 @@ ch_status ch_compute_create(ch_compute_t **out, const ch_compute_options_t *opts
     CH_REQUIRE(o.conv_search == 0 || o.conv_search == 1,
                "ch_compute_create: conv_search %d, expected 0 (heuristics) or 1 (timed)",
                o.conv_search);
+    CH_REQUIRE(o.deterministic == 0 || o.deterministic == 1,
+               "ch_compute_create: deterministic %d, expected 0 or 1", o.deterministic);
     ch_compute_t *cx = calloc(1, sizeof *cx);
     if (!cx) return CH_ERROR(CH_ERR_NOMEM, "ch_compute_create: out of memory");
     cx->opts = o;
@@ -103,7 +107,27 @@ char *ch_compute_describe(const ch_compute_t *cx, char *buf, size_t len)
         buf[0] = 0;
         return buf;
     }
-    cx->be[CH_DEV_CPU]->describe(cx->state[CH_DEV_CPU], buf, len);
+    size_t at = 0;
+    if (cx->opts.gpu_device >= 0 && cx->be[CH_DEV_CUDA]) {
+        /* a GPU rank: the GPU's line first. Its state is made here if no op
+         * made it yet, as the first GPU op would (the context is the
+         * caller's own mutable object; const only in this interface). */
+        ch_compute_t *m = (ch_compute_t *)cx;
+        if (!m->state[CH_DEV_CUDA] &&
+            m->be[CH_DEV_CUDA]->create(&m->state[CH_DEV_CUDA], &m->opts) != CH_OK) {
+            snprintf(buf, len, "GPU %d: backend not set up (%s)", m->opts.gpu_device,
+                     ch_error_message());
+            ch_error_clear();
+        } else {
+            m->be[CH_DEV_CUDA]->describe(m->state[CH_DEV_CUDA], buf, len);
+        }
+        at = strlen(buf);
+        if (at + 8 < len) {
+            memcpy(buf + at, "; host ", 8);
+            at += 7;
+        }
+    }
+    if (at < len) cx->be[CH_DEV_CPU]->describe(cx->state[CH_DEV_CPU], buf + at, len - at);
     return buf;
 }
 
@@ -1152,5 +1176,137 @@ ch_status ch_op_rmsprop_step(ch_compute_t *cx, ch_devkind_t dev, int dev_index,
     if (!be->rmsprop_step)
         return CH_ERROR(CH_ERR_UNSUPPORTED, OP ": the %s backend has no RMSprop", be->name);
     return be->rmsprop_step(st, ts, n, h);
+/* ----------------------------------------------------------- activations */
+
+const char *ch_act_name(ch_act_kind_t kind)
+{
+    switch (kind) {
+    case CH_ACT_HARDTANH: return "Hardtanh";
+    case CH_ACT_LEAKY_RELU: return "LeakyReLU";
+    case CH_ACT_SILU: return "SiLU";
+    case CH_ACT_SIGMOID: return "Sigmoid";
+    case CH_ACT_TANH: return "Tanh";
+    case CH_ACT_GELU_ERF: return "GELU";
+    case CH_ACT_GELU_TANH: return "GELU(approximate='tanh')";
+    case CH_ACT_HARDSWISH: return "Hardswish";
+    case CH_ACT_HARDSIGMOID: return "Hardsigmoid";
+    default: return "?";
+    }
+}
+
+static ch_status act_params(const char *op, const ch_act_params_t *p)
+{
+    CH_REQUIRE(p, "%s: activation parameters are NULL", op);
+    CH_REQUIRE((int)p->kind >= 0 && p->kind < CH_ACT_COUNT_, "%s: unknown activation kind %d", op,
+               (int)p->kind);
+    CH_REQUIRE(p->kind != CH_ACT_HARDTANH || p->alpha <= p->beta,
+               "%s: Hardtanh min_val %g > max_val %g", op, (double)p->alpha, (double)p->beta);
+    CH_REQUIRE(isfinite(p->alpha) && isfinite(p->beta), "%s: %s parameters %g, %g are not finite",
+               op, ch_act_name(p->kind), (double)p->alpha, (double)p->beta);
+    return CH_OK;
+}
+
+static ch_status no_entry(const char *op, const ch_ops_backend_t *be)
+{
+    return CH_ERROR(CH_ERR_UNSUPPORTED, "%s: the %s backend does not implement it", op, be->name);
+}
+
+ch_status ch_op_act_forward(ch_compute_t *cx, const ch_act_params_t *p, const ch_tensor_t *x,
+                            ch_tensor_t *y)
+{
+#define OP "ch_op_act_forward"
+    CH_TRY(act_params(OP, p));
+    CH_REQUIRE(x && y, OP ": NULL tensor");
+    CH_TRY(need(OP, "x", x, CH_F32, 0));
+    CH_TRY(bn_pair(OP, "x", x, "y", y));
+    SAME_DEVICE(OP, x, y);
+    BE(x);
+    if (!be->act_forward) return no_entry(OP, be);
+    wrote(y, NULL, NULL);
+    return be->act_forward(st, p, x, y);
+#undef OP
+}
+
+ch_status ch_op_act_backward(ch_compute_t *cx, const ch_act_params_t *p, const ch_tensor_t *x,
+                             const ch_tensor_t *dy, ch_tensor_t *dx)
+{
+#define OP "ch_op_act_backward"
+    CH_TRY(act_params(OP, p));
+    CH_REQUIRE(x && dy && dx, OP ": NULL tensor");
+    CH_TRY(need(OP, "x", x, CH_F32, 0));
+    CH_TRY(bn_pair(OP, "x", x, "dy", dy));
+    CH_TRY(bn_pair(OP, "x", x, "dx", dx));
+    CH_REQUIRE(dx->data != x->data || !x->nbytes, OP ": dx must not alias the forward input x");
+    SAME_DEVICE(OP, x, dy, dx);
+    BE(x);
+    if (!be->act_backward) return no_entry(OP, be);
+    wrote(dx, NULL, NULL);
+    return be->act_backward(st, p, x, dy, dx);
+#undef OP
+}
+
+/* ------------------------------------------------------------ layer norm */
+
+/* x (N,C,H,W) and the (N*H*W) plain position vectors v1, v2. */
+static ch_status ln2d_common(const char *op, const ch_tensor_t *x, const ch_tensor_t *weight,
+                             const ch_tensor_t *v1, const ch_tensor_t *v2)
+{
+    CH_REQUIRE(x, "%s: x is NULL", op);
+    CH_TRY(need(op, "x", x, CH_F32, 4));
+    const int64_t C = x->shape[1], P = x->shape[0] * x->shape[2] * x->shape[3];
+    CH_TRY(need_vec(op, "weight", weight, C, 1));
+    const ch_tensor_t *v[2] = {v1, v2};
+    const char *nm[2] = {"mean", "rstd"};
+    for (int i = 0; i < 2; i++) {
+        CH_REQUIRE(v[i], "%s: %s is NULL", op, nm[i]);
+        CH_TRY(need(op, nm[i], v[i], CH_F32, 1));
+        CH_TRY(need_plain(op, nm[i], v[i]));
+        if (v[i]->shape[0] != P) {
+            char a[128];
+            return CH_ERROR(CH_ERR_INVALID, "%s: %s must have N*H*W = %lld elements (one per "
+                            "position), got %s", op, nm[i], (long long)P, DESC(v[i], a));
+        }
+    }
+    SAME_DEVICE(op, x, weight, v1, v2);
+    return CH_OK;
+}
+
+ch_status ch_op_layernorm2d_forward(ch_compute_t *cx, const ch_tensor_t *x,
+                                    const ch_tensor_t *weight, const ch_tensor_t *bias,
+                                    float eps, ch_tensor_t *y, ch_tensor_t *mean,
+                                    ch_tensor_t *rstd)
+{
+#define OP "ch_op_layernorm2d_forward"
+    CH_TRY(ln2d_common(OP, x, weight, mean, rstd));
+    CH_TRY(need_vec(OP, "bias", bias, x->shape[1], 1));
+    CH_TRY(bn_pair(OP, "x", x, "y", y));
+    CH_REQUIRE(y->data != x->data || !x->nbytes, OP ": y must not alias x");
+    CH_REQUIRE(eps > 0.0f && isfinite(eps), OP ": eps %g, expected > 0", (double)eps);
+    SAME_DEVICE(OP, x, bias, y);
+    BE(x);
+    if (!be->ln2d_forward) return no_entry(OP, be);
+    wrote(y, mean, rstd);
+    return be->ln2d_forward(st, x, weight, bias, eps, y, mean, rstd);
+#undef OP
+}
+
+ch_status ch_op_layernorm2d_backward(ch_compute_t *cx, const ch_tensor_t *x,
+                                     const ch_tensor_t *dy, const ch_tensor_t *mean,
+                                     const ch_tensor_t *rstd, const ch_tensor_t *weight,
+                                     ch_tensor_t *dx, ch_tensor_t *dweight,
+                                     ch_tensor_t *dbias)
+{
+#define OP "ch_op_layernorm2d_backward"
+    CH_TRY(ln2d_common(OP, x, weight, mean, rstd));
+    CH_TRY(bn_pair(OP, "x", x, "dy", dy));
+    if (dx) CH_TRY(bn_pair(OP, "x", x, "dx", dx));
+    CH_TRY(need_vec(OP, "dweight", dweight, x->shape[1], 1));
+    CH_TRY(need_vec(OP, "dbias", dbias, x->shape[1], 1));
+    CH_REQUIRE(!dx || dx->data != x->data || !x->nbytes, OP ": dx must not alias x");
+    SAME_DEVICE(OP, x, dy, dx, dweight, dbias);
+    BE(x);
+    if (!be->ln2d_backward) return no_entry(OP, be);
+    wrote(dx, dweight, dbias);
+    return be->ln2d_backward(st, x, dy, mean, rstd, weight, dx, dweight, dbias);
 #undef OP
 }

@@ -86,6 +86,15 @@ typedef struct ch_compute_options {
      * 1 timed search (cudnnFindConvolution*Algorithm, torch.backends.cudnn.
      * benchmark = True). Cached per (shape, layout, precision). */
     int conv_search;
+    /* 1: only deterministic convolution algorithms (cuDNN's
+     * CUDNN_DETERMINISTIC ones, torch.backends.cudnn.deterministic = True):
+     * the same inputs give bitwise the same results run after run, at some
+     * cost in speed (PyTorch's "Reproducibility" notes); no such algorithm
+     * within the workspace cap is an error naming the convolution. 0
+     * (default): cuDNN may pick algorithms whose floating-point sums depend
+     * on scheduling (atomics), as PyTorch's default. The CPU backend is
+     * deterministic either way. */
+    int deterministic;
     /* Cap on the cuDNN workspace in bytes; 0: default 1 GiB. */
     size_t gpu_workspace_bytes;
     /* ---- CPU backend (ignored by the GPU backend) ----
@@ -109,13 +118,15 @@ typedef struct ch_compute_options {
 enum { CH_CPU_CONV_DIRECT = 0, CH_CPU_CONV_AUTO = 1, CH_CPU_CONV_WINOGRAD = 2 };
 
 /* Default options: num_threads 0, cpu_layout -1, gpu_device -1,
- * allow_tf32 1, bf16 0, conv_search 0, gpu_workspace_bytes 0 (1 GiB),
+ * allow_tf32 1, bf16 0, conv_search 0, deterministic 0,
+ * gpu_workspace_bytes 0 (1 GiB),
  * cpu_conv_algorithm CH_CPU_CONV_DIRECT. */
 void ch_compute_options_default(ch_compute_options_t *o);
 
 /* The compute context's config keys, titled "compute" (list it in a job's
  * tables): compute.allow_tf32 (bool, true), compute.bf16 (bool, false),
  * compute.conv_search (heuristics | timed, default heuristics),
+ * compute.deterministic (bool, false),
  * compute.gpu_workspace_mb (int MiB, 1024, range [1, 1048576]), which set
  * the GPU fields of ch_compute_options_t below, and
  * compute.cpu_conv_algorithm (direct | auto | winograd, default direct:
@@ -159,7 +170,12 @@ ch_layout_t ch_compute_preferred_layout(const ch_compute_t *cx, ch_devkind_t dev
                                         int64_t channels);
 
 /* One line: "oneDNN 2.6.3 (cpu runtime OpenMP, isa avx512_core), 1 threads,
- * layout nChw16c". Returns buf. */
+ * layout nChw16c". On a context for a GPU (gpu_device >= 0, CUDA build) the
+ * GPU backend's details come first ("CUDA GPU 0 NVIDIA H200 (132 SMs),
+ * cuDNN 9.x.y, cuBLAS ..., fp32 (TF32 convs), conv algos by heuristics"),
+ * then "; host " and the CPU line; the GPU state is created for it if no
+ * GPU op did yet ("GPU N: backend not set up (why)" when that fails).
+ * Truncated to len. Returns buf. */
 char *ch_compute_describe(const ch_compute_t *cx, char *buf, size_t len);
 
 /* Number of cached primitives and current scratchpad bytes (for tests and
@@ -185,7 +201,9 @@ void ch_compute_weight_conversions(const ch_compute_t *cx, int64_t *converted, i
 int64_t ch_compute_winograd_primitives(const ch_compute_t *cx);
 
 /* Wait for all queued work on the context (no-op for the CPU backend,
- * whose ops complete before returning). */
+ * whose ops complete before returning) and report what the device found
+ * in it: CH_ERR_RANGE for an out-of-range cross-entropy label (see
+ * ch_op_cross_entropy). */
 ch_status ch_compute_sync(ch_compute_t *cx);
 
 /* The CUDA stream (a cudaStream_t, as void*) GPU ops of this context are
@@ -474,7 +492,10 @@ ch_status ch_op_scale(ch_compute_t *cx, ch_tensor_t *t, float alpha);
 /* Softmax cross-entropy with mean reduction over the batch
  * (torch.nn.CrossEntropyLoss(), no weights, no ignore_index, no smoothing).
  * logits (N,K) PLAIN float32, labels (N) int64 with 0 <= label < K (else
- * CH_ERR_RANGE naming the sample); N >= 1.
+ * CH_ERR_RANGE naming the sample and label; on a GPU the check runs on the
+ * device without a host wait, its row's loss is NaN, and the error comes
+ * from the next ch_op_cross_entropy or ch_compute_sync on the context,
+ * which ch_model_loss_value runs); N >= 1.
  * loss: a 1-element float32 tensor (shape (1)) receiving
  *   mean_n [ logsumexp(logits[n]) - logits[n, label[n]] ].
  * dlogits (N,K) PLAIN or NULL: gradient of that mean loss,
@@ -611,6 +632,116 @@ typedef struct ch_rmsprop_hparams {
  * for any thread count). Errors as ch_op_adamw_step. */
 ch_status ch_op_rmsprop_step(ch_compute_t *cx, ch_devkind_t dev, int dev_index,
                              const ch_rmsprop_tensor_t *ts, int n, const ch_rmsprop_hparams_t *h);
+/* ------------------------------------------------------ activations (eltwise)
+ * The element-wise activations of torch.nn beyond ReLU, forward and
+ * backward, with PyTorch 1.13's formulas (CPU kernels of
+ * aten/src/ATen/native/cpu/Activation.cpp, UnaryOpsKernel.cpp,
+ * BinaryOpsKernel.cpp; the backward is autograd's derivatives.yaml).
+ * x is the forward input, y = f(x) the forward output, dy the gradient of
+ * y, dx = dy * f'(x):
+ *
+ *  CH_ACT_HARDTANH   y = min(max(x, alpha), beta)  (nn.Hardtanh(min_val =
+ *                    alpha, max_val = beta); nn.ReLU6 is alpha 0, beta 6);
+ *                    dx = dy where alpha < x < beta, else 0 (0 at both
+ *                    breakpoints: hardtanh_backward)
+ *  CH_ACT_LEAKY_RELU y = x > 0 ? x : alpha * x (negative_slope alpha);
+ *                    dx = x > 0 ? dy : alpha * dy (alpha * dy at x = 0)
+ *  CH_ACT_SILU       y = x / (1 + exp(-x)); dx = dy * s * (1 + x * (1 - s)),
+ *                    s = 1 / (1 + exp(-x))
+ *  CH_ACT_SIGMOID    y = 1 / (1 + exp(-x)); dx = dy * (1 - y) * y
+ *  CH_ACT_TANH       y = tanh(x); dx = dy * (1 - y * y)  (y = f(x))
+ *  CH_ACT_GELU_ERF   y = x * 0.5 * (1 + erf(x / sqrt(2)))  (approximate='none');
+ *                    dx = dy * (Phi(x) + x * exp(-x^2 / 2) / sqrt(2 pi))
+ *  CH_ACT_GELU_TANH  y = 0.5 * x * (1 + tanh(k * (x + 0.044715 x^3))),
+ *                    k = sqrt(2 / pi)  (approximate='tanh');
+ *                    dx = dy * (0.5 * (1 + t) + 0.5 * x * (1 - t^2) * k *
+ *                    (1 + 3 * 0.044715 * x^2)), t the tanh above
+ *  CH_ACT_HARDSWISH  y = x * min(max(x + 3, 0), 6) / 6; dx = 0 for x < -3,
+ *                    dy * (x / 3 + 0.5) for -3 <= x < 3, dy for x >= 3:
+ *                    -0.5 dy at -3 and dy at 3, as the vectorised CPU
+ *                    hardswish_backward of PyTorch 1.13 gives for all
+ *                    elements of a tensor but a tail of fewer than one
+ *                    vector (its scalar tail and its CUDA kernel give
+ *                    1.5 dy at 3: PyTorch disagrees with itself there)
+ *  CH_ACT_HARDSIGMOID y = min(max(x + 3, 0), 6) / 6; dx = dy * (1/6) for
+ *                    -3 < x < 3, else 0 (0 at both breakpoints)
+ *
+ * alpha / beta are used by HARDTANH (alpha < beta or equal) and LEAKY_RELU
+ * (alpha) and ignored otherwise. Shapes: any float32 tensor (activations
+ * (N,C,H,W) in any layout, or (N,C)); x, y, dy, dx of one call share shape
+ * and layout.
+ * CPU: oneDNN eltwise primitives (clip_v2, relu with alpha, swish with
+ * alpha 1, logistic, tanh, gelu_erf, gelu_tanh, hardswish forward) with
+ * oneDNN's vectorised exp/tanh/erf, within a few ulp of PyTorch's; plain C
+ * (framework/ops/act_math.h) where oneDNN 2.6 has no algorithm or its
+ * derivative differs from autograd's at a breakpoint (Hardsigmoid; the
+ * Hardswish backward, where oneDNN gives 0 at -3), and wherever oneDNN
+ * would only offer a reference kernel. NaN: clip_v2 maps a NaN input to
+ * alpha where torch.clamp keeps it. CUDA: own kernels with act_math.h's
+ * formulas. Elementwise, so bitwise the same for any thread count.
+ * Tests: tests/test_nn_act (vs PyTorch), tests/gpu/test_gpu_ops;
+ * docs/nn-numerics.md. */
+typedef enum {
+    CH_ACT_HARDTANH = 0,
+    CH_ACT_LEAKY_RELU,
+    CH_ACT_SILU,
+    CH_ACT_SIGMOID,
+    CH_ACT_TANH,
+    CH_ACT_GELU_ERF,
+    CH_ACT_GELU_TANH,
+    CH_ACT_HARDSWISH,
+    CH_ACT_HARDSIGMOID,
+    CH_ACT_COUNT_
+} ch_act_kind_t;
+
+typedef struct ch_act_params {
+    ch_act_kind_t kind;
+    float alpha; /* HARDTANH min_val, LEAKY_RELU negative_slope */
+    float beta;  /* HARDTANH max_val */
+} ch_act_params_t;
+
+/* The PyTorch module name of an activation kind ("Hardtanh", "GELU", ...). */
+const char *ch_act_name(ch_act_kind_t kind);
+
+/* y = f(x). y may alias x (in place). CH_ERR_INVALID for an unknown kind or
+ * alpha > beta (HARDTANH). */
+ch_status ch_op_act_forward(ch_compute_t *cx, const ch_act_params_t *p, const ch_tensor_t *x,
+                            ch_tensor_t *y);
+
+/* dx = dy * f'(x) from the forward input x (SIGMOID and TANH recompute
+ * y = f(x) from it exactly as the forward does, so the forward may run in
+ * place only where x is kept elsewhere). dx may alias dy, not x.
+ * Overwrites dx. */
+ch_status ch_op_act_backward(ch_compute_t *cx, const ch_act_params_t *p, const ch_tensor_t *x,
+                             const ch_tensor_t *dy, ch_tensor_t *dx);
+
+/* ------------------------------------------------- layer norm over channels
+ * ConvNeXt's LayerNorm2d ("channels_first"; torchvision's
+ * models.convnext.LayerNorm2d = F.layer_norm over C of x.permute(0,2,3,1)):
+ * at every (n, h, w), over the C channels,
+ *   mean = sum_c x / C,  var = sum_c (x - mean)^2 / C  (biased),
+ *   rstd = 1 / sqrt(var + eps),
+ *   y = (x - mean) * rstd * weight[c] + bias[c].
+ * Backward (torch native_layer_norm_backward), xhat = (x - mean) * rstd,
+ * g = dy * weight:
+ *   dx = rstd * (g - mean_c(g) - xhat * mean_c(g * xhat))
+ *   dweight[c] = sum_{n,h,w} dy * xhat,  dbias[c] = sum_{n,h,w} dy.
+ * x, y, dy, dx (N,C,H,W) one layout (any); weight, bias, dweight, dbias (C)
+ * PLAIN, weight/bias NULL = 1/0 (elementwise_affine=False); mean, rstd
+ * (N*H*W) PLAIN float32 at position (n*H + h)*W + w, written by the forward
+ * and read by the backward. eps > 0 (ConvNeXt: 1e-6). Sums over C run in
+ * double per position, sums over positions in double per channel, each by
+ * one thread in a fixed order: bitwise the same for any thread count.
+ * y must not alias x; dx may alias dy; dx, dweight, dbias may be NULL. */
+ch_status ch_op_layernorm2d_forward(ch_compute_t *cx, const ch_tensor_t *x,
+                                    const ch_tensor_t *weight, const ch_tensor_t *bias,
+                                    float eps, ch_tensor_t *y, ch_tensor_t *mean,
+                                    ch_tensor_t *rstd);
+ch_status ch_op_layernorm2d_backward(ch_compute_t *cx, const ch_tensor_t *x,
+                                     const ch_tensor_t *dy, const ch_tensor_t *mean,
+                                     const ch_tensor_t *rstd, const ch_tensor_t *weight,
+                                     ch_tensor_t *dx, ch_tensor_t *dweight,
+                                     ch_tensor_t *dbias);
 
 #ifdef __cplusplus
 }

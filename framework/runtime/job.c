@@ -64,6 +64,7 @@ struct ch_job {
     /* watchdog (ch_job_heartbeat): armed at the first beat */
     pthread_t watchdog;
     int watchdog_started, watchdog_quit;
+    int tearing_down;    /* in ch_job_finalize: the watchdog's line says so */
     double last_beat;
     pthread_mutex_t beat_mu;
     pthread_cond_t beat_cv;
@@ -93,7 +94,8 @@ static const ch_config_key_t runtime_keys[] = {
     {"dist.timeout", CH_CFG_FLOAT, "1800", 0, 1e7,
      "Seconds a rank may go without reaching a step boundary once the first step began; "
      "then it ends with exit 4, as a peer rank is gone or hung (torch.distributed's "
-     "init_process_group timeout, 30 min). 0: wait forever."},
+     "init_process_group timeout, 30 min). The teardown at the end (process groups, "
+     "profile table) gets the same limit. 0: wait forever."},
 };
 
 ch_config_table_t ch_job_runtime_table(void)
@@ -846,10 +848,17 @@ static void *watchdog_main(void *arg)
         double idle = monotonic_now() - job->last_beat;
         if (idle > job->timeout) {
             char line[512];
-            int n = snprintf(line, sizeof line, "%s: rank %d: no step boundary for %.0f s "
-                             "(dist.timeout = %g): a peer rank is gone or hung; ending this rank "
-                             "(exit %d)\n", job->name, job->rank, idle, job->timeout,
-                             CH_EXIT_PEER_LOST);
+            int n = job->tearing_down
+                        ? snprintf(line, sizeof line, "%s: rank %d: teardown (profile table, "
+                                   "cleanups, process groups: an NCCL communicator's stream or "
+                                   "an MPI free waiting on a peer) not done after %.0f s "
+                                   "(dist.timeout = %g): a peer rank is gone or hung; ending "
+                                   "this rank (exit %d)\n", job->name, job->rank, idle,
+                                   job->timeout, CH_EXIT_PEER_LOST)
+                        : snprintf(line, sizeof line, "%s: rank %d: no step boundary for %.0f s "
+                                   "(dist.timeout = %g): a peer rank is gone or hung; ending "
+                                   "this rank (exit %d)\n", job->name, job->rank, idle,
+                                   job->timeout, CH_EXIT_PEER_LOST);
             if (n > 0) {
                 ssize_t w = write(STDERR_FILENO, line, (size_t)n < sizeof line ? (size_t)n : sizeof line - 1);
                 (void)w;
@@ -988,7 +997,16 @@ ch_status ch_job_on_finalize(ch_job_t *job, void (*fn)(void *arg), void *arg)
 int ch_job_finalize(ch_job_t *job, int exit_code)
 {
     if (!job) return CH_EXIT_ERROR;
-    watchdog_stop(job);
+    /* The teardown runs under the watchdog too, with a fresh dist.timeout:
+     * destroying an NCCL group waits for its comm stream to drain (and an
+     * MPI free or the profile table for the peers), which a dead or hung
+     * peer never lets happen. */
+    if (job->timeout > 0) {
+        ch_job_heartbeat(job);
+        pthread_mutex_lock(&job->beat_mu);
+        job->tearing_down = 1;
+        pthread_mutex_unlock(&job->beat_mu);
+    }
     if (job->peer_lost) exit_code = CH_EXIT_PEER_LOST;
     if (job->progress_open) fputc('\n', stderr);
     /* the profile table is a collective over the world: only when every
@@ -1010,6 +1028,7 @@ int ch_job_finalize(ch_job_t *job, int exit_code)
         ch_pg_destroy(job->nccl);
         ch_pg_destroy(job->pg);
     }
+    watchdog_stop(job);
     ch_config_destroy(job->cfg);
     if (job->env_ok) ch_env_finalize(&job->env);
     free(job->stop_file);

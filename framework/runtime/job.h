@@ -160,7 +160,11 @@ int ch_job_init(const ch_job_options_t *opt, int argc, char **argv, ch_job_t **o
  * (ch_job_peer_lost) it makes no collective (no profile table, no
  * MPI_Comm_free, no MPI_Finalize, which could wait for the dead rank
  * forever): the job's cleanups run, then the process ends at once with
- * _exit(CH_EXIT_PEER_LOST) and the call does not return. */
+ * _exit(CH_EXIT_PEER_LOST) and the call does not return. With dist.timeout
+ * > 0 the whole teardown (profile table, cleanups, the NCCL group's drain
+ * of its comm stream, the process groups) runs under the watchdog with a
+ * fresh timeout: past it, one line ("teardown ... not done after N s") and
+ * _exit(CH_EXIT_PEER_LOST), as in the step. */
 int ch_job_finalize(ch_job_t *job, int exit_code);
 
 /* Register fn(arg) to run in ch_job_finalize (last registered runs first),

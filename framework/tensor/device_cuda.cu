@@ -3,6 +3,7 @@
 
 #include "framework/tensor/device.h"
 #include "framework/tensor/tensor.h"
+#include "framework/core/log.h"
 
 #include <cuda_runtime.h>
 #include <stdio.h>
@@ -16,9 +17,22 @@ extern "C" ch_status ch_device_count(int *count)
     *count = 0;
     int n = 0;
     cudaError_t e = cudaGetDeviceCount(&n);
-    if (e == cudaErrorNoDevice || e == cudaErrorInsufficientDriver) {
-        (void)cudaGetLastError(); /* no driver or no GPU: a CPU machine */
+    if (e == cudaErrorNoDevice) {
+        (void)cudaGetLastError(); /* a driver but no GPU: a CPU machine */
         return CH_OK;
+    }
+    if (e == cudaErrorInsufficientDriver) {
+        (void)cudaGetLastError();
+        /* no driver, or one older than this runtime: a CPU machine with the
+         * toolkit installed, unless a GPU is there (a cluster node whose
+         * driver lags the toolkit), which must not train on its CPU */
+        char what[512];
+        if (!ch_device_gpu_present(what, sizeof what)) return CH_OK;
+        int drv = 0, rt = 0;
+        if (cudaDriverGetVersion(&drv) != cudaSuccess) drv = 0;
+        if (cudaRuntimeGetVersion(&rt) != cudaSuccess) rt = CUDART_VERSION;
+        (void)cudaGetLastError();
+        return ch_device_driver_error(drv, rt, what);
     }
     CH_CHECK_CUDA(e);
     *count = n;
@@ -109,10 +123,23 @@ extern "C" ch_status ch_host_alloc(void **ptr, size_t bytes, int want_pinned, in
     if (is_pinned) *is_pinned = 0;
     size_t rounded = (bytes + 63) / 64 * 64;
     if (!rounded) rounded = 64;
-    if (want_pinned && ch_device_count(&n) == CH_OK && n > 0) {
-        CH_CHECK_CUDA(cudaHostAlloc(ptr, rounded, cudaHostAllocPortable));
-        if (is_pinned) *is_pinned = 1;
-        return CH_OK;
+    if (want_pinned && ch_device_count(&n) != CH_OK) {
+        ch_error_clear(); /* no usable GPU: plain memory, as on a CPU machine */
+        n = 0;
+    }
+    if (want_pinned && n > 0) {
+        cudaError_t e = cudaHostAlloc(ptr, rounded, cudaHostAllocPortable);
+        if (e == cudaSuccess) {
+            if (is_pinned) *is_pinned = 1;
+            return CH_OK;
+        }
+        /* page-locking is limited (ulimit -l, cgroups, the driver): copies
+         * from pageable memory are slower but correct */
+        (void)cudaGetLastError();
+        *ptr = NULL;
+        ch_log_warn("page-locked host memory: cudaHostAlloc of %zu bytes failed (%s); using "
+                    "pageable memory for this buffer (slower uploads)", rounded,
+                    cudaGetErrorString(e));
     }
     *ptr = aligned_alloc(64, rounded);
     if (!*ptr) return CH_ERROR(CH_ERR_NOMEM, "cannot allocate %zu bytes of host memory", bytes);

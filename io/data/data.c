@@ -29,6 +29,10 @@ static const ch_config_key_t ch_data_config_keys[] = {
     {"data.workers", CH_CFG_INT, "2", 0, 256, "Loader worker threads per rank (0: load in the "
                                               "training thread)."},
     {"data.prefetch", CH_CFG_INT, "4", 1, 1024, "Batch slots in the loader's ring."},
+    {"data.pinned_mb", CH_CFG_INT, "1024", 0, 1048576,
+     "GPU ranks: cap in MiB on the page-locked memory of a loader's batch slots (the first "
+     "slots that fit are page-locked, the others pageable, which uploads more slowly); 0: "
+     "none page-locked. CPU ranks never page-lock."},
     {"data.mean", CH_CFG_STRLIST, "0.2860", CH_CFG_NO_RANGE,
      "Normalize mean per channel (one value or one per channel), or auto: the training "
      "set's per-channel mean of ToTensor values (computed across the ranks)."},
@@ -89,6 +93,7 @@ ch_status ch_data_options_from_config(const ch_config_t *cfg, ch_data_options_t 
     CH_TRY(ch_config_get_int64(cfg, "data.test_subset", &o->test_subset));
     CH_TRY(ch_config_get_int(cfg, "data.workers", &o->workers));
     CH_TRY(ch_config_get_int(cfg, "data.prefetch", &o->prefetch));
+    CH_TRY(ch_config_get_int(cfg, "data.pinned_mb", &o->pinned_mb));
     CH_TRY(ch_config_get_int(cfg, "data.random_crop_padding", &o->random_crop_padding));
     CH_TRY(ch_config_get_bool(cfg, "data.hflip", &o->hflip));
     CH_TRY(read_floats(cfg, "data.mean", o->mean, &o->n_mean, &o->mean_auto));
@@ -268,7 +273,8 @@ static ch_status make_loaders(const ch_data_options_t *o, const ch_data_setup_t 
     lc.batch_size = u->batch_size;
     lc.num_workers = o->workers;
     lc.prefetch = o->prefetch;
-    lc.pinned = u->pinned;
+    lc.pinned = u->pinned && o->pinned_mb > 0;
+    lc.pinned_max_bytes = (size_t)o->pinned_mb << 20;
     lc.world_size = u->world_size;
     lc.rank = u->rank;
     lc.seed = u->seed;

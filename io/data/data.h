@@ -49,6 +49,7 @@ typedef struct {
     long long test_subset;     /* data.test_subset (0: all) */
     int workers;               /* data.workers */
     int prefetch;              /* data.prefetch */
+    int pinned_mb;             /* data.pinned_mb: page-locked slot cap, MiB (0: none) */
     int n_mean, n_std;         /* values given for data.mean / data.std (1..3; 0 for auto) */
     float mean[3], std[3];     /* data.mean, data.std (std > 0) */
     int mean_auto, std_auto;   /* data.mean / data.std = auto: from the training set */

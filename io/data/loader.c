@@ -20,6 +20,7 @@ struct slot {
     int64_t b;               /* batch number it holds or is being filled with */
     int state;
     int img_pinned, lab_pinned;
+    int pin_asked;           /* within the loader's page-locked cap */
     ch_threadpool_group_t *group;
     ch_image_t img;          /* worker scratch: decoded sample */
     ch_transforms_scratch_t scratch;
@@ -169,17 +170,23 @@ ch_status ch_loader_create(ch_loader_t **out, ch_dataset_t *ds, const ch_loader_
         goto fail;
     }
     size_t img_bytes = (size_t)l->batch_size * (size_t)l->c * (size_t)l->h * (size_t)l->w * sizeof(float);
+    size_t lab_bytes = (size_t)l->batch_size * sizeof(int64_t);
+    const size_t pin_cap = cfg->pinned_max_bytes ? cfg->pinned_max_bytes : CH_LOADER_PINNED_MAX_DEFAULT;
+    size_t pin_total = 0;
     for (int k = 0; k < l->depth; k++) {
         struct slot *s = &l->slots[k];
         s->l = l;
         ch_image_init(&s->img);
         ch_transforms_scratch_init(&s->scratch);
+        /* the first slots that fit the cap are page-locked, the rest pageable */
+        s->pin_asked = cfg->pinned && img_bytes + lab_bytes <= pin_cap - pin_total;
+        if (s->pin_asked) pin_total += img_bytes + lab_bytes;
         void *p = NULL;
-        st = ch_host_alloc(&p, img_bytes, cfg->pinned, &s->img_pinned);
+        st = ch_host_alloc(&p, img_bytes, s->pin_asked, &s->img_pinned);
         if (st) goto fail;
         s->batch.images = p;
         p = NULL;
-        st = ch_host_alloc(&p, (size_t)l->batch_size * sizeof(int64_t), cfg->pinned, &s->lab_pinned);
+        st = ch_host_alloc(&p, lab_bytes, s->pin_asked, &s->lab_pinned);
         if (st) goto fail;
         s->batch.labels = p;
         s->batch.c = l->c;
@@ -188,6 +195,14 @@ ch_status ch_loader_create(ch_loader_t **out, ch_dataset_t *ds, const ch_loader_
         s->batch.pinned = s->img_pinned;
         st = ch_threadpool_group_create(&s->group);
         if (st) goto fail;
+    }
+    if (cfg->pinned) {
+        int asked = 0, got = 0;
+        ch_loader_pinned_slots(l, &asked, &got);
+        if (asked < l->depth)
+            ch_log_info("data loader: %d of %d batch slots page-locked (%.1f MiB each, cap %.0f "
+                        "MiB: data.pinned_mb); the others pageable", asked, l->depth,
+                        (double)(img_bytes + lab_bytes) / 1048576.0, (double)pin_cap / 1048576.0);
     }
     if (cfg->num_workers > 0) {
         st = ch_threadpool_create(cfg->num_workers, &l->pool);
@@ -288,6 +303,17 @@ void ch_loader_release(ch_loader_t *l, ch_batch_t *batch)
 
 int64_t ch_loader_num_batches(const ch_loader_t *l) { return l->nb; }
 const ch_sampler_t *ch_loader_sampler(const ch_loader_t *l) { return l->sampler; }
+void ch_loader_pinned_slots(const ch_loader_t *l, int *asked, int *pinned)
+{
+    int a = 0, p = 0;
+    for (int k = 0; l && l->slots && k < l->depth; k++) {
+        a += l->slots[k].pin_asked;
+        p += l->slots[k].img_pinned && l->slots[k].lab_pinned;
+    }
+    if (asked) *asked = a;
+    if (pinned) *pinned = p;
+}
+
 double ch_loader_wait_seconds(const ch_loader_t *l) { return l->wait_s; }
 
 int64_t ch_loader_batch_size(const ch_loader_t *l) { return l->batch_size; }

@@ -55,6 +55,9 @@ typedef struct ch_loader_options {
     int num_workers;         /* worker threads, 0 = load in ch_loader_next */
     int prefetch;            /* batch slots in the ring, >= 1 (0: 2 * max(1, num_workers)) */
     int pinned;              /* want page-locked slots (the batches go to a GPU) */
+    size_t pinned_max_bytes; /* cap on the page-locked bytes of all slots together
+                                (0: CH_LOADER_PINNED_MAX_DEFAULT); the slots past
+                                it are pageable (ch_loader_pinned_slots) */
     int world_size, rank;    /* DistributedSampler num_replicas / rank */
     int shuffle;             /* DistributedSampler shuffle */
     uint64_t seed;           /* DistributedSampler seed (also keys the transforms) */
@@ -64,8 +67,8 @@ typedef struct ch_loader_options {
 } ch_loader_options_t;
 
 /* Defaults: batch_size 32, drop_last 0, num_workers 2, prefetch 0 (auto),
- * pinned 0, world_size 1, rank 0, shuffle 1, seed 0, sampler_drop_last 0,
- * no transforms (must be set). */
+ * pinned 0, pinned_max_bytes 0 (1 GiB), world_size 1, rank 0, shuffle 1,
+ * seed 0, sampler_drop_last 0, no transforms (must be set). */
 void ch_loader_options_default(ch_loader_options_t *cfg);
 
 typedef struct ch_batch {
@@ -124,6 +127,20 @@ const ch_sampler_t *ch_loader_sampler(const ch_loader_t *l);
 int64_t ch_loader_batch_size(const ch_loader_t *l);
 /* Output sample shape (C, H, W). */
 void ch_loader_sample_shape(const ch_loader_t *l, int *c, int *h, int *w);
+/* Default cap on a loader's page-locked slot memory: 1 GiB. 2 x workers
+ * slots of an ImageNet batch of 256 (154 MB each) would page-lock ~2.5 GB
+ * per rank with 8 workers, 20 GB on an 8-GPU node; page-locked memory is
+ * taken from what the OS can swap or cache, and cudaHostAlloc of that much
+ * may fail under a memlock limit. The slots past the cap are pageable:
+ * their uploads are staged by the driver (slower, still correct). */
+#define CH_LOADER_PINNED_MAX_DEFAULT ((size_t)1 << 30)
+
+/* Of the loader's slots: *asked = how many fit the page-locked cap (the
+ * first ones, images + labels each; 0 when pinned was not asked), *pinned =
+ * how many are page-locked now (fewer where no GPU is visible or
+ * cudaHostAlloc refused: device.h, ch_host_alloc). Either may be NULL. */
+void ch_loader_pinned_slots(const ch_loader_t *l, int *asked, int *pinned);
+
 /* Seconds ch_loader_next spent waiting for workers since create. */
 double ch_loader_wait_seconds(const ch_loader_t *l);
 

@@ -27,24 +27,38 @@
 #       cuDNN / cuBLAS / NCCL (the toolkit, /usr, or PyTorch's pip packages
 #       nvidia/*), configures out of tree in .devcheck/run/build against the
 #       prefix only, builds libcohort, the GPU tests, cohort-train, cohort-bench
-#       and the benchmark with -j$(nproc), then runs:
-#         tests/gpu/test_gpu_ops, tests/gpu/test_gpu_nccl (1 rank and mpiexec -n 2),
-#         tests/gpu/test_gpu_train (a resnet18 step GPU vs CPU) and
+#       and the benchmark with -j$(nproc), then runs, most wanted first (a run
+#       cut short by the budget loses the least):
+#         tests/test_cuda_kernels, tests/gpu/test_gpu_ops (every op vs the CPU,
+#         fp32 / TF32 / bf16), tests/gpu/test_gpu_nccl (1 rank, mpiexec -n 2);
+#         cohort-bench --backend nccl (1 GPU all-reduce, sizes 1M..256M);
+#         the reduced benchmark: tests/gpu/bench_gpu_train (cohort) and
+#         tests/gpu/bench_gpu_train.py (PyTorch) for resnet18 and resnet50,
+#         batch 128, 224x224, fp32 / TF32 / bf16;
+#         tests/gpu/test_gpu_train (a resnet18 step GPU vs CPU),
 #         tests/gpu/test_gpu_train_job.sh (cohort-train GPU vs CPU, resume, bf16),
-#         cohort-train on the Fashion-MNIST subset (a few steps; skipped without it),
-#         tests/gpu/bench_gpu_train (cohort) and tests/gpu/bench_gpu_train.py
-#         (PyTorch): resnet18/34/50, batch 128, 224x224, fp32 / TF32 / bf16,
-#         cohort-bench --backend nccl (1 GPU all-reduce, sizes 1M..256M).
-#       Every stage has a timeout fitted into a total of DEVCHECK_BUDGET seconds
-#       (default 470, under the 8 minutes the issue allows); a failing stage
-#       prints the end of its log at once; the table comes last. Logs go to
+#         cohort-train on the Fashion-MNIST subset (a few steps);
+#         the rest of the benchmark (resnet34).
+#       A GPU test that fails is run again at once with CUDA_LAUNCH_BLOCKING=1
+#       (stage NAME-blocking), so a kernel fault is reported by the launch
+#       that made it. Every stage has a timeout fitted into a total of
+#       DEVCHECK_BUDGET seconds (default 470: with the machine's start, a
+#       rerun still fits the 15 device minutes); a failing stage prints the
+#       end of its log at once; the table comes last. Logs go to
 #       .devcheck/run/logs, and to $OUT/devcheck-logs.tar.gz when $OUT is set.
+#       DEVCHECK_ONLY="STAGE ..." runs only those test/benchmark stages
+#       (test_cuda_kernels test_gpu_ops test_gpu_nccl test_gpu_nccl-np2 nccl
+#       bench test_gpu_train test_gpu_train_job cohort-train bench-34),
+#       reusing the configured build a previous run left on a warm machine.
 #       Exit status: 0 when every stage that ran passed, 1 otherwise.
 #
 # The device machine (tool `run`) takes the working tree plus at most 8
 # carried ignored paths, 64 MiB in all:
 #   run(command="bash tests/gpu/device-check.sh run", carry=[".devcheck/bundle"],
-#       timeout_s=540)
+#       timeout_s=510)
+# and, after a fix, on the still warm machine:
+#   run(command="DEVCHECK_ONLY='test_gpu_ops' bash tests/gpu/device-check.sh run",
+#       carry=[".devcheck/bundle"], timeout_s=240)
 set -u -o pipefail
 
 SRC=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -178,7 +192,7 @@ PY
     "$SRC"/*) local rel=${out#"$SRC"/}
         git -C "$SRC" check-ignore -q "$rel" 2>/dev/null ||
             note "warning: $rel is not ignored by git; it must be ignored to be passed in carry"
-        echo "device-check: on the GPU machine: run(command=\"bash tests/gpu/device-check.sh run $rel\", carry=[\"$rel\"], timeout_s=540)" ;;
+        echo "device-check: on the GPU machine: run(command=\"bash tests/gpu/device-check.sh run $rel\", carry=[\"$rel\"], timeout_s=510)" ;;
     *) note "the bundle is outside the repository: copy it to an ignored folder in it (e.g. .devcheck/bundle) to carry it" ;;
     esac
 }
@@ -229,6 +243,7 @@ stage() {
 }
 
 NO_TIME=0
+LAST_VERDICT=ok
 record() {
     if [ "$NO_TIME" = 1 ]; then
         NO_TIME=0
@@ -250,6 +265,7 @@ record_tests() {
     local name=$1 rc=$2 label=$3 may_skip=${4:-0}
     local v sum
     v=$(verdict_of "$rc")
+    LAST_VERDICT=$v # the program's own verdict (rerun_blocking)
     sum=$(tap_summary "$LOGDIR/$name.log")
     if [ "$v" = ok ] && [ -n "${GPU_NAME:-}" ] && [ "$may_skip" = 0 ] &&
         grep -qE '^ok [0-9]+.*# SKIP' "$LOGDIR/$name.log"; then
@@ -599,10 +615,18 @@ run_all() {
     export LD_LIBRARY_PATH="$lib$ldp${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
     export PATH="$p/usr/bin:$PATH"
 
-    stage configure 150 run_configure "$p" "$build"
-    rc=$?
-    record configure "$(verdict_of $rc)" "$STAGE_SECS" "$(awk '/^  (MPI \(required\)|oneDNN|CUDA|cuDNN|cuBLAS|NCCL) / { sub(/ \(required\)/, ""); printf "%s %s; ", $1, $2 }' "$LOGDIR/configure.log")"
-    [ $rc -eq 0 ] || { FAILED=1; exit 1; }
+    if [ -n "${DEVCHECK_ONLY:-}" ] && [ -f "$build/config.status" ] && [ -f "$build/.devcheck-configured" ] &&
+        [ "$(cat "$build/.devcheck-configured")" = "$(autogen_sum "$SRC")" ]; then
+        # a rerun on a warm machine: same configure inputs, make rebuilds what changed
+        record configure ok 0 "reused $build (DEVCHECK_ONLY rerun)"
+    else
+        rm -f "$build/.devcheck-configured"
+        stage configure 150 run_configure "$p" "$build"
+        rc=$?
+        record configure "$(verdict_of $rc)" "$STAGE_SECS" "$(awk '/^  (MPI \(required\)|oneDNN|CUDA|cuDNN|cuBLAS|NCCL) / { sub(/ \(required\)/, ""); printf "%s %s; ", $1, $2 }' "$LOGDIR/configure.log")"
+        [ $rc -eq 0 ] || { FAILED=1; exit 1; }
+        autogen_sum "$SRC" >"$build/.devcheck-configured"
+    fi
     cd "$build" || exit 1
 
     local jobs
@@ -612,6 +636,7 @@ run_all() {
     local targets="libcohort.la tests/libharness.la tests/gpu/test_gpu_ops tests/gpu/test_gpu_nccl jobs/cohort-train jobs/cohort-bench"
     grep -q '^tests/gpu/test_gpu_train\$(EXEEXT):' Makefile && targets="$targets tests/gpu/test_gpu_train"
     grep -q '^tests/st_compare\$(EXEEXT):' Makefile && targets="$targets tests/st_compare"
+    grep -q '^tests/test_cuda_kernels\$(EXEEXT):' Makefile && targets="$targets tests/test_cuda_kernels"
     # shellcheck disable=SC2086
     stage build 300 "$MAKE" -j"$jobs" $targets
     rc=$?
@@ -642,30 +667,73 @@ run_all() {
     export COHORT_SRCDIR="$SRC" COHORT_BUILDDIR="$build" PYTHON3=no HAVE_TORCH=no \
         MPIEXEC="$p/usr/bin/mpiexec.hydra" MPIEXEC_TIMEOUT=120
 
-    stage test_gpu_ops 150 ./tests/gpu/test_gpu_ops
-    record_tests test_gpu_ops $? ""
+    # Stage order (most wanted first, so that a run cut short by the budget
+    # has lost the least): the GPU tests, NCCL, a reduced benchmark (resnet18
+    # and resnet50 in the three precisions, cohort then PyTorch), the
+    # training tests and cohort-train on the GPU, the rest of the benchmark
+    # (resnet34). A failing GPU test is run again at once with
+    # CUDA_LAUNCH_BLOCKING=1 (every launch synchronous), so that a kernel
+    # fault is reported by the launch that made it, not by a later call.
+    # DEVCHECK_ONLY="NAME ..." runs only those of these stages (a rerun on a
+    # warm machine after a fix: the configured build is reused).
+    if [ -x tests/test_cuda_kernels ]; then
+        want test_cuda_kernels && {
+            stage test_cuda_kernels 90 ./tests/test_cuda_kernels
+            record_tests test_cuda_kernels $? ""
+            rerun_blocking test_cuda_kernels ./tests/test_cuda_kernels
+        }
+    fi
+    want test_gpu_ops && {
+        stage test_gpu_ops 150 ./tests/gpu/test_gpu_ops
+        record_tests test_gpu_ops $? ""
+        rerun_blocking test_gpu_ops ./tests/gpu/test_gpu_ops
+    }
+    want test_gpu_nccl && {
+        stage test_gpu_nccl 90 ./tests/gpu/test_gpu_nccl
+        record_tests test_gpu_nccl $? "1 rank: "
+        rerun_blocking test_gpu_nccl ./tests/gpu/test_gpu_nccl
+    }
+    want test_gpu_nccl-np2 && {
+        stage test_gpu_nccl-np2 90 "$p/usr/bin/mpiexec.hydra" -n 2 ./tests/gpu/test_gpu_nccl
+        record_tests test_gpu_nccl-np2 $? "2 ranks: " 1
+    }
 
-    stage test_gpu_nccl 90 ./tests/gpu/test_gpu_nccl
-    record_tests test_gpu_nccl $? "1 rank: "
-
-    stage test_gpu_nccl-np2 90 "$p/usr/bin/mpiexec.hydra" -n 2 ./tests/gpu/test_gpu_nccl
-    record_tests test_gpu_nccl-np2 $? "2 ranks: " 1
-
-    if [ -x tests/gpu/test_gpu_train ]; then
-        stage test_gpu_train 120 ./tests/gpu/test_gpu_train
-        record_tests test_gpu_train $? ""
-    else
-        record test_gpu_train SKIP 0 "not in this tree (needs the device training API)"
+    # ---- NCCL, 1 GPU
+    if want nccl; then
+        if [ -z "${GPU_NAME:-}" ]; then
+            record nccl SKIP 0 "no GPU (nvidia-smi found none)"
+        else
+            stage nccl 60 ./jobs/cohort-bench --backend nccl -b 1M -e 256M -f 4 -n 20 --place both
+            rc=$?
+            record nccl "$(verdict_of $rc)" "$STAGE_SECS" "cohort-bench --backend nccl, 1 rank"
+            grep -E '^#[[:space:]]+(bytes|\(float\))|^[[:space:]]+[0-9]' "$LOGDIR/nccl.log" |
+                sed 's/^#/ /' >"$LOGDIR/nccl_table.txt"
+        fi
     fi
 
+    # ---- benchmark, reduced: resnet18 and resnet50 (cohort, then PyTorch)
+    want bench && bench_pair bench resnet18,resnet50 150
+
+    # ---- the training tests
+    if want test_gpu_train; then
+        if [ -x tests/gpu/test_gpu_train ]; then
+            stage test_gpu_train 120 ./tests/gpu/test_gpu_train
+            record_tests test_gpu_train $? ""
+            rerun_blocking test_gpu_train ./tests/gpu/test_gpu_train
+        else
+            record test_gpu_train SKIP 0 "not in this tree (needs the device training API)"
+        fi
+    fi
     # gpu-train's end-to-end job test: cohort-train on the GPU vs the CPU,
     # resume, bf16 (a TAP shell script; it writes its own small dataset)
-    if [ -f "$SRC/tests/gpu/test_gpu_train_job.sh" ] && [ -x tests/st_compare ]; then
-        stage test_gpu_train_job 150 env PYTHON3="$(command -v python3 || echo python3)" \
-            sh "$SRC/tests/gpu/test_gpu_train_job.sh"
-        record_tests test_gpu_train_job $? ""
-    else
-        record test_gpu_train_job SKIP 0 "not in this tree"
+    if want test_gpu_train_job; then
+        if [ -f "$SRC/tests/gpu/test_gpu_train_job.sh" ] && [ -x tests/st_compare ]; then
+            stage test_gpu_train_job 150 env PYTHON3="$(command -v python3 || echo python3)" \
+                sh "$SRC/tests/gpu/test_gpu_train_job.sh"
+            record_tests test_gpu_train_job $? ""
+        else
+            record test_gpu_train_job SKIP 0 "not in this tree"
+        fi
     fi
 
     # ---- a few cohort-train steps on the GPU
@@ -673,7 +741,9 @@ run_all() {
     [ -f "$bundle/fashion-mnist/train-images-idx3-ubyte.gz" ] && fm=$bundle/fashion-mnist
     [ -z "$fm" ] && [ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ] &&
         fm=/usr/share/datasets/fashion-mnist
-    if [ -n "$fm" ]; then
+    if ! want cohort-train; then
+        :
+    elif [ -n "$fm" ]; then
         rm -rf "$WORK/runs"
         stage cohort-train 90 ./jobs/cohort-train --data.path="$fm" --schedule.epochs=1 \
             --train.batch_size=256 --train.max_steps="${DEVCHECK_TRAIN_STEPS:-30}" --train.log_every=10 --train.threads=4 \
@@ -684,33 +754,69 @@ run_all() {
         record cohort-train SKIP 0 "no Fashion-MNIST (bundle or /usr/share/datasets)"
     fi
 
-    # ---- benchmark: cohort, then PyTorch on the same work
+    # ---- benchmark, the rest: resnet34
+    want bench-34 && bench_pair bench-34 resnet34 100
+    exit $FAILED
+}
+
+# want NAME: whether stage NAME runs (DEVCHECK_ONLY unset: all of them)
+want() {
+    [ -z "${DEVCHECK_ONLY:-}" ] && return 0
+    case " $DEVCHECK_ONLY " in *" $1 "*) return 0 ;; esac
+    return 1
+}
+
+# rerun_blocking NAME COMMAND...: after a GPU test stage NAME that failed on a
+# machine with a GPU, run it again with CUDA_LAUNCH_BLOCKING=1 as stage
+# NAME-blocking (its log names the op whose launch faulted)
+rerun_blocking() {
+    local name=$1
+    shift
+    [ "$LAST_VERDICT" = FAIL ] || [ "$LAST_VERDICT" = TIMEOUT ] || return 0
+    [ -n "${GPU_NAME:-}" ] || return 0
+    stage "$name-blocking" 120 env CUDA_LAUNCH_BLOCKING=1 "$@"
+    local rc=$?
+    if [ "$NO_TIME" = 1 ]; then record "$name-blocking" SKIP 0 ""; return 0; fi
+    # informative: the failure is already counted
+    RESULTS+=("$name-blocking|$(verdict_of $rc)|$STAGE_SECS|CUDA_LAUNCH_BLOCKING=1: $(grep -m1 -E '^not ok|failed|error' "$LOGDIR/$name-blocking.log" | cut -c1-90)")
+}
+
+# bench_pair NAME MODELS CAP: the cohort benchmark (stage NAME-cohort) and
+# PyTorch's (NAME-pytorch) for MODELS at batch 128, CSVs $LOGDIR/NAME_*.csv
+bench_pair() {
+    local name=$1 models=$2 cap=$3 rc
     local steps=${DEVCHECK_STEPS:-30} warm=${DEVCHECK_WARMUP:-10}
     if [ -x tests/gpu/bench_gpu_train ]; then
-        stage bench-cohort 150 ./tests/gpu/bench_gpu_train --models resnet18,resnet34,resnet50 \
-            --batch 128 --warmup "$warm" --steps "$steps" --csv "$LOGDIR/bench_cohort.csv"
+        stage "$name-cohort" "$cap" ./tests/gpu/bench_gpu_train --models "$models" \
+            --batch 128 --warmup "$warm" --steps "$steps" --csv "$LOGDIR/${name}_cohort.csv"
         rc=$?
-        record bench-cohort "$(verdict_of $rc)" "$STAGE_SECS" "$(grep -m1 'no GPU' "$LOGDIR/bench-cohort.log" || echo "$(grep -c '^cohort,' "$LOGDIR/bench_cohort.csv" 2>/dev/null || echo 0) runs (bench_cohort.csv)")"
+        record "$name-cohort" "$(verdict_of $rc)" "$STAGE_SECS" "$(grep -m1 'no GPU' "$LOGDIR/$name-cohort.log" || echo "$models: $(grep -c '^cohort,' "$LOGDIR/${name}_cohort.csv" 2>/dev/null || echo 0) runs")"
     else
-        record bench-cohort SKIP 0 "bench_gpu_train not built"
+        record "$name-cohort" SKIP 0 "bench_gpu_train not built"
     fi
     # PyTorch with the machine's own library path (not the bundle's)
     local pyenv=(env -u LD_LIBRARY_PATH)
     [ "$ORIG_LDP" != __unset__ ] && pyenv=(env LD_LIBRARY_PATH="$ORIG_LDP")
-    stage bench-pytorch 150 "${pyenv[@]}" "$(pick_python)" "$SRC/tests/gpu/bench_gpu_train.py" --models resnet18,resnet34,resnet50 \
-        --batch 128 --warmup "$warm" --steps "$steps" --csv "$LOGDIR/bench_pytorch.csv"
+    stage "$name-pytorch" "$cap" "${pyenv[@]}" "$(pick_python)" "$SRC/tests/gpu/bench_gpu_train.py" --models "$models" \
+        --batch 128 --warmup "$warm" --steps "$steps" --csv "$LOGDIR/${name}_pytorch.csv"
     rc=$?
-    record bench-pytorch "$(verdict_of $rc)" "$STAGE_SECS" "$(grep -m1 'no GPU' "$LOGDIR/bench-pytorch.log" || { [ $rc -eq 0 ] && grep -m1 '^torch ' "$LOGDIR/bench-pytorch.log"; } || tail -1 "$LOGDIR/bench-pytorch.log" | cut -c1-90)"
-    python3 - "$LOGDIR/bench_cohort.csv" "$LOGDIR/bench_pytorch.csv" >"$LOGDIR/bench_table.txt" <<'PY' 2>>"$LOGDIR/bench-pytorch.log"
-import csv, os, sys
-def load(p):
+    record "$name-pytorch" "$(verdict_of $rc)" "$STAGE_SECS" "$(grep -m1 'no GPU' "$LOGDIR/$name-pytorch.log" || { [ $rc -eq 0 ] && grep -m1 '^torch ' "$LOGDIR/$name-pytorch.log"; } || tail -1 "$LOGDIR/$name-pytorch.log" | cut -c1-90)"
+    bench_table >"$LOGDIR/bench_table.txt" 2>>"$LOGDIR/$name-pytorch.log"
+}
+
+# the images/s table from every benchmark CSV so far
+bench_table() {
+    python3 - "$LOGDIR" <<'PY'
+import csv, glob, os, sys
+def load(pattern):
     d = {}
-    if os.path.exists(p):
+    for p in sorted(glob.glob(os.path.join(sys.argv[1], pattern))):
         for r in csv.DictReader(open(p)):
             d[(r["model"], r["precision"])] = r
     return d
-c, t = load(sys.argv[1]), load(sys.argv[2])
-keys = sorted(set(c) | set(t), key=lambda k: (k[0], ["fp32", "tf32", "bf16"].index(k[1]) if k[1] in ("fp32", "tf32", "bf16") else 9))
+c, t = load("*_cohort.csv"), load("*_pytorch.csv")
+order = ["fp32", "tf32", "bf16"]
+keys = sorted(set(c) | set(t), key=lambda k: (k[0], order.index(k[1]) if k[1] in order else 9))
 if keys:
     print(" %-9s %-5s %12s %12s %8s" % ("model", "prec", "cohort", "PyTorch", "ratio"))
 for k in keys:
@@ -720,18 +826,6 @@ for k in keys:
     fmt = lambda v: "%12.1f" % v if v else "%12s" % ("-" if v is None else "fail")
     print(" %-9s %-5s %s %s %8s" % (k[0], k[1], fmt(a), fmt(b), "%.2f" % (a / b) if a and b else "-"))
 PY
-
-    # ---- NCCL, 1 GPU
-    if [ -z "${GPU_NAME:-}" ]; then
-        record nccl SKIP 0 "no GPU (nvidia-smi found none)"
-        exit $FAILED
-    fi
-    stage nccl 60 ./jobs/cohort-bench --backend nccl -b 1M -e 256M -f 4 -n 20 --place both
-    rc=$?
-    record nccl "$(verdict_of $rc)" "$STAGE_SECS" "cohort-bench --backend nccl, 1 rank"
-    grep -E '^#[[:space:]]+(bytes|\(float\))|^[[:space:]]+[0-9]' "$LOGDIR/nccl.log" |
-        sed 's/^#/ /' >"$LOGDIR/nccl_table.txt"
-    exit $FAILED
 }
 
 case "${1:-}" in

@@ -133,9 +133,17 @@ static void test_nccl_collectives(void **state)
     outcome_t o;
     memset(&o, 0, sizeof o);
     ch_pg_t *mpi = NULL, *nc = NULL;
+    ch_compute_t *cx = NULL;
     int rank = ch_test_rank(), W = ch_test_world_size();
+    ch_compute_options_t co;
+    ch_compute_options_default(&co);
+    co.gpu_device = rank % ndev;
+    STEP(&o, set_device(rank % ndev));
+    STEP(&o, ch_compute_create(&cx, &co));
     STEP(&o, ch_pg_create_mpi(MPI_COMM_WORLD, &mpi));
     if (all_ok(o.st)) STEP(&o, make_nccl(mpi, rank % ndev, &nc));
+    void *stream = NULL;
+    STEP(&o, compute_stream(cx, &stream));
     const int64_t maxn = sizes[2];
     float *host = malloc((size_t)(maxn * W) * sizeof(float));
     void *a = NULL, *b = NULL, *g = NULL;
@@ -143,6 +151,15 @@ static void test_nccl_collectives(void **state)
     STEP(&o, ch_pg_buffer_alloc(nc, (size_t)maxn * sizeof(float), &a));
     STEP(&o, ch_pg_buffer_alloc(nc, (size_t)maxn * sizeof(float), &b));
     STEP(&o, ch_pg_buffer_alloc(nc, (size_t)(maxn * W) * sizeof(float), &g));
+    if (!gt_cpu_mode() && o.st == CH_OK) {
+        /* a new group refuses collectives until it has a compute stream */
+        ch_status r0 = ch_pg_allreduce(nc, a, a, 1, CH_DIST_FLOAT32, CH_REDUCE_SUM);
+        if (r0 != CH_ERR_INVALID || !strstr(ch_error_message(), "no compute stream"))
+            STEP(&o, CH_ERROR(CH_ERR_INTERNAL, "a collective without a compute stream gave %s",
+                              ch_status_name(r0)));
+        ch_error_clear();
+    }
+    STEP(&o, ch_pg_nccl_set_stream(nc, stream));
     for (int si = 0; si < 3 && all_ok(o.st); si++) {
         int64_t n = sizes[si];
         size_t bytes = (size_t)n * sizeof(float);
@@ -202,6 +219,7 @@ done:
     ch_pg_buffer_free(nc, g);
     free(host);
     destroy_groups(nc, mpi);
+    ch_compute_destroy(cx);
     verdict("NCCL collectives", &o);
 }
 

@@ -276,17 +276,25 @@ static void test_conv_bf16(void **state)
 
 /* Timed algorithm search (conv_search = 1) and a small workspace cap give
  * the same results. */
-static void test_conv_search(void **state)
+/* A GPU context with TF32 off and the timed algorithm search. */
+static ch_compute_t *search_context(int deterministic, size_t workspace)
 {
-    contexts();
     ch_compute_options_t o;
     ch_compute_options_default(&o);
     o.gpu_device = 0;
     o.allow_tf32 = 0;
     o.conv_search = 1;
-    o.gpu_workspace_bytes = (size_t)8 << 20;
+    o.deterministic = deterministic;
+    o.gpu_workspace_bytes = workspace;
     ch_compute_t *cs = NULL;
     assert_ch_ok(ch_compute_create(&cs, &o));
+    return cs;
+}
+
+static void test_conv_search(void **state)
+{
+    contexts();
+    ch_compute_t *cs = search_context(0, (size_t)8 << 20);
     for (int li = 0; li < 2; li++) {
         conv_run(&CONVS[0], 0, LAYOUTS[li], cs, 0);
         conv_run(&CONVS[2], 1, LAYOUTS[li], cs, 0);
@@ -296,6 +304,54 @@ static void test_conv_search(void **state)
     conv_run(&CONVS[2], 1, CH_LAYOUT_NHWC, cs, 0);
     assert_int_equal(ch_compute_cache_entries(cs), n1);
     ch_compute_destroy(cs);
+}
+
+/* compute.deterministic with a timed search (where cuDNN's fastest
+ * backward-filter algorithms are the non-deterministic ones): every conv
+ * still matches the CPU, and the weight and data gradients come out
+ * bitwise the same on every run. */
+static void test_conv_deterministic(void **state)
+{
+    contexts();
+    ch_compute_t *cd = search_context(1, 0);
+    for (size_t ci = 0; ci < sizeof CONVS / sizeof CONVS[0]; ci++)
+        conv_run(&CONVS[ci], 1, CH_LAYOUT_NHWC, cd, 0);
+    const conv_case_t *c = &CONVS[4];
+    ch_conv2d_params_t p = {c->s, c->s, c->p, c->p};
+    int64_t Ho = ch_conv_out_size(c->H, c->k, c->s, c->p);
+    int64_t xs[4] = {c->N, c->C, c->H, c->W}, ws[4] = {c->O, c->C, c->k, c->k};
+    int64_t ys[4] = {c->N, c->O, Ho, Ho};
+    gt_pair_t x, w, dy, dw, dx;
+    gt_pair_rand(cd, &x, 4, xs, CH_LAYOUT_NHWC, 15, -1, 1);
+    gt_pair_rand(cd, &w, 4, ws, CH_LAYOUT_PLAIN, 16, -0.1f, 0.1f);
+    gt_pair_rand(cd, &dy, 4, ys, CH_LAYOUT_NHWC, 17, -1, 1);
+    gt_pair_out(cd, &dw, 4, ws, CH_LAYOUT_PLAIN);
+    gt_pair_out(cd, &dx, 4, xs, CH_LAYOUT_NHWC);
+    ch_tensor_t first_w, again_w, first_x, again_x;
+    assert_ch_ok(ch_tensor_alloc(&first_w, CH_F32, 4, ws, CH_LAYOUT_PLAIN, CH_DEV_CPU, 0));
+    assert_ch_ok(ch_tensor_alloc(&again_w, CH_F32, 4, ws, CH_LAYOUT_PLAIN, CH_DEV_CPU, 0));
+    assert_ch_ok(ch_tensor_alloc(&first_x, CH_F32, 4, xs, CH_LAYOUT_NHWC, CH_DEV_CPU, 0));
+    assert_ch_ok(ch_tensor_alloc(&again_x, CH_F32, 4, xs, CH_LAYOUT_NHWC, CH_DEV_CPU, 0));
+    for (int run = 0; run < 4; run++) {
+        assert_ch_ok(ch_op_conv2d_backward_weights(cd, &x.d, &dy.d, &p, &dw.d, NULL));
+        assert_ch_ok(ch_op_conv2d_backward_data(cd, &dy.d, &w.d, &p, &dx.d));
+        gt_download(cd, &dw.d, run ? &again_w : &first_w);
+        gt_download(cd, &dx.d, run ? &again_x : &first_x);
+        if (run && memcmp(first_w.data, again_w.data, first_w.nbytes) != 0)
+            fail_msg("compute.deterministic: dw of run %d differs from run 0", run);
+        if (run && memcmp(first_x.data, again_x.data, first_x.nbytes) != 0)
+            fail_msg("compute.deterministic: dx of run %d differs from run 0", run);
+    }
+    ch_tensor_free(&first_w);
+    ch_tensor_free(&again_w);
+    ch_tensor_free(&first_x);
+    ch_tensor_free(&again_x);
+    gt_pair_free(&x);
+    gt_pair_free(&w);
+    gt_pair_free(&dy);
+    gt_pair_free(&dw);
+    gt_pair_free(&dx);
+    ch_compute_destroy(cd);
 }
 
 /* ------------------------------------------------------------- batch norm */
@@ -418,6 +474,53 @@ static void test_bn_gather_stats(void **state)
     gt_pair_free(&var);
 }
 
+/* SyncBN over many ranks: counts by value up to 256 ranks, through the
+ * device ring beyond; the counts change at every call (the last batch, a
+ * new resolution), more often than the ring is long, and each result must
+ * be that call's. */
+static void test_bn_gather_stats_many_ranks(void **state)
+{
+    contexts();
+    ch_compute_t *cx = cx32;
+    const int64_t C = 24;
+    const int Rs[3] = {256, 257, 300};
+    char what[96];
+    for (int ri = 0; ri < 3; ri++) {
+        const int R = Rs[ri];
+        int64_t rc[2] = {R, C};
+        int64_t *counts = malloc((size_t)R * sizeof *counts);
+        assert_non_null(counts);
+        gt_pair_t means, vars, mean, var;
+        gt_pair_rand(cx, &means, 2, rc, CH_LAYOUT_PLAIN, 33 + ri, -2, 2);
+        gt_pair_rand(cx, &vars, 2, rc, CH_LAYOUT_PLAIN, 34 + ri, 0.1f, 3);
+        vec_out(cx, &mean, C);
+        vec_out(cx, &var, C);
+        for (int call = 0; call < 7; call++) {
+            int64_t want = 0;
+            for (int r = 0; r < R; r++) {
+                counts[r] = (r * 7 + call * 13) % 5 == 0 ? 0 : 1 + (r + call) % 9;
+                want += counts[r];
+            }
+            int64_t th = -1, td = -1;
+            assert_ch_ok(ch_op_batchnorm_gather_stats(cx, &means.h, &vars.h, counts, R, &mean.h,
+                                                      &var.h, &th));
+            assert_ch_ok(ch_op_batchnorm_gather_stats(cx, &means.d, &vars.d, counts, R, &mean.d,
+                                                      &var.d, &td));
+            assert_int_equal(th, want);
+            assert_int_equal(td, th);
+            snprintf(what, sizeof what, "bn gather_stats %d ranks, call %d: mean", R, call);
+            gt_compare(cx, what, &mean, TOL_FWD);
+            snprintf(what, sizeof what, "bn gather_stats %d ranks, call %d: var", R, call);
+            gt_compare(cx, what, &var, TOL_FWD);
+        }
+        gt_pair_free(&means);
+        gt_pair_free(&vars);
+        gt_pair_free(&mean);
+        gt_pair_free(&var);
+        free(counts);
+    }
+}
+
 static void test_bn_backward(void **state)
 {
     contexts();
@@ -538,6 +641,90 @@ static void test_relu(void **state)
         gt_pair_free(&y);
         gt_pair_free(&dy);
         gt_pair_free(&dx);
+    }
+}
+
+/* Every activation (ops.h) on the GPU vs the CPU backend, with the
+ * breakpoints (-3, 0, 3, 6, Hardtanh's bounds) among the inputs; the
+ * piecewise-linear kinds exactly, the others within TOL_FWD / TOL_BWD. */
+static void test_activations(void **state)
+{
+    contexts();
+    ch_compute_t *cx = cx32;
+    static const ch_act_params_t kinds[] = {
+        {CH_ACT_HARDTANH, 0.0f, 6.0f},  {CH_ACT_HARDTANH, -0.5f, 1.25f},
+        {CH_ACT_LEAKY_RELU, 0.01f, 0}, {CH_ACT_SILU, 0, 0},
+        {CH_ACT_SIGMOID, 0, 0},        {CH_ACT_TANH, 0, 0},
+        {CH_ACT_GELU_ERF, 0, 0},       {CH_ACT_GELU_TANH, 0, 0},
+        {CH_ACT_HARDSWISH, 0, 0},      {CH_ACT_HARDSIGMOID, 0, 0}};
+    static const float bps[] = {-3.0f, 3.0f, 0.0f, 6.0f, -0.5f, 1.25f, -6.0f, 20.0f, -20.0f};
+    char what[160];
+    for (int li = 0; li < 2; li++) {
+        ch_layout_t L = LAYOUTS[li];
+        int64_t s[4] = {3, 32, 9, 7};
+        gt_pair_t x, dy, y, dx;
+        assert_ch_ok(ch_tensor_alloc(&x.h, CH_F32, 4, s, CH_LAYOUT_PLAIN, CH_DEV_CPU, 0));
+        assert_ch_ok(ch_tensor_alloc(&x.d, CH_F32, 4, s, L, gt_dev(), 0));
+        gt_fill(ch_tensor_f32(&x.h), ch_tensor_numel(&x.h), 151, -8, 8);
+        for (size_t i = 0; i < 9 * 50; i++) ch_tensor_f32(&x.h)[i * 11] = bps[i % 9];
+        gt_upload(cx, &x.h, &x.d);
+        gt_pair_rand(cx, &dy, 4, s, L, 152, -1, 1);
+        for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++) {
+            const ch_act_params_t *p = &kinds[k];
+            int exact = p->kind == CH_ACT_HARDTANH || p->kind == CH_ACT_LEAKY_RELU;
+            gt_pair_out(cx, &y, 4, s, L);
+            gt_pair_out(cx, &dx, 4, s, L);
+            assert_ch_ok(ch_op_act_forward(cx, p, &x.h, &y.h));
+            assert_ch_ok(ch_op_act_forward(cx, p, &x.d, &y.d));
+            snprintf(what, sizeof what, "%s(%g, %g) forward %s", ch_act_name(p->kind),
+                     (double)p->alpha, (double)p->beta, lname(L));
+            gt_compare(cx, what, &y, exact ? 0 : TOL_FWD);
+            assert_ch_ok(ch_op_act_backward(cx, p, &x.h, &dy.h, &dx.h));
+            assert_ch_ok(ch_op_act_backward(cx, p, &x.d, &dy.d, &dx.d));
+            snprintf(what, sizeof what, "%s(%g, %g) backward %s", ch_act_name(p->kind),
+                     (double)p->alpha, (double)p->beta, lname(L));
+            gt_compare(cx, what, &dx, exact ? 0 : TOL_BWD);
+            gt_pair_free(&y);
+            gt_pair_free(&dx);
+        }
+        gt_pair_free(&x);
+        gt_pair_free(&dy);
+    }
+}
+
+/* LayerNorm2d (ConvNeXt) forward and backward on the GPU vs the CPU. */
+static void test_layernorm2d(void **state)
+{
+    contexts();
+    ch_compute_t *cx = cx32;
+    for (int li = 0; li < 2; li++) {
+        ch_layout_t L = LAYOUTS[li];
+        int64_t s[4] = {3, 48, 9, 7}, C = 48, P = 3 * 9 * 7;
+        gt_pair_t x, w, b, dy, y, mean, rstd, dx, dw, db;
+        gt_pair_rand(cx, &x, 4, s, L, 161, -2, 3);
+        gt_pair_rand(cx, &w, 1, &C, CH_LAYOUT_PLAIN, 162, 0.5f, 1.5f);
+        gt_pair_rand(cx, &b, 1, &C, CH_LAYOUT_PLAIN, 163, -0.5f, 0.5f);
+        gt_pair_rand(cx, &dy, 4, s, L, 164, -1, 1);
+        gt_pair_out(cx, &y, 4, s, L);
+        gt_pair_out(cx, &dx, 4, s, L);
+        gt_pair_out(cx, &mean, 1, &P, CH_LAYOUT_PLAIN);
+        gt_pair_out(cx, &rstd, 1, &P, CH_LAYOUT_PLAIN);
+        gt_pair_out(cx, &dw, 1, &C, CH_LAYOUT_PLAIN);
+        gt_pair_out(cx, &db, 1, &C, CH_LAYOUT_PLAIN);
+        assert_ch_ok(ch_op_layernorm2d_forward(cx, &x.h, &w.h, &b.h, 1e-6f, &y.h, &mean.h, &rstd.h));
+        assert_ch_ok(ch_op_layernorm2d_forward(cx, &x.d, &w.d, &b.d, 1e-6f, &y.d, &mean.d, &rstd.d));
+        gt_compare(cx, "layernorm2d forward", &y, TOL_FWD);
+        gt_compare(cx, "layernorm2d mean", &mean, TOL_FWD);
+        gt_compare(cx, "layernorm2d rstd", &rstd, TOL_FWD);
+        assert_ch_ok(ch_op_layernorm2d_backward(cx, &x.h, &dy.h, &mean.h, &rstd.h, &w.h, &dx.h,
+                                                &dw.h, &db.h));
+        assert_ch_ok(ch_op_layernorm2d_backward(cx, &x.d, &dy.d, &mean.d, &rstd.d, &w.d, &dx.d,
+                                                &dw.d, &db.d));
+        gt_compare(cx, "layernorm2d dx", &dx, TOL_BWD);
+        gt_compare(cx, "layernorm2d dweight", &dw, TOL_BWD);
+        gt_compare(cx, "layernorm2d dbias", &db, TOL_BWD);
+        gt_pair_t *all[] = {&x, &w, &b, &dy, &y, &mean, &rstd, &dx, &dw, &db};
+        for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) gt_pair_free(all[i]);
     }
 }
 
@@ -750,6 +937,54 @@ static void test_cross_entropy(void **state)
     }
 }
 
+/* An out-of-range label: CH_ERR_RANGE naming the sample and the label, on
+ * the CPU from the op, on the GPU (deferred, no host wait in the op) from
+ * ch_compute_sync or the next cross-entropy; that loss is NaN, and a good
+ * call afterwards is clean again. */
+static void test_cross_entropy_bad_label(void **state)
+{
+    contexts();
+    ch_compute_t *cx = cx32;
+    const int64_t N = 9, K = 10;
+    int64_t ls[2] = {N, K}, one[1] = {1};
+    gt_pair_t lg, loss;
+    ch_tensor_t yh, yd;
+    gt_pair_rand(cx, &lg, 2, ls, CH_LAYOUT_PLAIN, 131, -3, 3);
+    labels_pair(cx, &yh, &yd, N, K, 132);
+    gt_pair_out(cx, &loss, 1, one, CH_LAYOUT_PLAIN);
+    for (int how = 0; how < 2; how++) { /* found by the sync, by the next call */
+        ch_tensor_i64(&yh)[3] = K + 2;
+        ch_tensor_i64(&yh)[7] = -1;
+        gt_upload(cx, &yh, &yd);
+        ch_status s = ch_op_cross_entropy(cx, &lg.d, &yd, &loss.d, NULL);
+        if (s == CH_OK) {
+            if (how == 0) {
+                s = ch_compute_sync(cx);
+            } else {
+                ch_tensor_i64(&yh)[3] = 1;
+                ch_tensor_i64(&yh)[7] = 2;
+                gt_upload(cx, &yh, &yd);
+                s = ch_op_cross_entropy(cx, &lg.d, &yd, &loss.d, NULL);
+            }
+        }
+        assert_int_equal(s, CH_ERR_RANGE);
+        assert_non_null(strstr(ch_error_message(), "label of sample 3 is 12, expected 0..9"));
+        ch_error_clear();
+        /* good labels: clean, and the sync reports nothing old */
+        ch_tensor_i64(&yh)[3] = 1;
+        ch_tensor_i64(&yh)[7] = 2;
+        gt_upload(cx, &yh, &yd);
+        assert_ch_ok(ch_op_cross_entropy(cx, &lg.d, &yd, &loss.d, NULL));
+        assert_ch_ok(ch_compute_sync(cx));
+        assert_ch_ok(ch_op_cross_entropy(cx, &lg.h, &yh, &loss.h, NULL));
+        gt_compare(cx, "cross_entropy after a bad label: loss", &loss, TOL_FWD);
+    }
+    gt_pair_free(&lg);
+    gt_pair_free(&loss);
+    ch_tensor_free(&yh);
+    ch_tensor_free(&yd);
+}
+
 static void test_argmax_count_correct(void **state)
 {
     contexts();
@@ -871,6 +1106,53 @@ static void test_sgd_step(void **state)
 
 /* ------------------------------------------------------------------ uploads */
 
+/* Two batch slots alternating as io/data/batch_feed.c uses them, with no
+ * host wait but the uploads' own: each step's reads of its slot (256 copies
+ * of 16 MiB, a few ms) are still queued on the compute stream, behind the
+ * step before, when the upload two batches later into the same slot is
+ * issued on the copy stream. Each step's result must be its own batch
+ * (dense.cu's freed events), checked once at the end. */
+static void test_upload_slot_reuse(void **state)
+{
+    GT_NEED_REAL_GPU();
+    contexts();
+    ch_compute_t *cx = cx32;
+    enum { BATCHES = 6, READS = 256 };
+    const int64_t n = (int64_t)4 << 20;
+    const size_t bytes = (size_t)n * sizeof(float);
+    void *m = NULL;
+    int pin = 0;
+    assert_ch_ok(ch_host_alloc(&m, bytes, 1, &pin));
+    ch_tensor_t h, slot[2], c[BATCHES], ref[BATCHES];
+    assert_ch_ok(ch_tensor_wrap(&h, m, CH_F32, 1, &n, CH_LAYOUT_PLAIN, CH_DEV_CPU, 0));
+    for (int k = 0; k < 2; k++)
+        assert_ch_ok(ch_tensor_alloc(&slot[k], CH_F32, 1, &n, CH_LAYOUT_PLAIN, CH_DEV_CUDA, 0));
+    for (int b = 0; b < BATCHES; b++) {
+        assert_ch_ok(ch_tensor_alloc(&c[b], CH_F32, 1, &n, CH_LAYOUT_PLAIN, CH_DEV_CUDA, 0));
+        assert_ch_ok(ch_tensor_alloc(&ref[b], CH_F32, 1, &n, CH_LAYOUT_PLAIN, CH_DEV_CPU, 0));
+    }
+    assert_ch_ok(ch_compute_sync(cx));
+    for (int b = 0; b < BATCHES; b++) {
+        gt_fill(m, n, 200 + b, -1, 1);
+        memcpy(ref[b].data, m, bytes);
+        assert_ch_ok(ch_op_upload_async(cx, &h, &slot[b % 2]));
+        assert_ch_ok(ch_compute_wait_upload(cx)); /* the host buffer is free again */
+        for (int r = 0; r < READS; r++) assert_ch_ok(ch_op_copy(cx, &slot[b % 2], &c[b]));
+    }
+    char what[96];
+    for (int b = 0; b < BATCHES; b++) {
+        snprintf(what, sizeof what, "step %d's reads of slot %d (next upload queued behind)", b,
+                 b % 2);
+        check_exact(cx, what, &c[b], &ref[b]);
+    }
+    for (int k = 0; k < 2; k++) ch_tensor_free(&slot[k]);
+    for (int b = 0; b < BATCHES; b++) {
+        ch_tensor_free(&c[b]);
+        ch_tensor_free(&ref[b]);
+    }
+    ch_host_free(m, pin);
+}
+
 static void test_upload_async(void **state)
 {
     GT_NEED_REAL_GPU();
@@ -949,6 +1231,47 @@ static void test_blocked_layout_rejected(void **state)
 
 /* ------------------------------------------- error paths (no GPU needed) */
 
+/* ch_compute_describe on a GPU context names the GPU backend first and the
+ * host's after; on a CPU context only the host. Runs everywhere: without a
+ * GPU, a CUDA build says the GPU backend is not set up (and why). */
+static void test_describe(void **state)
+{
+    (void)state;
+    char line[512];
+    ch_compute_options_t o;
+    ch_compute_options_default(&o);
+    o.num_threads = 1;
+    ch_compute_t *cpu = NULL, *gpu = NULL;
+    assert_ch_ok(ch_compute_create(&cpu, &o));
+    ch_compute_describe(cpu, line, sizeof line);
+    assert_non_null(strstr(line, "oneDNN"));
+    assert_null(strstr(line, "GPU"));
+    o.gpu_device = 0;
+    o.deterministic = 1;
+    assert_ch_ok(ch_compute_create(&gpu, &o));
+    ch_compute_describe(gpu, line, sizeof line);
+    print_message("# compute: %s\n", line);
+    int ndev = 0;
+    if (ch_device_count(&ndev) != CH_OK) ch_error_clear();
+    if (!ch_device_backend_compiled()) {
+        assert_null(strstr(line, "GPU")); /* no GPU backend: the host line only */
+    } else if (ndev > 0) {
+        assert_true(strncmp(line, "CUDA GPU 0 ", 11) == 0);
+        assert_non_null(strstr(line, "cuDNN"));
+        assert_non_null(strstr(line, "(deterministic only)"));
+        assert_non_null(strstr(line, "; host oneDNN"));
+    } else {
+        assert_true(strncmp(line, "GPU 0: backend not set up (", 27) == 0);
+        assert_non_null(strstr(line, "; host oneDNN"));
+    }
+    /* a short buffer: truncated, terminated */
+    char small[24];
+    ch_compute_describe(gpu, small, sizeof small);
+    assert_int_equal(strlen(small), sizeof small - 1);
+    ch_compute_destroy(cpu);
+    ch_compute_destroy(gpu);
+}
+
 static void test_errors(void **state)
 {
     ch_compute_t *cx = NULL;
@@ -1019,22 +1342,29 @@ int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_describe),
         cmocka_unit_test(test_reorder),
         cmocka_unit_test(test_fill_copy_zero),
         cmocka_unit_test(test_upload_async),
+        cmocka_unit_test(test_upload_slot_reuse),
         cmocka_unit_test(test_blocked_layout_rejected),
         cmocka_unit_test(test_conv_fp32),
         cmocka_unit_test(test_conv_bf16),
         cmocka_unit_test(test_conv_search),
+        cmocka_unit_test(test_conv_deterministic),
         cmocka_unit_test(test_bn_forward),
         cmocka_unit_test(test_bn_gather_stats),
+        cmocka_unit_test(test_bn_gather_stats_many_ranks),
         cmocka_unit_test(test_bn_backward),
         cmocka_unit_test(test_relu),
+        cmocka_unit_test(test_activations),
+        cmocka_unit_test(test_layernorm2d),
         cmocka_unit_test(test_maxpool),
         cmocka_unit_test(test_avgpool),
         cmocka_unit_test(test_linear),
         cmocka_unit_test(test_add_scale),
         cmocka_unit_test(test_cross_entropy),
+        cmocka_unit_test(test_cross_entropy_bad_label),
         cmocka_unit_test(test_argmax_count_correct),
         cmocka_unit_test(test_sgd_step),
     };

@@ -23,7 +23,9 @@ typedef enum {
     CPU_OP_CONV_FWD,
     CPU_OP_CONV_BWD_DATA,
     CPU_OP_CONV_BWD_WEIGHTS,
-    CPU_OP_CONV_GEMM
+    CPU_OP_CONV_GEMM,
+    CPU_OP_ELTWISE_FWD, /* eltwise.c: activations */
+    CPU_OP_ELTWISE_BWD
 } cpu_op_kind;
 
 /* Converted weights kept between calls (conv.c): the kernel-format copy of
@@ -193,6 +195,20 @@ ch_status ch_cpu_bn_backward(void *st, const ch_tensor_t *x, const ch_tensor_t *
                              const ch_tensor_t *mean, const ch_tensor_t *var, float eps,
                              const ch_tensor_t *weight, ch_tensor_t *dx, ch_tensor_t *dweight,
                              ch_tensor_t *dbias);
+
+/* ---- activations (eltwise.c: oneDNN eltwise or C) and LayerNorm2d
+ * (layernorm.c); ops.h ch_op_act_*, ch_op_layernorm2d_* */
+ch_status ch_cpu_act_forward(void *st, const ch_act_params_t *p, const ch_tensor_t *x,
+                             ch_tensor_t *y);
+ch_status ch_cpu_act_backward(void *st, const ch_act_params_t *p, const ch_tensor_t *x,
+                              const ch_tensor_t *dy, ch_tensor_t *dx);
+ch_status ch_cpu_ln2d_forward(void *st, const ch_tensor_t *x, const ch_tensor_t *weight,
+                              const ch_tensor_t *bias, float eps, ch_tensor_t *y,
+                              ch_tensor_t *mean, ch_tensor_t *rstd);
+ch_status ch_cpu_ln2d_backward(void *st, const ch_tensor_t *x, const ch_tensor_t *dy,
+                               const ch_tensor_t *mean, const ch_tensor_t *rstd,
+                               const ch_tensor_t *weight, ch_tensor_t *dx, ch_tensor_t *dweight,
+                               ch_tensor_t *dbias);
 
 /* ---- threads for the plain C loops (kernels.c, batchnorm.c)
  * The loops run in OpenMP parallel regions, the same thread team as oneDNN's

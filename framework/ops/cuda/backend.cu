@@ -5,6 +5,7 @@
 #include "config.h"
 
 #include "framework/ops/cuda/cuda_internal.h"
+#include "framework/ops/cuda/kernels.h"
 
 #include "framework/tensor/device.h"
 
@@ -165,11 +166,12 @@ static void cuda_describe(const void *st, char *buf, size_t len)
     size_t v = cudnnGetVersion();
     int cublas_v = 0;
     cublasGetVersion(s->cublas, &cublas_v);
-    snprintf(buf, len, "CUDA GPU %d %s (%d SMs), cuDNN %zu.%zu.%zu, cuBLAS %d, %s%s, conv algos by %s",
+    snprintf(buf, len, "CUDA GPU %d %s (%d SMs), cuDNN %zu.%zu.%zu, cuBLAS %d, %s%s, conv algos by %s%s",
              s->device, s->name, s->sm_count, v / 10000, (v % 10000) / 100, v % 100, cublas_v,
              s->opts.bf16 ? "bf16 autocast" : "fp32",
              s->opts.bf16 ? "" : (s->opts.allow_tf32 ? " (TF32 convs)" : " (no TF32)"),
-             s->opts.conv_search ? "timed search" : "heuristics");
+             s->opts.conv_search ? "timed search" : "heuristics",
+             s->opts.deterministic ? " (deterministic only)" : "");
 }
 
 static size_t cuda_cache_entries(const void *st)
@@ -194,7 +196,7 @@ static ch_status cuda_sync(void *st)
 {
     CH_CHECK_CUDA(cudaStreamSynchronize(S(st)->compute));
     CH_CHECK_CUDA(cudaStreamSynchronize(S(st)->copy));
-    return CH_OK;
+    return ch_cuda_loss_check(st); /* errors the device found in queued ops */
 }
 
 static void *cuda_stream_ptr(void *st) { return (void *)S(st)->compute; }

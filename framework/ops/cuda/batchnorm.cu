@@ -411,10 +411,21 @@ __global__ void k_update_running(int64_t C, float *RM, float *RV, const float *M
     }
 }
 
+/* Per-rank counts passed by value, as a kernel argument (copied at launch:
+ * no staging buffer and no host wait), for up to BN_COUNTS_BY_VALUE ranks:
+ * 2 KiB of the 4 KiB of kernel parameters every CUDA version allows. */
+constexpr int BN_COUNTS_BY_VALUE = 256;
+struct bn_counts_v {
+    int64_t c[BN_COUNTS_BY_VALUE];
+    __device__ int64_t operator[](int r) const { return c[r]; }
+};
+static_assert(sizeof(bn_counts_v) + 64 <= 4096, "kernel parameters over 4 KiB");
+
 /* Chan et al.'s pairwise combine in double, ranks in order (batchnorm.c
- * ch_cpu_bn_gather_stats); counts on the device. */
+ * ch_cpu_bn_gather_stats); counts a device array or a bn_counts_v. */
+template <typename Counts>
 __global__ void k_gather_stats(int64_t C, int R, const float *MS, const float *VS,
-                               const int64_t *counts, float *M, float *VA)
+                               Counts counts, float *M, float *VA)
 {
     for (int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; c < C;
          c += (int64_t)gridDim.x * blockDim.x) {
@@ -438,16 +449,22 @@ __global__ void k_gather_stats(int64_t C, int R, const float *MS, const float *V
 unsigned vec_blocks(void *st, int64_t C) { return ch_cuda_blocks(st, C, VEC_THREADS); }
 
 /* ------------------------------------------------------------ cache slot
- * gather_stats needs the host counts on the device: a device copy that is
- * re-uploaded only when the counts change (through a pinned staging buffer
- * whose previous copy is waited for with an event). */
+ * gather_stats over more than BN_COUNTS_BY_VALUE ranks needs the host
+ * counts on the device: a ring of BN_RING device copies, re-uploaded only
+ * when the counts change (the resolution or the last batch), each through
+ * its own page-locked staging buffer. A change takes the next ring entry
+ * and waits only for that entry's previous copy, BN_RING changes ago (done
+ * long since), not for the one just queued; a kernel still reading an old
+ * device copy is ordered before the new copy into it on the same stream. */
+constexpr int BN_RING = 4;
 struct bn_slot {
-    int64_t *dcounts;  /* device */
-    int64_t *pinned;   /* page-locked staging */
-    int64_t *last;     /* host copy of what dcounts holds */
+    int64_t *dcounts[BN_RING]; /* device */
+    int64_t *pinned[BN_RING];  /* page-locked staging */
+    cudaEvent_t copied[BN_RING]; /* recorded after each staging copy */
+    int copy_pending[BN_RING];
+    int cur;                   /* ring entry holding `last` */
+    int64_t *last;             /* host copy of what dcounts[cur] holds */
     int cap, nlast;
-    cudaEvent_t copied; /* recorded after the last staging copy */
-    int copy_pending;
 };
 
 void bn_slot_destroy(void *st, void *p)
@@ -455,9 +472,11 @@ void bn_slot_destroy(void *st, void *p)
     (void)st;
     bn_slot *s = (bn_slot *)p;
     if (!s) return;
-    if (s->dcounts) cudaFree(s->dcounts);
-    if (s->pinned) cudaFreeHost(s->pinned);
-    if (s->copied) cudaEventDestroy(s->copied);
+    for (int i = 0; i < BN_RING; i++) {
+        if (s->dcounts[i]) cudaFree(s->dcounts[i]);
+        if (s->pinned[i]) cudaFreeHost(s->pinned[i]);
+        if (s->copied[i]) cudaEventDestroy(s->copied[i]);
+    }
     free(s->last);
     free(s);
 }
@@ -465,7 +484,7 @@ void bn_slot_destroy(void *st, void *p)
 size_t bn_slot_entries(void *p)
 {
     const bn_slot *s = (const bn_slot *)p;
-    return s && s->dcounts ? 1 : 0;
+    return s && s->dcounts[0] ? 1 : 0;
 }
 
 const ch_cuda_slot_ops_t bn_slot_ops = {bn_slot_destroy, bn_slot_entries};
@@ -476,9 +495,12 @@ ch_status bn_counts_on_device(void *st, const int64_t *counts, int R, const int6
     if (!s) {
         s = (bn_slot *)calloc(1, sizeof *s);
         if (!s) return CH_ERROR(CH_ERR_NOMEM, "batch norm (cuda): out of host memory");
-        cudaError_t e = cudaEventCreateWithFlags(&s->copied, cudaEventDisableTiming);
+        cudaError_t e = cudaSuccess;
+        for (int i = 0; i < BN_RING && e == cudaSuccess; i++)
+            e = cudaEventCreateWithFlags(&s->copied[i], cudaEventDisableTiming);
         if (e != cudaSuccess) {
-            free(s);
+            (void)cudaGetLastError();
+            bn_slot_destroy(st, s);
             return CH_ERROR(CH_ERR_CUDA, "batch norm (cuda): cudaEventCreateWithFlags failed: %s",
                             cudaGetErrorString(e));
         }
@@ -489,31 +511,38 @@ ch_status bn_counts_on_device(void *st, const int64_t *counts, int R, const int6
         /* queued gather kernels may still read the old device copy */
         CH_CHECK_CUDA(cudaStreamSynchronize(stream));
         int cap = R < 64 ? 64 : R;
-        if (s->dcounts) cudaFree(s->dcounts);
-        if (s->pinned) cudaFreeHost(s->pinned);
+        for (int i = 0; i < BN_RING; i++) {
+            if (s->dcounts[i]) cudaFree(s->dcounts[i]);
+            if (s->pinned[i]) cudaFreeHost(s->pinned[i]);
+            s->dcounts[i] = nullptr;
+            s->pinned[i] = nullptr;
+            s->copy_pending[i] = 0;
+        }
         free(s->last);
-        s->dcounts = nullptr;
-        s->pinned = nullptr;
         s->cap = 0;
         s->nlast = 0;
-        s->copy_pending = 0;
         s->last = (int64_t *)malloc((size_t)cap * sizeof(int64_t));
         if (!s->last) return CH_ERROR(CH_ERR_NOMEM, "batch norm (cuda): out of host memory");
-        CH_CHECK_CUDA(cudaMalloc((void **)&s->dcounts, (size_t)cap * sizeof(int64_t)));
-        CH_CHECK_CUDA(cudaMallocHost((void **)&s->pinned, (size_t)cap * sizeof(int64_t)));
+        for (int i = 0; i < BN_RING; i++) {
+            CH_CHECK_CUDA(cudaMalloc((void **)&s->dcounts[i], (size_t)cap * sizeof(int64_t)));
+            CH_CHECK_CUDA(cudaMallocHost((void **)&s->pinned[i], (size_t)cap * sizeof(int64_t)));
+        }
         s->cap = cap;
     }
     if (s->nlast != R || memcmp(s->last, counts, (size_t)R * sizeof(int64_t)) != 0) {
-        if (s->copy_pending) CH_CHECK_CUDA(cudaEventSynchronize(s->copied));
-        memcpy(s->pinned, counts, (size_t)R * sizeof(int64_t));
-        CH_CHECK_CUDA(cudaMemcpyAsync(s->dcounts, s->pinned, (size_t)R * sizeof(int64_t),
+        const int k = (s->cur + 1) % BN_RING;
+        /* the copy out of this staging buffer BN_RING changes ago */
+        if (s->copy_pending[k]) CH_CHECK_CUDA(cudaEventSynchronize(s->copied[k]));
+        memcpy(s->pinned[k], counts, (size_t)R * sizeof(int64_t));
+        CH_CHECK_CUDA(cudaMemcpyAsync(s->dcounts[k], s->pinned[k], (size_t)R * sizeof(int64_t),
                                       cudaMemcpyHostToDevice, stream));
-        CH_CHECK_CUDA(cudaEventRecord(s->copied, stream));
-        s->copy_pending = 1;
+        CH_CHECK_CUDA(cudaEventRecord(s->copied[k], stream));
+        s->copy_pending[k] = 1;
+        s->cur = k;
         memcpy(s->last, counts, (size_t)R * sizeof(int64_t));
         s->nlast = R;
     }
-    *dev = s->dcounts;
+    *dev = s->dcounts[s->cur];
     return CH_OK;
 }
 
@@ -642,9 +671,18 @@ ch_status ch_cuda_bn_gather_stats(void *st, const ch_tensor_t *means, const ch_t
 {
     const int64_t C = means->shape[1];
     if (C == 0) return CH_OK;
+    if (nranks <= BN_COUNTS_BY_VALUE) {
+        bn_counts_v cv;
+        memset(&cv, 0, sizeof cv);
+        memcpy(cv.c, counts, (size_t)nranks * sizeof(int64_t));
+        k_gather_stats<bn_counts_v><<<vec_blocks(st, C), VEC_THREADS, 0, ch_cuda_stream(st)>>>(
+            C, nranks, fp(means), fp(vars), cv, fpw(mean), fpw(var));
+        CH_CUDA_CHECK_LAUNCH();
+        return CH_OK;
+    }
     const int64_t *dcounts = nullptr;
     CH_TRY(bn_counts_on_device(st, counts, nranks, &dcounts));
-    k_gather_stats<<<vec_blocks(st, C), VEC_THREADS, 0, ch_cuda_stream(st)>>>(
+    k_gather_stats<const int64_t *><<<vec_blocks(st, C), VEC_THREADS, 0, ch_cuda_stream(st)>>>(
         C, nranks, fp(means), fp(vars), dcounts, fpw(mean), fpw(var));
     CH_CUDA_CHECK_LAUNCH();
     return CH_OK;

@@ -39,7 +39,11 @@
  * runs, fastest first); the first result that succeeded, that
  * cudnnGet*WorkspaceSize accepts with the math type it will run with and
  * whose workspace fits gpu_workspace_bytes wins (the error lists why each
- * candidate was refused). Descriptors, algorithm and workspace size are
+ * candidate was refused). compute.deterministic passes over every entry
+ * that is not CUDNN_DETERMINISTIC, and a timed search that will run FMA
+ * math (fp32, TF32 off) over entries timed with another math type
+ * (order_plan.h); COHORT_LOG_LEVEL=debug logs each choice (algorithm,
+ * determinism, math, workspace, time). Descriptors, algorithm and workspace size are
  * cached per (op, shapes, stride/pad, layout, precision, search) in the
  * CH_CUDA_SLOT_CONV slot; one op takes its cuDNN workspace and conversion
  * buffers from one ch_cuda_workspace block.
@@ -47,6 +51,7 @@
 #include "config.h"
 
 #include "framework/ops/cuda/dense_internal.h"
+#include "framework/ops/cuda/order_plan.h"
 
 #include "framework/core/log.h"
 
@@ -207,6 +212,15 @@ static ch_status choose(void *st, conv_entry *e, const conv_problem *q, const Pe
                                        cudnnGetErrorString(r->status));
             continue;
         }
+        const char *refused = ch_gp_conv_algo_refusal(
+            ch_cuda_opts(st)->deterministic, r->determinism == CUDNN_DETERMINISTIC, q->search,
+            !q->bf16 && !q->tf32, r->mathType == CUDNN_FMA_MATH);
+        if (refused) {
+            if (wl < sizeof why - 64)
+                wl += (size_t)snprintf(why + wl, sizeof why - wl, " algo %d: %s;", (int)r->algo,
+                                       refused);
+            continue;
+        }
         CH_CHECK_CUDNN(cudnnSetConvolutionMathType(e->cd, run_math(q, r->mathType)));
         size_t bytes = 0;
         cudnnStatus_t s;
@@ -229,14 +243,30 @@ static ch_status choose(void *st, conv_entry *e, const conv_problem *q, const Pe
         }
         e->algo = (int)r->algo;
         e->ws_bytes = bytes;
+        if (ch_log_get_level() >= CH_LOG_DEBUG) {
+            char d[256];
+            describe_problem(q, d, sizeof d);
+            ch_log_debug("%s: %s: cuDNN algo %d (%s, %s math, %zu-byte workspace%s%.3f ms), "
+                         "candidate %d of %d by %s%s", op_name(q->op), d, e->algo,
+                         r->determinism == CUDNN_DETERMINISTIC ? "deterministic"
+                                                               : "non-deterministic",
+                         run_math(q, r->mathType) == CUDNN_FMA_MATH ? "FMA" : "tensor-op", bytes,
+                         q->search ? ", timed " : "", q->search ? (double)r->time : 0.0, i + 1,
+                         got, q->search ? "timed search" : "heuristics",
+                         why[0] ? "; passed over:" : "");
+            if (why[0]) ch_log_debug("  %s", why);
+        }
         return CH_OK;
     }
     char d[256];
     describe_problem(q, d, sizeof d);
     return CH_ERROR(CH_ERR_CUDNN,
                     "%s: %s: no cuDNN algorithm among %d candidates is usable within the "
-                    "%zu-byte workspace cap (gpu_workspace_bytes)%s%s",
-                    op_name(q->op), d, got, cap, why[0] ? ":" : "", why);
+                    "%zu-byte workspace cap (gpu_workspace_bytes)%s%s%s",
+                    op_name(q->op), d, got, cap,
+                    ch_cuda_opts(st)->deterministic ? " and deterministic (compute.deterministic)"
+                                                    : "",
+                    why[0] ? ":" : "", why);
 }
 
 static ch_status select_algo(void *st, conv_entry *e, const conv_problem *q)

@@ -12,6 +12,7 @@
 #include "config.h"
 
 #include "framework/ops/cuda/dense_internal.h"
+#include "framework/ops/cuda/order_plan.h"
 
 #include <cuda_bf16.h>
 
@@ -537,7 +538,13 @@ static ch_status cd_reorder(void *st, const ch_tensor_t *src, ch_tensor_t *dst)
  * runs on the compute stream only at wait_upload); staging buffer i serves
  * the i-th layout-changing upload between two waits, and `freed[i]`, recorded
  * on the compute stream after its layout kernel, keeps the next upload into
- * it from overwriting data that kernel has not read yet. */
+ * it from overwriting data that kernel has not read yet. An upload in the
+ * same layout writes its destination (a batch slot) directly: `track`
+ * (order_plan.h) tells which of `dst_freed` (recorded on the compute stream
+ * at the wait_upload after the one that handed the slot to the compute
+ * stream, i.e. after the last step that read it) the copy stream waits on,
+ * or whether it waits for everything the compute stream queued
+ * (`compute_now`, a first upload or a slot reused without a wait). */
 #define UP_MAX 8
 
 typedef struct {
@@ -550,6 +557,9 @@ typedef struct {
     size_t stage_bytes[UP_MAX];
     cudaEvent_t freed[UP_MAX];
     int freed_recorded[UP_MAX];
+    ch_gp_upload_tracker_t track;
+    cudaEvent_t dst_freed[CH_GP_UPLOAD_TRACK];
+    cudaEvent_t compute_now;
 } upload_slot;
 
 static void upload_slot_destroy(void *st, void *p)
@@ -561,6 +571,9 @@ static void upload_slot_destroy(void *st, void *p)
         if (u->stage[i]) (void)cudaFree(u->stage[i]);
         if (u->freed[i]) (void)cudaEventDestroy(u->freed[i]);
     }
+    for (int i = 0; i < CH_GP_UPLOAD_TRACK; i++)
+        if (u->dst_freed[i]) (void)cudaEventDestroy(u->dst_freed[i]);
+    if (u->compute_now) (void)cudaEventDestroy(u->compute_now);
     if (u->copied) (void)cudaEventDestroy(u->copied);
     free(u);
 }
@@ -578,6 +591,9 @@ static ch_status upload_slot_get(void *st, upload_slot **out)
         cudaError_t e = cudaEventCreateWithFlags(&u->copied, cudaEventDisableTiming);
         for (int i = 0; e == cudaSuccess && i < UP_MAX; i++)
             e = cudaEventCreateWithFlags(&u->freed[i], cudaEventDisableTiming);
+        for (int i = 0; e == cudaSuccess && i < CH_GP_UPLOAD_TRACK; i++)
+            e = cudaEventCreateWithFlags(&u->dst_freed[i], cudaEventDisableTiming);
+        if (e == cudaSuccess) e = cudaEventCreateWithFlags(&u->compute_now, cudaEventDisableTiming);
         if (e != cudaSuccess) {
             (void)cudaGetLastError();
             upload_slot_destroy(st, u);
@@ -601,6 +617,15 @@ static ch_status cd_upload_async(void *st, const ch_tensor_t *src, ch_tensor_t *
     CH_TRY(upload_slot_get(st, &u));
     cudaStream_t cs = ch_cuda_copy_stream(st);
     if (!relayout) {
+        /* the compute stream's last reads of this slot come first */
+        int k = -1;
+        ch_gp_upload_wait w = ch_gp_upload_before(&u->track, dst->data, bytes, &k);
+        if (w == CH_GP_WAIT_FREED) {
+            CH_CHECK_CUDA(cudaStreamWaitEvent(cs, u->dst_freed[k], 0));
+        } else if (w == CH_GP_WAIT_COMPUTE) {
+            CH_CHECK_CUDA(cudaEventRecord(u->compute_now, ch_cuda_stream(st)));
+            CH_CHECK_CUDA(cudaStreamWaitEvent(cs, u->compute_now, 0));
+        }
         CH_CHECK_CUDA(cudaMemcpyAsync(dst->data, src->data, bytes, cudaMemcpyHostToDevice, cs));
     } else {
         int i = u->nstage;
@@ -644,6 +669,11 @@ static ch_status cd_wait_upload(void *st)
     u->pending = 0;
     u->nstage = 0;
     cudaStream_t s = ch_cuda_stream(st);
+    /* what the compute stream queued so far ends the reads of the slots the
+     * previous wait handed over: their freed events go here */
+    int rec[CH_GP_UPLOAD_TRACK];
+    int nrec = ch_gp_upload_at_wait(&u->track, rec);
+    for (int i = 0; i < nrec; i++) CH_CHECK_CUDA(cudaEventRecord(u->dst_freed[rec[i]], s));
     CH_CHECK_CUDA(cudaStreamWaitEvent(s, u->copied, 0));
     for (int i = 0; i < n; i++) {
         const ch_tensor_t *d = &u->dst[i];
@@ -675,4 +705,5 @@ void ch_cuda_table_dense(ch_ops_backend_t *t)
     ch_cuda_table_conv(t);
     ch_cuda_table_linear(t);
     ch_cuda_table_pool(t);
+    ch_cuda_table_eltwise(t);
 }

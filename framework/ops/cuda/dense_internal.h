@@ -56,6 +56,7 @@ static inline void ch_cd_nchw(const ch_tensor_t *t, int64_t *N, int64_t *C, int6
 void ch_cuda_table_conv(ch_ops_backend_t *t);   /* conv.cu */
 void ch_cuda_table_linear(ch_ops_backend_t *t); /* linear.cu */
 void ch_cuda_table_pool(ch_ops_backend_t *t);   /* pool.cu */
+void ch_cuda_table_eltwise(ch_ops_backend_t *t); /* eltwise.cu: activations, LayerNorm2d */
 
 #define CH_CD_THREADS 256
 

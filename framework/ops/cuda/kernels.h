@@ -8,8 +8,8 @@
  * Layouts: activations PLAIN (NCHW, or 2-D (N,C)) or NHWC; the blocked
  * oneDNN layouts give CH_ERR_UNSUPPORTED naming the layout.
  * All work is queued on the compute stream (ch_cuda_stream); the host
- * waits only in cross_entropy (label check, see loss.cu) and count_correct
- * (host result).
+ * waits only in count_correct (host result); cross_entropy's label check
+ * is deferred (loss.cu).
  */
 #ifndef COHORT_OPS_CUDA_KERNELS_H
 #define COHORT_OPS_CUDA_KERNELS_H
@@ -46,6 +46,11 @@ ch_status ch_cuda_bn_backward(void *st, const ch_tensor_t *x, const ch_tensor_t 
 /* loss.cu */
 ch_status ch_cuda_cross_entropy(void *st, const ch_tensor_t *logits, const ch_tensor_t *labels,
                                 ch_tensor_t *loss, ch_tensor_t *dlogits);
+/* The deferred label check of the last ch_cuda_cross_entropy on st (see
+ * loss.cu): CH_ERR_RANGE naming the sample and label when one was out of
+ * range, else CH_OK; waits for that op's flag copy only. Run by the next
+ * cross-entropy and by the backend's sync (ch_compute_sync). */
+ch_status ch_cuda_loss_check(void *st);
 ch_status ch_cuda_argmax(void *st, const ch_tensor_t *logits, ch_tensor_t *out);
 ch_status ch_cuda_count_correct(void *st, const ch_tensor_t *logits, const ch_tensor_t *labels,
                                 int64_t *correct);

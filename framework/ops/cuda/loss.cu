@@ -13,11 +13,15 @@
  * Labels out of range: the cross-entropy kernel records the first bad
  * sample (atomicMin on its index: the lowest bad row, deterministic), writes
  * NaN into that row's loss term and dlogits row instead of reading out of
- * bounds, and the op waits for the flag (a 8-byte copy into page-locked
- * memory, then a stream synchronize) and returns CH_ERR_RANGE naming the
- * sample and its label, as the contract in ops.h says. This is the one host
- * synchronization per training step that cross-entropy costs; the training
- * loop reads the loss back for its non-finite check every step anyway.
+ * bounds, and a one-thread kernel stores that row and its label next to
+ * the flag. The op does not wait for it: the two words are copied
+ * asynchronously into page-locked memory behind an event, and the check
+ * (ch_cuda_loss_check) runs at the next cross-entropy on the context
+ * (before its own kernels; by then the step that queued the flag is usually
+ * done, else the host waits for that earlier loss only) and at
+ * ch_compute_sync, which ch_model_loss_value calls after reading the loss:
+ * an out-of-range label is CH_ERR_RANGE naming the sample and its label, as
+ * ops.h says, one call later than on the CPU. No host wait in the step.
  */
 #include "config.h"
 
@@ -36,7 +40,11 @@ constexpr unsigned long long NO_BAD = ~0ull;
 
 /* Host-visible results (page-locked) of the loss ops. */
 struct loss_slot {
-    unsigned long long *host; /* [0] first bad row / correct count, [1] bad label */
+    unsigned long long *host; /* [0] correct count; [2] first bad row, [3] its label
+                                 (the deferred label check) */
+    cudaEvent_t flag_copied;  /* recorded after the copy into host[2..3] */
+    int flag_pending;         /* a cross-entropy's flag not checked yet */
+    int64_t flag_K;           /* its number of classes */
 };
 
 void loss_slot_destroy(void *st, void *p)
@@ -44,6 +52,7 @@ void loss_slot_destroy(void *st, void *p)
     (void)st;
     loss_slot *s = (loss_slot *)p;
     if (!s) return;
+    if (s->flag_copied) cudaEventDestroy(s->flag_copied);
     if (s->host) cudaFreeHost(s->host);
     free(s);
 }
@@ -56,10 +65,13 @@ ch_status host_words(void *st, unsigned long long **h)
     if (!s) {
         s = (loss_slot *)calloc(1, sizeof *s);
         if (!s) return CH_ERROR(CH_ERR_NOMEM, "loss (cuda): out of host memory");
-        cudaError_t e = cudaMallocHost((void **)&s->host, 2 * sizeof(unsigned long long));
+        cudaError_t e = cudaMallocHost((void **)&s->host, 4 * sizeof(unsigned long long));
+        if (e == cudaSuccess) e = cudaEventCreateWithFlags(&s->flag_copied, cudaEventDisableTiming);
         if (e != cudaSuccess) {
+            (void)cudaGetLastError();
+            if (s->host) cudaFreeHost(s->host);
             free(s);
-            return CH_ERROR(CH_ERR_CUDA, "loss (cuda): cudaMallocHost of 16 bytes failed: %s",
+            return CH_ERROR(CH_ERR_CUDA, "loss (cuda): page-locked words or event: %s",
                             cudaGetErrorString(e));
         }
         ch_cuda_slot_set(st, CH_CUDA_SLOT_LOSS, s, &loss_slot_ops);
@@ -115,6 +127,13 @@ __device__ void mark_bad_row(int lane, int64_t n, int64_t K, float *d, double *r
     }
     if (d)
         for (int64_t k = lane; k < K; k += 32) d[k] = nanf("");
+}
+
+/* bad[1] = the label of row bad[0] when a row was bad (one thread). */
+__global__ void k_bad_label(const int64_t *lab, unsigned long long *bad)
+{
+    if (threadIdx.x == 0 && blockIdx.x == 0 && bad[0] != NO_BAD)
+        bad[1] = (unsigned long long)lab[bad[0]];
 }
 
 /* Per-row loss terms (double) and optional dlogits. */
@@ -254,24 +273,21 @@ __global__ void __launch_bounds__(ROW_THREADS)
     if (lane == 0 && c) atomicAdd(count, c);
 }
 
-/* The label check of a cross-entropy launch: wait for the flag (see the
- * file comment) and name the lowest bad sample. */
-ch_status wait_label_check(cudaStream_t s, unsigned long long *host,
-                           const unsigned long long *bad, const ch_tensor_t *labels, int64_t K,
-                           const char *op)
-{
-    CH_CHECK_CUDA(cudaMemcpyAsync(host, bad, sizeof *bad, cudaMemcpyDeviceToHost, s));
-    CH_CHECK_CUDA(cudaStreamSynchronize(s));
-    if (host[0] == NO_BAD) return CH_OK;
-    const int64_t n = (int64_t)host[0];
-    CH_CHECK_CUDA(cudaMemcpyAsync(host + 1, (const int64_t *)labels->data + n, sizeof(int64_t),
-                                  cudaMemcpyDeviceToHost, s));
-    CH_CHECK_CUDA(cudaStreamSynchronize(s));
-    return CH_ERROR(CH_ERR_RANGE, "%s: label of sample %lld is %lld, expected 0..%lld", op,
-                    (long long)n, (long long)host[1], (long long)(K - 1));
-}
-
 } // namespace
+
+ch_status ch_cuda_loss_check(void *st)
+{
+    loss_slot *ls = (loss_slot *)ch_cuda_slot(st, CH_CUDA_SLOT_LOSS);
+    if (!ls || !ls->flag_pending) return CH_OK;
+    CH_CHECK_CUDA(cudaEventSynchronize(ls->flag_copied)); /* done already, as a rule */
+    ls->flag_pending = 0;
+    if (ls->host[2] == NO_BAD) return CH_OK;
+    return CH_ERROR(CH_ERR_RANGE,
+                    "ch_op_cross_entropy: label of sample %lld is %lld, expected 0..%lld (found "
+                    "on the GPU after the op had returned; that loss is NaN)",
+                    (long long)ls->host[2], (long long)(int64_t)ls->host[3],
+                    (long long)(ls->flag_K - 1));
+}
 
 ch_status ch_cuda_cross_entropy(void *st, const ch_tensor_t *logits, const ch_tensor_t *labels,
                                 ch_tensor_t *loss, ch_tensor_t *dlogits)
@@ -279,30 +295,29 @@ ch_status ch_cuda_cross_entropy(void *st, const ch_tensor_t *logits, const ch_te
     const int64_t N = logits->shape[0], K = logits->shape[1];
     unsigned long long *host = nullptr;
     CH_TRY(host_words(st, &host));
+    /* the previous call's labels, before its flag words are reused */
+    CH_TRY(ch_cuda_loss_check(st));
     void *ws = nullptr;
-    CH_TRY(ch_cuda_workspace(st, (size_t)N * sizeof(double) + sizeof(unsigned long long), &ws));
+    CH_TRY(ch_cuda_workspace(st, (size_t)N * sizeof(double) + 2 * sizeof(unsigned long long),
+                             &ws));
     double *rowloss = (double *)ws;
     unsigned long long *bad = (unsigned long long *)(rowloss + N);
     cudaStream_t s = ch_cuda_stream(st);
-    CH_CHECK_CUDA(cudaMemsetAsync(bad, 0xff, sizeof *bad, s)); /* NO_BAD */
+    CH_CHECK_CUDA(cudaMemsetAsync(bad, 0xff, 2 * sizeof *bad, s)); /* NO_BAD */
     k_xent_rows<<<row_blocks(st, N), ROW_THREADS, 0, s>>>(
         (const float *)logits->data, (const int64_t *)labels->data, N, K,
         dlogits ? (float *)dlogits->data : nullptr, rowloss, bad);
     CH_CUDA_CHECK_LAUNCH();
     k_xent_mean<<<1, SUM_THREADS, 0, s>>>(rowloss, N, (float *)loss->data);
     CH_CUDA_CHECK_LAUNCH();
-    /* label check: wait for the flag (see the file comment) */
-    CH_CHECK_CUDA(cudaMemcpyAsync(host, bad, sizeof *bad, cudaMemcpyDeviceToHost, s));
-    CH_CHECK_CUDA(cudaStreamSynchronize(s));
-    if (host[0] != NO_BAD) {
-        const int64_t n = (int64_t)host[0];
-        CH_CHECK_CUDA(cudaMemcpyAsync(host + 1, (const int64_t *)labels->data + n,
-                                      sizeof(int64_t), cudaMemcpyDeviceToHost, s));
-        CH_CHECK_CUDA(cudaStreamSynchronize(s));
-        return CH_ERROR(CH_ERR_RANGE,
-                        "ch_op_cross_entropy: label of sample %lld is %lld, expected 0..%lld",
-                        (long long)n, (long long)host[1], (long long)(K - 1));
-    }
+    /* label check, deferred (see the file comment): no host wait here */
+    k_bad_label<<<1, 32, 0, s>>>((const int64_t *)labels->data, bad);
+    CH_CUDA_CHECK_LAUNCH();
+    loss_slot *ls = (loss_slot *)ch_cuda_slot(st, CH_CUDA_SLOT_LOSS);
+    CH_CHECK_CUDA(cudaMemcpyAsync(host + 2, bad, 2 * sizeof *bad, cudaMemcpyDeviceToHost, s));
+    CH_CHECK_CUDA(cudaEventRecord(ls->flag_copied, s));
+    ls->flag_pending = 1;
+    ls->flag_K = K;
     return CH_OK;
 }
 
@@ -342,20 +357,31 @@ ch_status ch_cuda_cross_entropy_smooth(void *st, const ch_tensor_t *logits,
                                        const ch_tensor_t *labels, double e, ch_tensor_t *loss,
                                        ch_tensor_t *dlogits)
 {
+    /* ch_cuda_cross_entropy's launch sequence and deferred label check, with
+     * the label-smoothing row kernel */
     const int64_t N = logits->shape[0], K = logits->shape[1];
     unsigned long long *host = nullptr;
     CH_TRY(host_words(st, &host));
+    CH_TRY(ch_cuda_loss_check(st));
     void *ws = nullptr;
-    CH_TRY(ch_cuda_workspace(st, (size_t)N * sizeof(double) + sizeof(unsigned long long), &ws));
+    CH_TRY(ch_cuda_workspace(st, (size_t)N * sizeof(double) + 2 * sizeof(unsigned long long),
+                             &ws));
     double *rowloss = (double *)ws;
     unsigned long long *bad = (unsigned long long *)(rowloss + N);
     cudaStream_t s = ch_cuda_stream(st);
-    CH_CHECK_CUDA(cudaMemsetAsync(bad, 0xff, sizeof *bad, s)); /* NO_BAD */
+    CH_CHECK_CUDA(cudaMemsetAsync(bad, 0xff, 2 * sizeof *bad, s)); /* NO_BAD */
     k_xent_smooth_rows<<<row_blocks(st, N), ROW_THREADS, 0, s>>>(
         (const float *)logits->data, (const int64_t *)labels->data, N, K, e,
         dlogits ? (float *)dlogits->data : nullptr, rowloss, bad);
     CH_CUDA_CHECK_LAUNCH();
     k_xent_mean<<<1, SUM_THREADS, 0, s>>>(rowloss, N, (float *)loss->data);
     CH_CUDA_CHECK_LAUNCH();
-    return wait_label_check(s, host, bad, labels, K, "ch_op_cross_entropy_smooth");
+    k_bad_label<<<1, 32, 0, s>>>((const int64_t *)labels->data, bad);
+    CH_CUDA_CHECK_LAUNCH();
+    loss_slot *ls = (loss_slot *)ch_cuda_slot(st, CH_CUDA_SLOT_LOSS);
+    CH_CHECK_CUDA(cudaMemcpyAsync(host + 2, bad, 2 * sizeof *bad, cudaMemcpyDeviceToHost, s));
+    CH_CHECK_CUDA(cudaEventRecord(ls->flag_copied, s));
+    ls->flag_pending = 1;
+    ls->flag_K = K;
+    return CH_OK;
 }
