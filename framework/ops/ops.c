@@ -1176,6 +1176,9 @@ ch_status ch_op_rmsprop_step(ch_compute_t *cx, ch_devkind_t dev, int dev_index,
     if (!be->rmsprop_step)
         return CH_ERROR(CH_ERR_UNSUPPORTED, OP ": the %s backend has no RMSprop", be->name);
     return be->rmsprop_step(st, ts, n, h);
+#undef OP
+}
+
 /* ----------------------------------------------------------- activations */
 
 const char *ch_act_name(ch_act_kind_t kind)

@@ -632,6 +632,7 @@ typedef struct ch_rmsprop_hparams {
  * for any thread count). Errors as ch_op_adamw_step. */
 ch_status ch_op_rmsprop_step(ch_compute_t *cx, ch_devkind_t dev, int dev_index,
                              const ch_rmsprop_tensor_t *ts, int n, const ch_rmsprop_hparams_t *h);
+
 /* ------------------------------------------------------ activations (eltwise)
  * The element-wise activations of torch.nn beyond ReLU, forward and
  * backward, with PyTorch 1.13's formulas (CPU kernels of
