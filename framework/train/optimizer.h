@@ -1,5 +1,5 @@
 /* cohort: one optimizer interface over SGD, AdamW and RMSprop, with
- * PyTorch 1.13's update formulas (docs/numerics.md, "Optimizers").
+ * PyTorch 1.13's update formulas (docs/train-numerics.md, "Optimizers").
  *
  *  sgd      torch.optim.SGD: the existing ch_sgd_t (framework/train/optim.h),
  *           wrapped; its steps and resume files are bitwise what ch_sgd_*
