@@ -21,12 +21,40 @@
 BENCH="$build/tests/bench_nn"
 ACT="$build/tests/act_step"
 act_algs="clip_v2 relu swish logistic tanh gelu_erf gelu_tanh hardswish"
+CONVPOOL="$build/tests/bench_convpool"
+# And one per ISA for the convolution variants (tests/bench_convpool: depthwise,
+# strided depthwise, grouped, dilated, dilated depthwise convolutions forward,
+# backward data and backward weights, and the pooling variants, which are
+# cohort's own C loops): no reference kernel. (oneDNN 2.6.3 here: jit
+# kernels from AVX2 up, jit_dw for the depthwise ones; on SSE4.1, with plain
+# activations, the gemm-based ones.)
 
 cases="resnet18:1:28 resnet18:3:32 resnet18:3:224 resnet34:1:28 resnet50:1:28 resnet50:3:32
 resnet50:3:224"
 ncases=$(echo $cases | wc -w)
 isas="SSE41 AVX2 AVX512_CORE native"
-echo "1..$((4 * (2 * ncases + 3)))"
+echo "1..$((4 * (2 * ncases + 4)))"
+
+# One test point from a DNNL_VERBOSE=1 run: exit status $1, name $2, log $3,
+# program $4. Fails on a non-zero exit, on no convolution in the log (nothing
+# checked), on a reference kernel ("ref" implementation) or on cohort's
+# "only a reference" warning.
+no_ref_kernel() {
+  nconv=$(grep -c '^onednn_verbose,exec,cpu,convolution,' "$3")
+  refs=$(grep '^onednn_verbose,exec,' "$3" | awk -F, '$5 ~ /^ref/' | cut -d, -f4-10 | sort -u)
+  if [ "$1" != 0 ]; then
+    tail -n 20 "$3" >&2
+    not_ok "$2: $4 exit $1"
+  elif [ "$nconv" = 0 ]; then
+    not_ok "$2: no convolution in DNNL_VERBOSE's output (cannot check)"
+  elif [ -n "$refs" ] || grep -q 'only a reference' "$3"; then
+    echo "$refs" >&2
+    grep 'only a reference' "$3" >&2
+    not_ok "$2: reference kernel: $(echo "$refs" | head -n 1)"
+  else
+    ok "$2: $nconv convolutions, no reference kernel"
+  fi
+}
 
 # effective ISA under a cap, as cohort reports it ("isa avx2")
 effective() {
@@ -43,6 +71,7 @@ for isa in $isas; do
     for c in $cases; do not_ok "$isa $c train: not run"; not_ok "$isa $c eval: not run"; done
     not_ok "$isa winograd: not run"
     not_ok "$isa activations: not run"
+    not_ok "$isa convolution variants: not run"
     continue
   fi
   if [ "$isa" != native ] && [ "$eff" != "$want" ]; then
@@ -50,6 +79,7 @@ for isa in $isas; do
     for c in $cases; do skip "$isa $c train" "no $isa"; skip "$isa $c eval" "no $isa"; done
     skip "$isa winograd" "no $isa"
     skip "$isa activations" "no $isa"
+    skip "$isa convolution variants" "no $isa"
     continue
   fi
   ok "$isa: oneDNN runs at ISA $eff"
@@ -65,22 +95,7 @@ for isa in $isas; do
         ONEDNN_MAX_CPU_ISA=$isa DNNL_VERBOSE=1 "$BENCH" --arch "$arch" --channels "$ch" \
           --size "$size" --batch 2 --threads 2 --steps 1 --warmup 0 $flag > "$log" 2>&1
       fi
-      rc=$?
-      name="$isa $arch ${ch}x${size}x${size} $mode"
-      nconv=$(grep -c '^onednn_verbose,exec,cpu,convolution,' "$log")
-      refs=$(grep '^onednn_verbose,exec,' "$log" | awk -F, '$5 ~ /^ref/' | cut -d, -f4-10 | sort -u)
-      if [ "$rc" != 0 ]; then
-        tail -n 20 "$log" >&2
-        not_ok "$name: bench_nn exit $rc"
-      elif [ "$nconv" = 0 ]; then
-        not_ok "$name: no convolution in DNNL_VERBOSE's output (cannot check)"
-      elif [ -n "$refs" ] || grep -q 'only a reference' "$log"; then
-        echo "$refs" >&2
-        grep 'only a reference' "$log" >&2
-        not_ok "$name: reference kernel: $(echo "$refs" | head -n 1)"
-      else
-        ok "$name: $nconv convolutions, no reference kernel"
-      fi
+      no_ref_kernel $? "$isa $arch ${ch}x${size}x${size} $mode" "$log" bench_nn
     done
   done
   log="$tmp/$isa-winograd.log"
@@ -135,4 +150,14 @@ for isa in $isas; do
   else
     ok "$name: $(echo "$elt" | wc -l) oneDNN eltwise runs ($(echo "$elt" | cut -d, -f5 | sort -u | tr '\n' ' ')), no reference kernel"
   fi
+  log="$tmp/$isa-convpool.log"
+  if [ "$isa" = native ]; then
+    env -u ONEDNN_MAX_CPU_ISA DNNL_VERBOSE=1 "$CONVPOOL" --batch 2 --threads 2 --trials 1 \
+      > "$log" 2>&1
+  else
+    ONEDNN_MAX_CPU_ISA=$isa DNNL_VERBOSE=1 "$CONVPOOL" --batch 2 --threads 2 --trials 1 \
+      > "$log" 2>&1
+  fi
+  no_ref_kernel $? "$isa convolution variants (depthwise, grouped, dilated) and pooling variants" \
+    "$log" bench_convpool
 done

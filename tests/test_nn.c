@@ -123,6 +123,42 @@ static void check_entry(const char *what, const ch_param_t *p, const ch_st_view_
     free(ref);
 }
 
+/* The golden batch x, y of st, a training forward and backward of m on
+ * it, compared with PyTorch's logits and loss (1e-4) and every parameter
+ * gradient (1e-3). x, y stay allocated for the caller. */
+static void golden_fwd_bwd(ch_model_t *m, ch_compute_t *cx, ch_safetensors_t *st, ch_tensor_t *x,
+                           ch_tensor_t *y)
+{
+    const ch_st_view_t *vx = ch_safetensors_find(st, "x"), *vy = ch_safetensors_find(st, "y");
+    assert_non_null(vx);
+    assert_non_null(vy);
+    assert_ch_ok(ch_tensor_alloc_f32(x, 4, vx->shape));
+    memcpy(x->data, vx->data, vx->nbytes);
+    assert_ch_ok(ch_tensor_alloc(y, CH_I64, 1, vy->shape, CH_LAYOUT_PLAIN, CH_DEV_CPU, 0));
+    memcpy(y->data, vy->data, vy->nbytes);
+    const ch_tensor_t *logits;
+    float loss;
+    ch_model_train(m, 1);
+    assert_ch_ok(ch_model_forward(m, cx, x, &logits));
+    assert_ch_ok(ch_model_loss(m, cx, y, &loss));
+    float *ref = nt_read_f32(st, "logits", NULL);
+    nt_assert_close(ch_tensor_f32(logits), ref, (size_t)ch_tensor_numel(logits), 1e-4, "logits");
+    free(ref);
+    ref = nt_read_f32(st, "loss", NULL);
+    if (fabs(loss - ref[0]) > 1e-4 * fabs(ref[0])) fail_msg("loss %.7g vs torch %.7g", loss, ref[0]);
+    free(ref);
+    assert_ch_ok(ch_model_backward(m, cx, NULL));
+    for (int i = 0; i < ch_model_num_params(m); i++) {
+        ch_param_t *p = ch_model_param(m, i);
+        char name[300], what[300];
+        snprintf(name, sizeof name, "grad.%s", p->name);
+        float *gr = nt_read_f32(st, name, NULL);
+        snprintf(what, sizeof what, "gradient of %s", p->name);
+        nt_assert_close(p->grad, gr, p->numel, 1e-3, what);
+        free(gr);
+    }
+}
+
 /* One step of `arch` vs PyTorch, then interop of the updated state dict. */
 static void golden_step(const char *arch, int batch, int size)
 {
@@ -145,41 +181,15 @@ static void golden_step(const char *arch, int batch, int size)
     memcpy(p0, ch_model_param_block(m), pn * sizeof(float));
 
     ch_tensor_t x, y;
-    const ch_st_view_t *vx = ch_safetensors_find(st, "x"), *vy = ch_safetensors_find(st, "y");
-    assert_non_null(vx);
-    assert_non_null(vy);
-    assert_ch_ok(ch_tensor_alloc_f32(&x, 4, vx->shape));
-    memcpy(x.data, vx->data, vx->nbytes);
-    assert_ch_ok(ch_tensor_alloc(&y, CH_I64, 1, vy->shape, CH_LAYOUT_PLAIN, CH_DEV_CPU, 0));
-    memcpy(y.data, vy->data, vy->nbytes);
-
     ch_compute_t *cx = make_cx();
     ch_sgd_options_t so = {0.01, 0.9, 0.0, 0.005, 0};
     ch_sgd_t *sgd;
     assert_ch_ok(ch_sgd_create(&so, &sgd));
     assert_ch_ok(ch_sgd_add_model(sgd, m));
     const ch_tensor_t *logits;
-    float loss;
-    ch_model_train(m, 1);
-    assert_ch_ok(ch_model_forward(m, cx, &x, &logits));
-    assert_ch_ok(ch_model_loss(m, cx, &y, &loss));
-    float *ref = nt_read_f32(st, "logits", NULL);
-    nt_assert_close(ch_tensor_f32(logits), ref, (size_t)ch_tensor_numel(logits), 1e-4, "logits");
-    free(ref);
-    ref = nt_read_f32(st, "loss", NULL);
-    if (fabs(loss - ref[0]) > 1e-4 * fabs(ref[0])) fail_msg("loss %.7g vs torch %.7g", loss, ref[0]);
-    free(ref);
-    assert_ch_ok(ch_model_backward(m, cx, NULL));
+    float *ref;
+    golden_fwd_bwd(m, cx, st, &x, &y);
     char name[300];
-    for (int i = 0; i < ch_model_num_params(m); i++) {
-        ch_param_t *p = ch_model_param(m, i);
-        snprintf(name, sizeof name, "grad.%s", p->name);
-        float *gr = nt_read_f32(st, name, NULL);
-        char what[300];
-        snprintf(what, sizeof what, "gradient of %s", p->name);
-        nt_assert_close(p->grad, gr, p->numel, 1e-3, what);
-        free(gr);
-    }
     assert_ch_ok(ch_sgd_step(sgd));
     for (int i = 0; i < ch_model_num_entries(m); i++) {
         ch_param_t *p = ch_model_entry(m, i);
@@ -225,6 +235,79 @@ static void golden_step(const char *arch, int batch, int size)
     ch_tensor_free(&x);
     ch_tensor_free(&y);
     free(p0);
+    golden_sd_free(&g);
+    ch_safetensors_destroy(st);
+    ch_model_destroy(m);
+}
+
+/* A network of the convolution and pooling variants (depthwise, grouped +
+ * dilated + non-square Conv2d, MaxPool2d / AvgPool2d with ceil_mode,
+ * AdaptiveAvgPool2d (3, 2) and (1, 1)) built with the ch_nn_*_ex builders:
+ * PyTorch's state dict loads strictly (same names and shapes), and one
+ * training forward + backward gives PyTorch's logits (1e-4), loss and every
+ * parameter gradient (1e-3); tests/golden/convpool_nn_golden.py. */
+static void test_golden_convpool_modules(void **state)
+{
+    (void)state;
+    if (!nt_have_torch()) ch_test_skip("python3-torch not available (HAVE_TORCH != yes)");
+    char dir[1024], path[1200];
+    assert_int_equal(nt_run_golden("convpool_nn_golden.py", "convpool", "", dir, sizeof dir), 0);
+    snprintf(path, sizeof path, "%s/convpool_step.safetensors", dir);
+    ch_safetensors_t *st;
+    assert_ch_ok(ch_safetensors_open(&st, path));
+
+    ch_model_t *m = NULL;
+    assert_ch_ok(ch_model_new("convpool", &m));
+    ch_module_t *f;
+    assert_ch_ok(ch_nn_sequential(ch_model_root(m), "features", &f));
+    ch_conv2d_options_t co;
+    ch_conv2d_options_default(&co, 1, 8, 3);
+    co.pad_h = co.pad_w = 1;
+    co.bias = 0;
+    assert_ch_ok(ch_nn_conv2d_ex(f, "0", &co, NULL));
+    assert_ch_ok(ch_nn_batchnorm2d(f, "1", 8, NULL));
+    assert_ch_ok(ch_nn_relu(f, "2", NULL));
+    ch_conv2d_options_default(&co, 8, 8, 3);
+    co.pad_h = co.pad_w = 1;
+    co.groups = 8;
+    assert_ch_ok(ch_nn_conv2d_ex(f, "3", &co, NULL));
+    ch_conv2d_options_default(&co, 8, 16, 3);
+    co.kernel_w = 2;
+    co.stride_h = 2;
+    co.pad_h = 2;
+    co.pad_w = 1;
+    co.dilation_h = 2;
+    co.groups = 2;
+    co.bias = 0;
+    assert_ch_ok(ch_nn_conv2d_ex(f, "4", &co, NULL));
+    ch_pool2d_options_t po;
+    ch_pool2d_options_default(&po, 3);
+    po.stride_h = po.stride_w = 2;
+    po.pad_h = po.pad_w = 1;
+    po.ceil_mode = 1;
+    assert_ch_ok(ch_nn_maxpool2d_ex(f, "5", &po, NULL));
+    po.count_include_pad = 0;
+    assert_ch_ok(ch_nn_avgpool2d(f, "6", &po, NULL));
+    assert_ch_ok(ch_nn_adaptive_avgpool2d_hw(f, "7", 3, 2, NULL));
+    assert_ch_ok(ch_nn_adaptive_avgpool2d_hw(f, "8", 1, 1, NULL));
+    assert_ch_ok(ch_nn_linear(ch_model_root(m), "fc", 16, 10, 1, NULL));
+    assert_ch_ok(ch_model_finalize(m, 1));
+    /* PyTorch's default init bound for the grouped conv: 1/sqrt(fan_in),
+     * fan_in = in/groups * kh * kw = 4 * 3 * 2 (torchvision's init for
+     * conv weights: normal with std sqrt(2 / (16 * 3 * 2))) */
+    assert_int_equal(ch_model_find(m, "features.4.weight")->shape[1], 4);
+
+    golden_sd_t g;
+    golden_sd(st, m, &g);
+    int loaded = 0;
+    assert_ch_ok(ch_model_load_state_dict(m, g.views, g.n, 1, NULL, NULL, &loaded));
+    assert_int_equal(loaded, ch_model_num_entries(m));
+    ch_tensor_t x, y;
+    ch_compute_t *cx = make_cx();
+    golden_fwd_bwd(m, cx, st, &x, &y);
+    ch_compute_destroy(cx);
+    ch_tensor_free(&x);
+    ch_tensor_free(&y);
     golden_sd_free(&g);
     ch_safetensors_destroy(st);
     ch_model_destroy(m);
@@ -609,6 +692,7 @@ int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_golden_smallcnn),
+        cmocka_unit_test(test_golden_convpool_modules),
         cmocka_unit_test(test_golden_resnet18),
         cmocka_unit_test(test_golden_resnet50_summary),
         cmocka_unit_test(test_grad_hook_order),

@@ -762,6 +762,59 @@ static const char *CONV_CASES[] = {"odd_bias", "s2_nobias", "down1x1", "stem",  
                                    "spatial1_bias", "k1_s2_on1", "win2_odd", "win3_valid",
                                    "map2_bias", "map2x3_odd", "map3_k5"};
 
+/* One golden convolution case pre ("conv/<name>/"): forward, backward data
+ * and backward weights in every input layout with the same output layout
+ * where allowed, plus plain input -> every output layout (the stem case). */
+static void golden_conv_case(ch_compute_t *cx, const char *pre, const ch_conv2d_params_t *pp,
+                             int hb)
+{
+    ch_conv2d_params_t p = *pp;
+    ch_tensor_t x, w, b, dy, yref;
+    load(&x, pre, "x");
+    load(&w, pre, "w");
+    if (hb) load(&b, pre, "b");
+    load(&dy, pre, "dy");
+    load(&yref, pre, "y");
+    ch_layout_t lx[4], ly[4];
+    int nx = layouts_for(x.shape[1], lx), ny = layouts_for(yref.shape[1], ly);
+    for (int i = 0; i < nx + ny; i++) {
+        ch_layout_t la = i < nx ? lx[i] : CH_LAYOUT_PLAIN;
+        ch_layout_t lb = i < nx ? la : ly[i - nx];
+        if (i < nx) {
+            int ok = 0;
+            for (int j = 0; j < ny; j++) ok |= ly[j] == lb;
+            if (!ok) continue;
+        }
+        char ctx[96];
+        snprintf(ctx, sizeof ctx, "x %s, y %s", ch_layout_name(la), ch_layout_name(lb));
+        ch_tensor_t xl, yl, dyl, dxl, dw, db;
+        to_layout(cx, &x, la, &xl);
+        to_layout(cx, &dy, lb, &dyl);
+        like(&yref, lb, &yl);
+        like(&x, la, &dxl);
+        like(&w, CH_LAYOUT_PLAIN, &dw);
+        if (hb) like(&b, CH_LAYOUT_PLAIN, &db);
+        assert_ch_ok(ch_op_conv2d_forward(cx, &xl, &w, hb ? &b : NULL, &p, &yl));
+        check(cx, &yl, pre, "y", TOL_FWD, ctx);
+        assert_ch_ok(ch_op_conv2d_backward_data(cx, &dyl, &w, &p, &dxl));
+        check(cx, &dxl, pre, "dx", TOL_BWD, ctx);
+        assert_ch_ok(ch_op_conv2d_backward_weights(cx, &xl, &dyl, &p, &dw, hb ? &db : NULL));
+        check(cx, &dw, pre, "dw", TOL_BWD, ctx);
+        if (hb) check(cx, &db, pre, "db", TOL_BWD, ctx);
+        ch_tensor_free(&xl);
+        ch_tensor_free(&yl);
+        ch_tensor_free(&dyl);
+        ch_tensor_free(&dxl);
+        ch_tensor_free(&dw);
+        if (hb) ch_tensor_free(&db);
+    }
+    ch_tensor_free(&x);
+    ch_tensor_free(&w);
+    if (hb) ch_tensor_free(&b);
+    ch_tensor_free(&dy);
+    ch_tensor_free(&yref);
+}
+
 static void test_golden_conv(void **state)
 {
     (void)state;
@@ -770,57 +823,12 @@ static void test_golden_conv(void **state)
     for (size_t ci = 0; ci < sizeof CONV_CASES / sizeof *CONV_CASES; ci++) {
         char pre[64];
         snprintf(pre, sizeof pre, "conv/%s/", CONV_CASES[ci]);
-        ch_tensor_t prm, x, w, b, dy, yref;
+        ch_tensor_t prm;
         load(&prm, pre, "params");
         int64_t *P = prm.data;
         ch_conv2d_params_t p = {(int)P[0], (int)P[0], (int)P[1], (int)P[1]};
-        int hb = (int)P[2];
-        load(&x, pre, "x");
-        load(&w, pre, "w");
-        if (hb) load(&b, pre, "b");
-        load(&dy, pre, "dy");
-        load(&yref, pre, "y");
-        ch_layout_t lx[4], ly[4];
-        int nx = layouts_for(x.shape[1], lx), ny = layouts_for(yref.shape[1], ly);
-        /* every input layout with the same output layout where allowed,
-         * plus plain input -> every output layout (the stem case) */
-        for (int i = 0; i < nx + ny; i++) {
-            ch_layout_t la = i < nx ? lx[i] : CH_LAYOUT_PLAIN;
-            ch_layout_t lb = i < nx ? la : ly[i - nx];
-            if (i < nx) {
-                int ok = 0;
-                for (int j = 0; j < ny; j++) ok |= ly[j] == lb;
-                if (!ok) continue;
-            }
-            char ctx[96];
-            snprintf(ctx, sizeof ctx, "x %s, y %s", ch_layout_name(la), ch_layout_name(lb));
-            ch_tensor_t xl, yl, dyl, dxl, dw, db;
-            to_layout(cx, &x, la, &xl);
-            to_layout(cx, &dy, lb, &dyl);
-            like(&yref, lb, &yl);
-            like(&x, la, &dxl);
-            like(&w, CH_LAYOUT_PLAIN, &dw);
-            if (hb) like(&b, CH_LAYOUT_PLAIN, &db);
-            assert_ch_ok(ch_op_conv2d_forward(cx, &xl, &w, hb ? &b : NULL, &p, &yl));
-            check(cx, &yl, pre, "y", TOL_FWD, ctx);
-            assert_ch_ok(ch_op_conv2d_backward_data(cx, &dyl, &w, &p, &dxl));
-            check(cx, &dxl, pre, "dx", TOL_BWD, ctx);
-            assert_ch_ok(ch_op_conv2d_backward_weights(cx, &xl, &dyl, &p, &dw, hb ? &db : NULL));
-            check(cx, &dw, pre, "dw", TOL_BWD, ctx);
-            if (hb) check(cx, &db, pre, "db", TOL_BWD, ctx);
-            ch_tensor_free(&xl);
-            ch_tensor_free(&yl);
-            ch_tensor_free(&dyl);
-            ch_tensor_free(&dxl);
-            ch_tensor_free(&dw);
-            if (hb) ch_tensor_free(&db);
-        }
+        golden_conv_case(cx, pre, &p, (int)P[2]);
         ch_tensor_free(&prm);
-        ch_tensor_free(&x);
-        ch_tensor_free(&w);
-        if (hb) ch_tensor_free(&b);
-        ch_tensor_free(&dy);
-        ch_tensor_free(&yref);
     }
     ch_compute_destroy(cx);
 }
@@ -1066,6 +1074,51 @@ static void test_golden_relu(void **state)
     ch_compute_destroy(cx);
 }
 
+enum { POOL_AVG, POOL_MAX, POOL_ADAPTIVE };
+
+/* One pooling case of kind `kind` in every layout: forward y and input
+ * gradient dx against PyTorch. */
+static void golden_pool_case(ch_compute_t *cx, const char *pre, int kind,
+                             const ch_pool2d_params_t *pp)
+{
+    ch_tensor_t x, dy, yref;
+    ch_pool2d_params_t p = *pp;
+    load(&x, pre, "x");
+    load(&dy, pre, "dy");
+    load(&yref, pre, "y");
+    ch_layout_t ls[4];
+    int nl = layouts_for(x.shape[1], ls);
+    for (int li = 0; li < nl; li++) {
+        const char *ctx = ch_layout_name(ls[li]);
+        ch_tensor_t xl, dyl, yl, dxl;
+        to_layout(cx, &x, ls[li], &xl);
+        to_layout(cx, &dy, ls[li], &dyl);
+        like(&yref, ls[li], &yl);
+        like(&x, ls[li], &dxl);
+        if (kind == POOL_AVG) {
+            assert_ch_ok(ch_op_avgpool2d_forward(cx, &xl, &p, &yl));
+            check(cx, &yl, pre, "y", TOL_FWD, ctx);
+            assert_ch_ok(ch_op_avgpool2d_backward(cx, &dyl, &p, &dxl));
+        } else if (kind == POOL_MAX) {
+            assert_ch_ok(ch_op_maxpool2d_forward(cx, &xl, &p, &yl));
+            check(cx, &yl, pre, "y", TOL_FWD, ctx);
+            assert_ch_ok(ch_op_maxpool2d_backward(cx, &xl, &dyl, &p, &dxl));
+        } else {
+            assert_ch_ok(ch_op_adaptive_avgpool2d_forward(cx, &xl, &yl));
+            check(cx, &yl, pre, "y", TOL_FWD, ctx);
+            assert_ch_ok(ch_op_adaptive_avgpool2d_backward(cx, &dyl, &dxl));
+        }
+        check(cx, &dxl, pre, "dx", TOL_BWD, ctx);
+        ch_tensor_free(&xl);
+        ch_tensor_free(&dyl);
+        ch_tensor_free(&yl);
+        ch_tensor_free(&dxl);
+    }
+    ch_tensor_free(&x);
+    ch_tensor_free(&dy);
+    ch_tensor_free(&yref);
+}
+
 static void test_golden_pooling(void **state)
 {
     (void)state;
@@ -1075,35 +1128,12 @@ static void test_golden_pooling(void **state)
     for (size_t ci = 0; ci < 4; ci++) {
         char pre[64];
         snprintf(pre, sizeof pre, "maxpool/%s/", mp[ci]);
-        ch_tensor_t prm, x, dy, yref;
+        ch_tensor_t prm;
         load(&prm, pre, "params");
         int64_t *P = prm.data;
         ch_pool2d_params_t p = {(int)P[0], (int)P[0], (int)P[1], (int)P[1], (int)P[2], (int)P[2]};
-        load(&x, pre, "x");
-        load(&dy, pre, "dy");
-        load(&yref, pre, "y");
-        ch_layout_t ls[4];
-        int nl = layouts_for(x.shape[1], ls);
-        for (int li = 0; li < nl; li++) {
-            const char *ctx = ch_layout_name(ls[li]);
-            ch_tensor_t xl, dyl, yl, dxl;
-            to_layout(cx, &x, ls[li], &xl);
-            to_layout(cx, &dy, ls[li], &dyl);
-            like(&yref, ls[li], &yl);
-            like(&x, ls[li], &dxl);
-            assert_ch_ok(ch_op_maxpool2d_forward(cx, &xl, &p, &yl));
-            check(cx, &yl, pre, "y", TOL_FWD, ctx);
-            assert_ch_ok(ch_op_maxpool2d_backward(cx, &xl, &dyl, &p, &dxl));
-            check(cx, &dxl, pre, "dx", TOL_BWD, ctx);
-            ch_tensor_free(&xl);
-            ch_tensor_free(&dyl);
-            ch_tensor_free(&yl);
-            ch_tensor_free(&dxl);
-        }
         ch_tensor_free(&prm);
-        ch_tensor_free(&x);
-        ch_tensor_free(&dy);
-        ch_tensor_free(&yref);
+        golden_pool_case(cx, pre, POOL_MAX, &p);
     }
     const char *ap[] = {"c16", "odd", "one"};
     for (size_t ci = 0; ci < 3; ci++) {
@@ -1228,6 +1258,164 @@ static void test_golden_cross_entropy(void **state)
     ch_compute_destroy(cx);
 }
 
+/* ------------------------------------ convolution and pooling variants */
+
+/* tests/golden/convpool_golden.py's case lists (same order). */
+static const char *CONVX_CASES[] = {"depthwise",         "depthwise_s2",  "depthwise_mult2",
+                                    "groups2_nonsquare", "groups4_c16",   "dilated2",
+                                    "dilated_dw",        "dilated_nonsquare",
+                                    "dilated_groups_s2"};
+static const char *AVG_CASES[] = {"k3s2p1_incl",        "k3s2p1_excl",        "k2_ceil_incl",
+                                  "k2_ceil_excl",       "ceil_past_pad_incl", "ceil_past_pad_excl",
+                                  "ceil_drop",          "nonsquare",          "c16_ceil",
+                                  "c32_k2"};
+static const char *MAXX_CASES[] = {"ceil_odd", "ceil_drop", "ceil_past_pad_c16",
+                                   "nonsquare_ceil"};
+static const char *ADAPT_CASES[] = {"7x9_to_3x4", "c16_5_to_2", "same",
+                                    "up_3_to_5x4", "c16_to_1x1", "c8_14_to_3"};
+
+/* Grouped, depthwise, dilated and non-square convolutions (oneDNN's
+ * grouped / dilated primitives) vs torch.nn.functional.conv2d, every
+ * layout; limits as the plain convolutions (1e-4 forward, 1e-3 gradients). */
+static void test_golden_conv_variants(void **state)
+{
+    (void)state;
+    need_golden();
+    ch_compute_t *cx = new_cx();
+    for (size_t ci = 0; ci < sizeof CONVX_CASES / sizeof *CONVX_CASES; ci++) {
+        char pre[64];
+        snprintf(pre, sizeof pre, "convx/%s/", CONVX_CASES[ci]);
+        ch_tensor_t prm;
+        load(&prm, pre, "params");
+        int64_t *P = prm.data;
+        ch_conv2d_params_t p = {(int)P[0], (int)P[1], (int)P[2], (int)P[3],
+                                (int)P[4], (int)P[5], (int)P[6]};
+        golden_conv_case(cx, pre, &p, (int)P[7]);
+        ch_tensor_free(&prm);
+    }
+    ch_compute_destroy(cx);
+}
+
+/* The pooling parameters of a golden case: [kh, kw, sh, sw, ph, pw,
+ * ceil_mode, count_include_pad] (convpool_golden.py). */
+static ch_pool2d_params_t golden_pool_params(const char *pre)
+{
+    ch_tensor_t prm;
+    load(&prm, pre, "params");
+    int64_t *P = prm.data;
+    ch_pool2d_params_t p = {(int)P[0], (int)P[1], (int)P[2], (int)P[3],
+                            (int)P[4], (int)P[5], (int)P[6], (int)P[7]};
+    ch_tensor_free(&prm);
+    return p;
+}
+
+/* AvgPool2d (padding, ceil_mode, count_include_pad, non-square), MaxPool2d
+ * with ceil_mode and AdaptiveAvgPool2d to (h, w) vs PyTorch; the
+ * ceil_mode cases include a last window that runs past the right padding
+ * and one that PyTorch drops. Output shapes follow ch_pool_out_size, which
+ * must give PyTorch's. */
+static void test_golden_pool_variants(void **state)
+{
+    (void)state;
+    need_golden();
+    ch_compute_t *cx = new_cx();
+    char pre[64];
+    for (size_t ci = 0; ci < sizeof AVG_CASES / sizeof *AVG_CASES; ci++) {
+        snprintf(pre, sizeof pre, "avgpool2d/%s/", AVG_CASES[ci]);
+        ch_pool2d_params_t p = golden_pool_params(pre);
+        golden_pool_case(cx, pre, POOL_AVG, &p);
+    }
+    for (size_t ci = 0; ci < sizeof MAXX_CASES / sizeof *MAXX_CASES; ci++) {
+        snprintf(pre, sizeof pre, "maxpoolx/%s/", MAXX_CASES[ci]);
+        ch_pool2d_params_t p = golden_pool_params(pre);
+        golden_pool_case(cx, pre, POOL_MAX, &p);
+    }
+    for (size_t ci = 0; ci < sizeof ADAPT_CASES / sizeof *ADAPT_CASES; ci++) {
+        snprintf(pre, sizeof pre, "adaptive/%s/", ADAPT_CASES[ci]);
+        const ch_pool2d_params_t none = {0};
+        golden_pool_case(cx, pre, POOL_ADAPTIVE, &none);
+    }
+    ch_compute_destroy(cx);
+}
+
+/* PyTorch's pooling output sizes (pooling_output_shape), including the
+ * ceil_mode drop rule, and the errors for bad groups / dilation. */
+static void test_pool_conv_sizes(void **state)
+{
+    (void)state;
+    /* floor: (7 + 0 - 2) / 2 + 1 = 3; ceil: 4 */
+    assert_int_equal(ch_pool_out_size(7, 2, 2, 0, 0), 3);
+    assert_int_equal(ch_pool_out_size(7, 2, 2, 0, 1), 4);
+    /* ceil would give 4 whose window starts at 6 >= 5 + 1: dropped */
+    assert_int_equal(ch_pool_out_size(5, 2, 2, 1, 1), 3);
+    assert_int_equal(ch_pool_out_size(6, 3, 2, 1, 1), 4);
+    assert_int_equal(ch_pool_out_size(2, 3, 1, 0, 1), 0);
+    assert_int_equal(ch_conv_out_size_dilated(11, 3, 1, 2, 2), 11);
+    assert_int_equal(ch_conv_out_size_dilated(4, 3, 1, 0, 3), 0);
+    ch_compute_t *cx = new_cx();
+    int64_t sx[4] = {1, 6, 5, 5}, sw[4] = {4, 3, 3, 3}, sy[4] = {1, 4, 3, 3};
+    ch_tensor_t x, w, y;
+    assert_ch_ok(ch_tensor_alloc_f32(&x, 4, sx));
+    assert_ch_ok(ch_tensor_alloc_f32(&w, 4, sw));
+    assert_ch_ok(ch_tensor_alloc_f32(&y, 4, sy));
+    ch_conv2d_params_t ok = {1, 1, 0, 0, 1, 1, 2};
+    assert_ch_ok(ch_op_conv2d_forward(cx, &x, &w, NULL, &ok, &y));
+    ch_conv2d_params_t bad = {1, 1, 0, 0, 1, 1, 4}; /* 4 does not divide 6 */
+    assert_int_equal(ch_op_conv2d_forward(cx, &x, &w, NULL, &bad, &y), CH_ERR_INVALID);
+    assert_non_null(strstr(ch_error_message(), "groups 4"));
+    ch_conv2d_params_t g3 = {1, 1, 0, 0, 1, 1, 3}; /* 6/3 = 2 per group, weight has 3 */
+    assert_int_equal(ch_op_conv2d_forward(cx, &x, &w, NULL, &g3, &y), CH_ERR_INVALID);
+    ch_conv2d_params_t dil = {1, 1, 0, 0, 3, 3, 2}; /* dilated 3x3 spans 7 > 5 */
+    assert_int_equal(ch_op_conv2d_forward(cx, &x, &w, NULL, &dil, &y), CH_ERR_INVALID);
+    ch_error_clear();
+    ch_tensor_free(&x);
+    ch_tensor_free(&w);
+    ch_tensor_free(&y);
+    ch_compute_destroy(cx);
+}
+
+/* The weight cache (conv.c kept_weights) with a depthwise convolution in
+ * nChw16c, whose kernel wants oneDNN's grouped blocked weights (G, O/G,
+ * I/G, kh, kw) = Goihw16g: the first forward converts, the second reuses
+ * the kept copy with the same result; after ch_tensor_data_changed() the
+ * next forward converts again and sees the new weights. */
+static void test_grouped_weight_cache(void **state)
+{
+    (void)state;
+    ch_compute_t *cx = new_cx();
+    int64_t sx[4] = {2, 16, 9, 9}, sw[4] = {16, 1, 3, 3};
+    ch_tensor_t x, xl, w, y1, y2;
+    assert_ch_ok(ch_tensor_alloc_f32(&x, 4, sx));
+    for (int64_t i = 0; i < ch_tensor_numel(&x); i++) ch_tensor_f32(&x)[i] = sinf(0.1f * i);
+    to_layout(cx, &x, CH_LAYOUT_NCHW16C, &xl);
+    assert_ch_ok(ch_tensor_alloc_f32(&w, 4, sw));
+    for (int64_t i = 0; i < ch_tensor_numel(&w); i++) ch_tensor_f32(&w)[i] = cosf(0.3f * i);
+    w.versioned = 1;
+    assert_ch_ok(ch_tensor_alloc(&y1, CH_F32, 4, sx, CH_LAYOUT_NCHW16C, CH_DEV_CPU, 0));
+    assert_ch_ok(ch_tensor_alloc(&y2, CH_F32, 4, sx, CH_LAYOUT_NCHW16C, CH_DEV_CPU, 0));
+    ch_conv2d_params_t p = {1, 1, 1, 1, 1, 1, 16};
+    int64_t c0, r0, c1, r1, c2, r2;
+    ch_tensor_data_changed();
+    ch_compute_weight_conversions(cx, &c0, &r0);
+    assert_ch_ok(ch_op_conv2d_forward(cx, &xl, &w, NULL, &p, &y1));
+    assert_ch_ok(ch_op_conv2d_forward(cx, &xl, &w, NULL, &p, &y2));
+    ch_compute_weight_conversions(cx, &c1, &r1);
+    if (c1 - c0 == 0) ch_test_skip("this ISA's depthwise kernel takes plain weights");
+    assert_int_equal(c1 - c0, 1);
+    assert_int_equal(r1 - r0, 1);
+    assert_memory_equal(y1.data, y2.data, y1.nbytes);
+    for (int64_t i = 0; i < ch_tensor_numel(&w); i++) ch_tensor_f32(&w)[i] *= 2.0f;
+    ch_tensor_data_changed();
+    assert_ch_ok(ch_op_conv2d_forward(cx, &xl, &w, NULL, &p, &y2));
+    ch_compute_weight_conversions(cx, &c2, &r2);
+    assert_int_equal(c2 - c1, 1);
+    for (int64_t i = 0; i < ch_tensor_numel(&y1); i++)
+        assert_true(ch_tensor_f32(&y2)[i] == 2.0f * ch_tensor_f32(&y1)[i]);
+    ch_tensor_t *all[] = {&x, &xl, &w, &y1, &y2};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) ch_tensor_free(all[i]);
+    ch_compute_destroy(cx);
+}
+
 int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
@@ -1247,6 +1435,10 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_golden_pooling),
         cmocka_unit_test(test_golden_linear),
         cmocka_unit_test(test_golden_cross_entropy),
+        cmocka_unit_test(test_golden_conv_variants),
+        cmocka_unit_test(test_golden_pool_variants),
+        cmocka_unit_test(test_pool_conv_sizes),
+        cmocka_unit_test(test_grouped_weight_cache),
     };
     int rc = ch_test_main(argc, argv, tests, sizeof tests / sizeof tests[0]);
     golden_free();

@@ -23,7 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { MAXOUT = 24 };
+enum { MAXOUT = 40 };
 
 /* The outputs of one run of every op, copied out (plain bytes). */
 typedef struct {
@@ -95,6 +95,67 @@ static void fill_uniform(ch_tensor_t *t, uint64_t seed, float lo)
     for (int64_t i = 0; i < ch_tensor_numel(t); i++) d[i] = lo + urand(&s) * 0.5f + 0.5f;
 }
 
+/* The convolution and pooling variants on x (N,C,H,W): AvgPool2d with
+ * ceil_mode (2x2/2, padding 1, the last window dropped for odd H) and
+ * count_include_pad, AdaptiveAvgPool2d to (5, 4), and oneDNN's depthwise
+ * and dilated grouped convolutions (forward, backward data, backward
+ * weights). */
+static void run_convpool_ops(ch_compute_t *cx, const ch_tensor_t *x, outputs *o)
+{
+    int64_t N = x->shape[0], C = x->shape[1], H = x->shape[2], W = x->shape[3];
+    ch_layout_t L = x->layout;
+    const ch_pool2d_params_t ap = {2, 2, 2, 2, 1, 1, 1, 1};
+    int64_t sa[4] = {N, C, ch_pool_out_size(H, 2, 2, 1, 1), ch_pool_out_size(W, 2, 2, 1, 1)};
+    int64_t sd[4] = {N, C, 5, 4}, sw[4] = {C, 1, 3, 3}, sw2[4] = {C, 2, 3, 3}, sc[1] = {C};
+    ch_tensor_t ay, ady, adx, dy5, y5, dx5, cy, cdx, w, w2, cdw, cdw2, cdb;
+    ch_tensor_t *a4[] = {&ay, &ady};
+    for (int i = 0; i < 2; i++)
+        assert_ch_ok(ch_tensor_alloc(a4[i], CH_F32, 4, sa, L, CH_DEV_CPU, 0));
+    assert_ch_ok(ch_tensor_alloc(&y5, CH_F32, 4, sd, L, CH_DEV_CPU, 0));
+    assert_ch_ok(ch_tensor_alloc(&dy5, CH_F32, 4, sd, L, CH_DEV_CPU, 0));
+    ch_tensor_t *xs[] = {&adx, &dx5, &cy, &cdx};
+    for (int i = 0; i < 4; i++)
+        assert_ch_ok(ch_tensor_alloc(xs[i], CH_F32, 4, x->shape, L, CH_DEV_CPU, 0));
+    assert_ch_ok(ch_tensor_alloc_f32(&w, 4, sw));
+    assert_ch_ok(ch_tensor_alloc_f32(&cdw, 4, sw));
+    assert_ch_ok(ch_tensor_alloc_f32(&w2, 4, sw2));
+    assert_ch_ok(ch_tensor_alloc_f32(&cdw2, 4, sw2));
+    assert_ch_ok(ch_tensor_alloc_f32(&cdb, 1, sc));
+    fill_uniform(&ady, 21, -1.0f);
+    fill_uniform(&dy5, 22, -1.0f);
+    fill_uniform(&w, 23, -1.0f);
+    fill_uniform(&w2, 24, -1.0f);
+
+    assert_ch_ok(ch_op_avgpool2d_forward(cx, x, &ap, &ay));
+    keep(o, "avgpool2d_forward", &ay);
+    assert_ch_ok(ch_op_avgpool2d_backward(cx, &ady, &ap, &adx));
+    keep(o, "avgpool2d_backward", &adx);
+    assert_ch_ok(ch_op_adaptive_avgpool2d_forward(cx, x, &y5));
+    keep(o, "adaptive_avgpool2d_forward", &y5);
+    assert_ch_ok(ch_op_adaptive_avgpool2d_backward(cx, &dy5, &dx5));
+    keep(o, "adaptive_avgpool2d_backward", &dx5);
+    /* depthwise 3x3, padding 1 (same size); then dilation 2, padding 2,
+     * groups C/2; x itself serves as the same-sized dy */
+    const ch_conv2d_params_t dw3 = {1, 1, 1, 1, 1, 1, (int)C};
+    const ch_conv2d_params_t dil = {1, 1, 2, 2, 2, 2, (int)(C / 2)};
+    assert_ch_ok(ch_op_conv2d_forward(cx, x, &w, NULL, &dw3, &cy));
+    keep(o, "depthwise conv forward", &cy);
+    assert_ch_ok(ch_op_conv2d_backward_data(cx, x, &w, &dw3, &cdx));
+    keep(o, "depthwise conv backward data", &cdx);
+    assert_ch_ok(ch_op_conv2d_backward_weights(cx, x, &cy, &dw3, &cdw, &cdb));
+    keep(o, "depthwise conv backward weights", &cdw);
+    keep(o, "depthwise conv backward bias", &cdb);
+    assert_ch_ok(ch_op_conv2d_forward(cx, x, &w2, NULL, &dil, &cy));
+    keep(o, "dilated grouped conv forward", &cy);
+    assert_ch_ok(ch_op_conv2d_backward_data(cx, x, &w2, &dil, &cdx));
+    keep(o, "dilated grouped conv backward data", &cdx);
+    assert_ch_ok(ch_op_conv2d_backward_weights(cx, x, &cy, &dil, &cdw2, NULL));
+    keep(o, "dilated grouped conv backward weights", &cdw2);
+
+    ch_tensor_t *all[] = {&ay, &ady, &adx, &dy5, &y5, &dx5, &cy, &cdx, &w, &w2, &cdw, &cdw2, &cdb};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) ch_tensor_free(all[i]);
+}
+
 /* Every parallelised op once, on cx's current thread count. */
 static void run_ops(ch_compute_t *cx, ch_layout_t L, int64_t N, int64_t C, int64_t H, int64_t W,
                     outputs *o)
@@ -157,6 +218,7 @@ static void run_ops(ch_compute_t *cx, ch_layout_t L, int64_t N, int64_t C, int64
     keep(o, "bn_backward dx", &dx);
     keep(o, "bn_backward dweight", &dw);
     keep(o, "bn_backward dbias", &db);
+    run_convpool_ops(cx, &x, o);
     assert_ch_ok(ch_compute_sync(cx));
 
     for (size_t i = 0; i < sizeof act / sizeof act[0]; i++) ch_tensor_free(act[i]);

@@ -22,6 +22,7 @@ static const char *kind_name(ch_nn_kind_t k)
     case CH_NN_RELU: return "ReLU";
     case CH_NN_MAXPOOL2D: return "MaxPool2d";
     case CH_NN_ADAPTIVE_AVGPOOL2D: return "AdaptiveAvgPool2d";
+    case CH_NN_AVGPOOL2D: return "AvgPool2d";
     case CH_NN_LINEAR: return "Linear";
     case CH_NN_HARDTANH: return "Hardtanh";
     case CH_NN_LEAKY_RELU: return "LeakyReLU";
@@ -190,13 +191,125 @@ ch_status ch_nn_conv2d(ch_module_t *parent, const char *name, int in_c, int out_
     CH_TRY(add_child(parent, name, CH_NN_CONV2D, &m));
     m->in_c = in_c;
     m->out_c = out_c;
-    m->kernel = k;
+    m->kernel = m->kernel_h = m->kernel_w = k;
     m->has_bias = bias != 0;
     m->conv.stride_h = m->conv.stride_w = stride;
     m->conv.pad_h = m->conv.pad_w = pad;
     int64_t ws[4] = {out_c, in_c, k, k}, bs[1] = {out_c};
     CH_TRY(add_entry(m, "weight", 0, CH_F32, 4, ws));
     if (bias) CH_TRY(add_entry(m, "bias", 0, CH_F32, 1, bs));
+    if (out) *out = m;
+    return CH_OK;
+}
+
+void ch_conv2d_options_default(ch_conv2d_options_t *o, int in_channels, int out_channels,
+                               int kernel)
+{
+    memset(o, 0, sizeof *o);
+    o->in_channels = in_channels;
+    o->out_channels = out_channels;
+    o->kernel_h = o->kernel_w = kernel;
+    o->stride_h = o->stride_w = 1;
+    o->dilation_h = o->dilation_w = 1;
+    o->groups = 1;
+    o->bias = 1;
+}
+
+ch_status ch_nn_conv2d_ex(ch_module_t *parent, const char *name, const ch_conv2d_options_t *o,
+                          ch_module_t **out)
+{
+    CH_REQUIRE(o, "nn: Conv2d '%s': options are NULL", name ? name : "?");
+    CH_REQUIRE(o->in_channels > 0 && o->out_channels > 0 && o->kernel_h > 0 && o->kernel_w > 0 &&
+                   o->stride_h > 0 && o->stride_w > 0 && o->pad_h >= 0 && o->pad_w >= 0 &&
+                   o->dilation_h > 0 && o->dilation_w > 0 && o->groups > 0,
+               "nn: Conv2d '%s': invalid sizes in=%d out=%d kernel=%dx%d stride=%dx%d "
+               "padding=%dx%d dilation=%dx%d groups=%d (expected all > 0, padding >= 0)",
+               name, o->in_channels, o->out_channels, o->kernel_h, o->kernel_w, o->stride_h,
+               o->stride_w, o->pad_h, o->pad_w, o->dilation_h, o->dilation_w, o->groups);
+    CH_REQUIRE(o->in_channels % o->groups == 0 && o->out_channels % o->groups == 0,
+               "nn: Conv2d '%s': groups=%d must divide in_channels=%d and out_channels=%d", name,
+               o->groups, o->in_channels, o->out_channels);
+    ch_module_t *m;
+    CH_TRY(add_child(parent, name, CH_NN_CONV2D, &m));
+    m->in_c = o->in_channels;
+    m->out_c = o->out_channels;
+    m->kernel = m->kernel_h = o->kernel_h;
+    m->kernel_w = o->kernel_w;
+    m->has_bias = o->bias != 0;
+    m->conv.stride_h = o->stride_h;
+    m->conv.stride_w = o->stride_w;
+    m->conv.pad_h = o->pad_h;
+    m->conv.pad_w = o->pad_w;
+    m->conv.dilation_h = o->dilation_h;
+    m->conv.dilation_w = o->dilation_w;
+    m->conv.groups = o->groups;
+    int64_t ws[4] = {o->out_channels, o->in_channels / o->groups, o->kernel_h, o->kernel_w};
+    int64_t bs[1] = {o->out_channels};
+    CH_TRY(add_entry(m, "weight", 0, CH_F32, 4, ws));
+    if (m->has_bias) CH_TRY(add_entry(m, "bias", 0, CH_F32, 1, bs));
+    if (out) *out = m;
+    return CH_OK;
+}
+
+void ch_pool2d_options_default(ch_pool2d_options_t *o, int kernel)
+{
+    memset(o, 0, sizeof *o);
+    o->kernel_h = o->kernel_w = kernel;
+    o->stride_h = o->stride_w = kernel;
+    o->count_include_pad = 1;
+}
+
+/* A pooling module of `kind` from o (checked as torch does). */
+static ch_status pool_module(ch_module_t *parent, const char *name, ch_nn_kind_t kind,
+                             const ch_pool2d_options_t *o, ch_module_t **out)
+{
+    const char *what = kind_name(kind);
+    CH_REQUIRE(o, "nn: %s '%s': options are NULL", what, name ? name : "?");
+    CH_REQUIRE(o->kernel_h > 0 && o->kernel_w > 0 && o->stride_h > 0 && o->stride_w > 0 &&
+                   o->pad_h >= 0 && o->pad_w >= 0 && o->pad_h <= o->kernel_h / 2 &&
+                   o->pad_w <= o->kernel_w / 2,
+               "nn: %s '%s': invalid kernel=%dx%d stride=%dx%d padding=%dx%d (expected kernel "
+               "and stride > 0, 0 <= padding <= kernel/2)",
+               what, name, o->kernel_h, o->kernel_w, o->stride_h, o->stride_w, o->pad_h,
+               o->pad_w);
+    ch_module_t *m;
+    CH_TRY(add_child(parent, name, kind, &m));
+    m->pool.kernel_h = o->kernel_h;
+    m->pool.kernel_w = o->kernel_w;
+    m->pool.stride_h = o->stride_h;
+    m->pool.stride_w = o->stride_w;
+    m->pool.pad_h = o->pad_h;
+    m->pool.pad_w = o->pad_w;
+    m->pool.ceil_mode = o->ceil_mode != 0;
+    m->pool.count_include_pad = o->count_include_pad != 0;
+    if (out) *out = m;
+    return CH_OK;
+}
+
+ch_status ch_nn_maxpool2d_ex(ch_module_t *parent, const char *name,
+                             const ch_pool2d_options_t *o, ch_module_t **out)
+{
+    return pool_module(parent, name, CH_NN_MAXPOOL2D, o, out);
+}
+
+ch_status ch_nn_avgpool2d(ch_module_t *parent, const char *name, const ch_pool2d_options_t *o,
+                          ch_module_t **out)
+{
+    return pool_module(parent, name, CH_NN_AVGPOOL2D, o, out);
+}
+
+ch_status ch_nn_adaptive_avgpool2d_hw(ch_module_t *parent, const char *name, int out_h,
+                                      int out_w, ch_module_t **out)
+{
+    CH_REQUIRE(out_h > 0 && out_w > 0,
+               "nn: AdaptiveAvgPool2d '%s': output size %dx%d, expected both > 0", name, out_h,
+               out_w);
+    ch_module_t *m;
+    CH_TRY(add_child(parent, name, CH_NN_ADAPTIVE_AVGPOOL2D, &m));
+    if (out_h != 1 || out_w != 1) {
+        m->out_h = out_h;
+        m->out_w = out_w;
+    }
     if (out) *out = m;
     return CH_OK;
 }
@@ -573,14 +686,17 @@ ch_status ch_model_finalize(ch_model_t *M, uint64_t seed)
 static ch_status init_module(ch_module_t *m, ch_nn_rng_t *rng)
 {
     if (m->kind == CH_NN_CONV2D || m->kind == CH_NN_LINEAR) {
-        size_t fan_in = m->kind == CH_NN_CONV2D ? (size_t)m->in_c * m->kernel * m->kernel
+        /* torch _calculate_fan_in_and_fan_out: from the weight's shape
+         * (O, I/groups, kh, kw), so grouped convolutions count I/groups */
+        const int64_t *wsh = m->ent[0].shape;
+        size_t fan_in = m->kind == CH_NN_CONV2D ? (size_t)(wsh[1] * wsh[2] * wsh[3])
                                                 : (size_t)m->in_c;
         double bound = 1.0 / sqrt((double)fan_in);
         for (int i = 0; i < m->nent; i++) {
             ch_param_t *p = &m->ent[i];
             if (m->kind == CH_NN_CONV2D && !strcmp(p->local, "weight")) {
                 /* kaiming_normal_(mode='fan_out', nonlinearity='relu') */
-                double fan_out = (double)m->out_c * m->kernel * m->kernel;
+                double fan_out = (double)(wsh[0] * wsh[2] * wsh[3]);
                 ch_nn_rng_fill_normal(rng, p->data, p->numel, sqrt(2.0 / fan_out));
             } else {
                 /* Linear.reset_parameters: kaiming_uniform_(a=sqrt(5)) for the

@@ -3,7 +3,7 @@
  * A model (ch_model_t) is a tree of modules with PyTorch's names: containers
  * (Sequential, residual blocks, the model root) hold children under local
  * names ("layer1", "0", "downsample"); leaf layers (Conv2d, BatchNorm2d,
- * Linear, ReLU, MaxPool2d, AdaptiveAvgPool2d) hold parameters ("weight",
+ * Linear, ReLU, MaxPool2d, AvgPool2d, AdaptiveAvgPool2d) hold parameters ("weight",
  * "bias") and buffers ("running_mean", "running_var", "num_batches_tracked").
  * Full names join the path with dots, exactly as torch.nn.Module.state_dict():
  * "conv1.weight", "layer1.0.downsample.1.running_var", "fc.bias".
@@ -47,12 +47,12 @@ typedef struct ch_module ch_module_t;
 typedef enum {
     CH_NN_SEQUENTIAL = 0,   /* children run in order (torch.nn.Sequential; also the model root) */
     CH_NN_RESIDUAL,         /* relu(main(x) + shortcut(x)) (torchvision BasicBlock/Bottleneck) */
-    CH_NN_CONV2D,           /* torch.nn.Conv2d, dilation 1, groups 1 */
+    CH_NN_CONV2D,           /* torch.nn.Conv2d (groups, dilation: ch_nn_conv2d_ex) */
     CH_NN_BATCHNORM2D,      /* torch.nn.BatchNorm2d (eps 1e-5, momentum 0.1) */
     CH_NN_SYNC_BATCHNORM,   /* torch.nn.SyncBatchNorm (same entries) */
     CH_NN_RELU,             /* torch.nn.ReLU(inplace=True) */
     CH_NN_MAXPOOL2D,        /* torch.nn.MaxPool2d */
-    CH_NN_ADAPTIVE_AVGPOOL2D, /* torch.nn.AdaptiveAvgPool2d((1, 1)) */
+    CH_NN_ADAPTIVE_AVGPOOL2D, /* torch.nn.AdaptiveAvgPool2d((1, 1)) or ((h, w)) */
     CH_NN_LINEAR,           /* torch.nn.Linear; input (N, C, 1, 1) or (N, C) is flattened */
     /* activations (formulas: framework/ops/ops.h, "activations") */
     CH_NN_HARDTANH,         /* torch.nn.Hardtanh(min_val, max_val); torch.nn.ReLU6 = (0, 6) */
@@ -64,6 +64,7 @@ typedef enum {
     CH_NN_HARDSWISH,        /* torch.nn.Hardswish */
     CH_NN_HARDSIGMOID,      /* torch.nn.Hardsigmoid */
     CH_NN_LAYERNORM2D,      /* ConvNeXt's LayerNorm2d: LayerNorm over C at each (n, h, w) */
+    CH_NN_AVGPOOL2D,        /* torch.nn.AvgPool2d */
     CH_NN_KIND_COUNT_
 } ch_nn_kind_t;
 
@@ -171,6 +172,59 @@ ch_status ch_module_activation(const ch_module_t *m, ch_act_params_t *p);
 #define CH_NN_LAYERNORM2D_EPS 1e-6f
 ch_status ch_nn_layernorm2d(ch_module_t *parent, const char *name, int channels, float eps,
                             ch_module_t **out);
+/* Every argument of torch.nn.Conv2d (padding_mode 'zeros' only). Start from
+ * ch_conv2d_options_default, which sets PyTorch's defaults. */
+typedef struct ch_conv2d_options {
+    int in_channels, out_channels; /* > 0, both divisible by groups */
+    int kernel_h, kernel_w;        /* > 0 */
+    int stride_h, stride_w;        /* > 0; default 1 */
+    int pad_h, pad_w;              /* >= 0, zeros on both sides; default 0 */
+    int dilation_h, dilation_w;    /* > 0; default 1 */
+    int groups;                    /* > 0; default 1; in_channels: depthwise */
+    int bias;                      /* 1 (default): a bias entry (O) */
+} ch_conv2d_options_t;
+
+/* *o = Conv2d(in_channels, out_channels, kernel) with PyTorch's defaults:
+ * square kernel, stride 1, padding 0, dilation 1, groups 1, bias. */
+void ch_conv2d_options_default(ch_conv2d_options_t *o, int in_channels, int out_channels,
+                               int kernel);
+
+/* Conv2d with every option: weight (out, in/groups, kh, kw) as PyTorch,
+ * bias (out) when o->bias. Output size torch's
+ * floor((H + 2p - d(k-1) - 1)/s) + 1. CH_ERR_INVALID naming the module and
+ * the bad value (sizes <= 0, channels not divisible by groups). */
+ch_status ch_nn_conv2d_ex(ch_module_t *parent, const char *name, const ch_conv2d_options_t *o,
+                          ch_module_t **out);
+
+/* torch.nn.MaxPool2d / AvgPool2d arguments (dilation 1, no
+ * divisor_override). Start from ch_pool2d_options_default. */
+typedef struct ch_pool2d_options {
+    int kernel_h, kernel_w;        /* > 0 */
+    int stride_h, stride_w;        /* > 0; default = the kernel (torch stride=None) */
+    int pad_h, pad_w;              /* 0 <= pad <= kernel/2; default 0 */
+    int ceil_mode;                 /* 0 (default) floor, 1 ceil: the output size rule of
+                                      ops.h ch_pool_out_size */
+    int count_include_pad;         /* AvgPool2d only; 1 (default) */
+} ch_pool2d_options_t;
+
+/* *o = a square kernel, stride = kernel, padding 0, ceil_mode 0,
+ * count_include_pad 1 (PyTorch's defaults). */
+void ch_pool2d_options_default(ch_pool2d_options_t *o, int kernel);
+
+/* MaxPool2d with every option (padding is -inf; ceil_mode). */
+ch_status ch_nn_maxpool2d_ex(ch_module_t *parent, const char *name,
+                             const ch_pool2d_options_t *o, ch_module_t **out);
+
+/* AvgPool2d(kernel, stride, padding, ceil_mode, count_include_pad): the
+ * divisor rules of ops.h ch_op_avgpool2d_forward. */
+ch_status ch_nn_avgpool2d(ch_module_t *parent, const char *name, const ch_pool2d_options_t *o,
+                          ch_module_t **out);
+
+/* AdaptiveAvgPool2d((out_h, out_w)), both > 0: output (N, C, out_h, out_w)
+ * with PyTorch's bins (ops.h ch_op_adaptive_avgpool2d_forward). (1, 1) is
+ * ch_nn_adaptive_avgpool2d (global average, output (N, C) for Linear). */
+ch_status ch_nn_adaptive_avgpool2d_hw(ch_module_t *parent, const char *name, int out_h,
+                                      int out_w, ch_module_t **out);
 
 /* A residual container computing final_relu(main(x) + shortcut(x)).
  * Add its children with the ch_nn_* builders in torchvision's registration

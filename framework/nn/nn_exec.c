@@ -75,10 +75,14 @@ static ch_status plan_module(ch_model_t *M, ch_compute_t *cx, ch_module_t *m, co
         CH_REQUIRE(in->ndim == 4 && in->s[1] == m->in_c,
                    "nn: Conv2d '%s' expects %d input channels, got input %s", m->path, m->in_c,
                    shp_str(in, b1, sizeof b1));
-        int64_t ho = ch_conv_out_size(in->s[2], m->kernel, m->conv.stride_h, m->conv.pad_h);
-        int64_t wo = ch_conv_out_size(in->s[3], m->kernel, m->conv.stride_w, m->conv.pad_w);
-        CH_REQUIRE(ho > 0 && wo > 0, "nn: Conv2d '%s': input %s too small for kernel %d", m->path,
-                   shp_str(in, b1, sizeof b1), m->kernel);
+        int64_t ho = ch_conv_out_size_dilated(in->s[2], m->kernel_h, m->conv.stride_h,
+                                              m->conv.pad_h, ch_conv2d_dilation_h(&m->conv));
+        int64_t wo = ch_conv_out_size_dilated(in->s[3], m->kernel_w, m->conv.stride_w,
+                                              m->conv.pad_w, ch_conv2d_dilation_w(&m->conv));
+        CH_REQUIRE(ho > 0 && wo > 0,
+                   "nn: Conv2d '%s': input %s too small for kernel %dx%d (dilation %dx%d)",
+                   m->path, shp_str(in, b1, sizeof b1), m->kernel_h, m->kernel_w,
+                   ch_conv2d_dilation_h(&m->conv), ch_conv2d_dilation_w(&m->conv));
         *out = (shp_t){4, {in->s[0], m->out_c, ho, wo},
                        ch_compute_preferred_layout(cx, M->dev, m->out_c)};
         CH_TRY(reserve(M, &m->y, out));
@@ -106,12 +110,16 @@ static ch_status plan_module(ch_model_t *M, ch_compute_t *cx, ch_module_t *m, co
         CH_TRY(reserve(M, &m->ln_mean, &pos));
         return reserve(M, &m->ln_rstd, &pos);
     }
-    case CH_NN_MAXPOOL2D: {
-        CH_REQUIRE(in->ndim == 4, "nn: MaxPool2d '%s' expects (N,C,H,W), got %s", m->path,
+    case CH_NN_MAXPOOL2D:
+    case CH_NN_AVGPOOL2D: {
+        const char *what = m->kind == CH_NN_MAXPOOL2D ? "MaxPool2d" : "AvgPool2d";
+        CH_REQUIRE(in->ndim == 4, "nn: %s '%s' expects (N,C,H,W), got %s", what, m->path,
                    shp_str(in, b1, sizeof b1));
-        int64_t ho = ch_conv_out_size(in->s[2], m->pool.kernel_h, m->pool.stride_h, m->pool.pad_h);
-        int64_t wo = ch_conv_out_size(in->s[3], m->pool.kernel_w, m->pool.stride_w, m->pool.pad_w);
-        CH_REQUIRE(ho > 0 && wo > 0, "nn: MaxPool2d '%s': input %s too small", m->path,
+        int64_t ho = ch_pool_out_size(in->s[2], m->pool.kernel_h, m->pool.stride_h,
+                                      m->pool.pad_h, m->pool.ceil_mode);
+        int64_t wo = ch_pool_out_size(in->s[3], m->pool.kernel_w, m->pool.stride_w,
+                                      m->pool.pad_w, m->pool.ceil_mode);
+        CH_REQUIRE(ho > 0 && wo > 0, "nn: %s '%s': input %s too small", what, m->path,
                    shp_str(in, b1, sizeof b1));
         *out = (shp_t){4, {in->s[0], in->s[1], ho, wo}, in->layout};
         CH_TRY(reserve(M, &m->y, out));
@@ -120,6 +128,11 @@ static ch_status plan_module(ch_model_t *M, ch_compute_t *cx, ch_module_t *m, co
     case CH_NN_ADAPTIVE_AVGPOOL2D:
         CH_REQUIRE(in->ndim == 4, "nn: AdaptiveAvgPool2d '%s' expects (N,C,H,W), got %s", m->path,
                    shp_str(in, b1, sizeof b1));
+        if (m->out_h > 0) { /* (h, w) bins; (1, 1) keeps the global path below */
+            *out = (shp_t){4, {in->s[0], in->s[1], m->out_h, m->out_w}, in->layout};
+            CH_TRY(reserve(M, &m->y, out));
+            return reserve(M, &m->dx, in);
+        }
         *out = (shp_t){2, {in->s[0], in->s[1], 1, 1}, CH_LAYOUT_PLAIN};
         CH_TRY(reserve(M, &m->y, out));
         return reserve(M, &m->dx, in);
@@ -460,7 +473,12 @@ static ch_status fwd(ch_model_t *M, ch_compute_t *cx, ch_module_t *m, const ch_t
         *y = &m->y;
         break;
     case CH_NN_ADAPTIVE_AVGPOOL2D:
-        CH_TRY(ch_op_avgpool_global_forward(cx, x, &m->y));
+        if (m->out_h > 0) CH_TRY(ch_op_adaptive_avgpool2d_forward(cx, x, &m->y));
+        else CH_TRY(ch_op_avgpool_global_forward(cx, x, &m->y));
+        *y = &m->y;
+        break;
+    case CH_NN_AVGPOOL2D:
+        CH_TRY(ch_op_avgpool2d_forward(cx, x, &m->pool, &m->y));
         *y = &m->y;
         break;
     case CH_NN_LINEAR: {
@@ -764,7 +782,12 @@ static ch_status bwd(ch_model_t *M, ch_compute_t *cx, ch_module_t *m, ch_tensor_
         *dx = &m->dx;
         return CH_OK;
     case CH_NN_ADAPTIVE_AVGPOOL2D:
-        CH_TRY(ch_op_avgpool_global_backward(cx, dy, &m->dx));
+        if (m->out_h > 0) CH_TRY(ch_op_adaptive_avgpool2d_backward(cx, dy, &m->dx));
+        else CH_TRY(ch_op_avgpool_global_backward(cx, dy, &m->dx));
+        *dx = &m->dx;
+        return CH_OK;
+    case CH_NN_AVGPOOL2D:
+        CH_TRY(ch_op_avgpool2d_backward(cx, dy, &m->pool, &m->dx));
         *dx = &m->dx;
         return CH_OK;
     case CH_NN_LINEAR:

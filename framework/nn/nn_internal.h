@@ -30,6 +30,8 @@ struct ch_module {
     /* configuration */
     int in_c, out_c, kernel, has_bias;     /* conv, linear */
     int channels;                          /* batch norm */
+    int kernel_h, kernel_w;                /* conv (kernel: the square one's) */
+    int out_h, out_w;                      /* adaptive avg pool; 0: global (1, 1) */
     ch_conv2d_params_t conv;
     ch_pool2d_params_t pool;
 

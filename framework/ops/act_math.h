@@ -17,7 +17,7 @@
 /* Inlined into every per-kind loop (eltwise.c), so each kind's switch
  * folds and the piecewise-linear loops vectorise. */
 #ifdef __CUDACC__
-#define CH_ACT_HD __host__ __device__ __attribute__((always_inline)) /* with static inline: nvcc refuses __forceinline__ next to inline */
+#define CH_ACT_HD __host__ __device__ /* "static inline" already: nvcc refuses __forceinline__ with it */
 #elif defined(__GNUC__)
 #define CH_ACT_HD __attribute__((always_inline))
 #else

@@ -116,6 +116,15 @@ typedef struct ch_ops_backend {
     ch_status (*cross_entropy_smooth)(void *st, const ch_tensor_t *logits,
                                       const ch_tensor_t *labels, double e, ch_tensor_t *loss,
                                       ch_tensor_t *dlogits);
+    /* average pooling (ops.h ch_op_avgpool2d_*) and adaptive average pooling
+     * to y's (Ho, Wo) (ch_op_adaptive_avgpool2d_*, never 1x1: ops.c sends
+     * that to avgpool_global_*); NULL: CH_ERR_UNSUPPORTED */
+    ch_status (*avgpool_forward)(void *st, const ch_tensor_t *x, const ch_pool2d_params_t *p,
+                                 ch_tensor_t *y);
+    ch_status (*avgpool_backward)(void *st, const ch_tensor_t *dy, const ch_pool2d_params_t *p,
+                                  ch_tensor_t *dx);
+    ch_status (*adaptive_avgpool_forward)(void *st, const ch_tensor_t *x, ch_tensor_t *y);
+    ch_status (*adaptive_avgpool_backward)(void *st, const ch_tensor_t *dy, ch_tensor_t *dx);
     /* compute stream (cudaStream_t) or NULL (CPU) */
     void *(*stream)(void *st);
     /* async host->device copy on the copy stream and the wait for it

@@ -369,6 +369,13 @@ int64_t ch_conv_out_size(int64_t in, int64_t kernel, int64_t stride, int64_t pad
     return span / stride + 1;
 }
 
+int64_t ch_conv_out_size_dilated(int64_t in, int64_t kernel, int64_t stride, int64_t pad,
+                                 int64_t dilation)
+{
+    if (dilation < 1) dilation = 1;
+    return ch_conv_out_size(in, dilation * (kernel - 1) + 1, stride, pad);
+}
+
 static ch_status conv_check(const char *op, const ch_tensor_t *x, const ch_tensor_t *w,
                             const ch_tensor_t *b, const ch_conv2d_params_t *p,
                             const ch_tensor_t *y, int need_x_data, int need_y_data)
@@ -378,6 +385,9 @@ static ch_status conv_check(const char *op, const ch_tensor_t *x, const ch_tenso
                p->stride_h, p->stride_w);
     CH_REQUIRE(p->pad_h >= 0 && p->pad_w >= 0, "%s: padding %dx%d, expected >= 0", op,
                p->pad_h, p->pad_w);
+    CH_REQUIRE(p->dilation_h >= 0 && p->dilation_w >= 0 && p->groups >= 0,
+               "%s: dilation %dx%d and groups %d, expected >= 1 (0 reads as 1)", op,
+               p->dilation_h, p->dilation_w, p->groups);
     CH_REQUIRE(x && w && y, "%s: NULL tensor", op);
     (void)need_x_data;
     (void)need_y_data;
@@ -388,17 +398,28 @@ static ch_status conv_check(const char *op, const ch_tensor_t *x, const ch_tenso
     char a[128], c[128];
     int64_t N = x->shape[0], C = x->shape[1], H = x->shape[2], W = x->shape[3];
     int64_t O = w->shape[0], kh = w->shape[2], kw = w->shape[3];
-    if (w->shape[1] != C)
-        return CH_ERROR(CH_ERR_INVALID, "%s: weight %s expects %lld input channels, input is %s",
-                        op, DESC(w, a), (long long)w->shape[1], DESC(x, c));
+    int64_t G = ch_conv2d_groups(p);
+    if (C % G || O % G)
+        return CH_ERROR(CH_ERR_INVALID,
+                        "%s: groups %lld must divide the input channels of %s and the output "
+                        "channels of weight %s",
+                        op, (long long)G, DESC(x, c), DESC(w, a));
+    if (w->shape[1] * G != C)
+        return CH_ERROR(CH_ERR_INVALID,
+                        "%s: weight %s expects %lld input channels (%lld per group, %lld "
+                        "groups), input is %s",
+                        op, DESC(w, a), (long long)(w->shape[1] * G), (long long)w->shape[1],
+                        (long long)G, DESC(x, c));
     if (kh < 1 || kw < 1 || O < 1)
         return CH_ERROR(CH_ERR_INVALID, "%s: weight %s has an empty dimension", op, DESC(w, a));
-    int64_t Ho = ch_conv_out_size(H, kh, p->stride_h, p->pad_h);
-    int64_t Wo = ch_conv_out_size(W, kw, p->stride_w, p->pad_w);
+    int64_t Ho = ch_conv_out_size_dilated(H, kh, p->stride_h, p->pad_h, ch_conv2d_dilation_h(p));
+    int64_t Wo = ch_conv_out_size_dilated(W, kw, p->stride_w, p->pad_w, ch_conv2d_dilation_w(p));
     if (Ho < 1 || Wo < 1)
         return CH_ERROR(CH_ERR_INVALID,
-                        "%s: kernel %lldx%lld with padding %dx%d does not fit input %s", op,
-                        (long long)kh, (long long)kw, p->pad_h, p->pad_w, DESC(x, a));
+                        "%s: kernel %lldx%lld with padding %dx%d, dilation %dx%d does not fit "
+                        "input %s",
+                        op, (long long)kh, (long long)kw, p->pad_h, p->pad_w,
+                        ch_conv2d_dilation_h(p), ch_conv2d_dilation_w(p), DESC(x, a));
     CH_TRY(need_shape4(op, "output", y, N, O, Ho, Wo));
     if (b) CH_TRY(need_vec(op, "bias", b, O, 1));
     return CH_OK;
@@ -735,6 +756,18 @@ ch_status ch_op_relu_backward(ch_compute_t *cx, const ch_tensor_t *y, const ch_t
 
 /* -------------------------------------------------------------- pooling */
 
+int64_t ch_pool_out_size(int64_t in, int64_t kernel, int64_t stride, int64_t pad, int ceil_mode)
+{
+    if (stride < 1) return 0;
+    int64_t span = in + 2 * pad - kernel;
+    if (span < 0) return 0;
+    int64_t out = (span + (ceil_mode ? stride - 1 : 0)) / stride + 1;
+    /* torch pooling_output_shape: the last window must start inside the
+     * input or the left padding */
+    if (ceil_mode && (out - 1) * stride >= in + pad) out--;
+    return out;
+}
+
 static ch_status pool_check(const char *op, const ch_tensor_t *x, const ch_pool2d_params_t *p,
                             const ch_tensor_t *y)
 {
@@ -751,8 +784,8 @@ static ch_status pool_check(const char *op, const ch_tensor_t *x, const ch_pool2
     CH_TRY(need(op, "input", x, CH_F32, 4));
     CH_TRY(need(op, "output", y, CH_F32, 4));
     CH_TRY(need_same_layout(op, "input", x, "output", y));
-    int64_t Ho = ch_conv_out_size(x->shape[2], p->kernel_h, p->stride_h, p->pad_h);
-    int64_t Wo = ch_conv_out_size(x->shape[3], p->kernel_w, p->stride_w, p->pad_w);
+    int64_t Ho = ch_pool_out_size(x->shape[2], p->kernel_h, p->stride_h, p->pad_h, p->ceil_mode);
+    int64_t Wo = ch_pool_out_size(x->shape[3], p->kernel_w, p->stride_w, p->pad_w, p->ceil_mode);
     if (Ho < 1 || Wo < 1) {
         char a[128];
         return CH_ERROR(CH_ERR_INVALID, "%s: window %dx%d does not fit input %s", op,
@@ -826,6 +859,86 @@ ch_status ch_op_avgpool_global_backward(ch_compute_t *cx, const ch_tensor_t *dy,
     BE(dx);
     wrote(dx, NULL, NULL);
     return be->avgpool_global_backward(st, dy, dx);
+#undef OP
+}
+
+ch_status ch_op_avgpool2d_forward(ch_compute_t *cx, const ch_tensor_t *x,
+                                  const ch_pool2d_params_t *p, ch_tensor_t *y)
+{
+#define OP "ch_op_avgpool2d_forward"
+    CH_TRY(pool_check(OP, x, p, y));
+    SAME_DEVICE(OP, x, y);
+    BE(x);
+    if (!be->avgpool_forward)
+        return CH_ERROR(CH_ERR_UNSUPPORTED, OP ": not implemented by the %s backend", be->name);
+    wrote(y, NULL, NULL);
+    return be->avgpool_forward(st, x, p, y);
+#undef OP
+}
+
+ch_status ch_op_avgpool2d_backward(ch_compute_t *cx, const ch_tensor_t *dy,
+                                   const ch_pool2d_params_t *p, ch_tensor_t *dx)
+{
+#define OP "ch_op_avgpool2d_backward"
+    CH_REQUIRE(dx, OP ": dx is NULL");
+    CH_TRY(pool_check(OP, dx, p, dy));
+    SAME_DEVICE(OP, dy, dx);
+    BE(dy);
+    if (!be->avgpool_backward)
+        return CH_ERROR(CH_ERR_UNSUPPORTED, OP ": not implemented by the %s backend", be->name);
+    wrote(dx, NULL, NULL);
+    return be->avgpool_backward(st, dy, p, dx);
+#undef OP
+}
+
+/* x (N,C,H,W) and y (N,C,Ho,Wo), Ho, Wo >= 1, one layout. */
+static ch_status adaptive_check(const char *op, const ch_tensor_t *x, const ch_tensor_t *y)
+{
+    CH_REQUIRE(x && y, "%s: NULL tensor", op);
+    CH_TRY(need(op, "input", x, CH_F32, 4));
+    CH_TRY(need(op, "output", y, CH_F32, 4));
+    CH_TRY(need_same_layout(op, "input", x, "output", y));
+    char a[128], b[128];
+    if (y->shape[0] != x->shape[0] || y->shape[1] != x->shape[1] || y->shape[2] < 1 ||
+        y->shape[3] < 1)
+        return CH_ERROR(CH_ERR_INVALID,
+                        "%s: output %s must be (N,C,Ho,Wo) with Ho, Wo >= 1 for input %s", op,
+                        DESC(y, a), DESC(x, b));
+    return CH_OK;
+}
+
+static int is_global(const ch_tensor_t *y)
+{
+    return y && (y->ndim == 2 || (y->ndim == 4 && y->shape[2] == 1 && y->shape[3] == 1));
+}
+
+ch_status ch_op_adaptive_avgpool2d_forward(ch_compute_t *cx, const ch_tensor_t *x,
+                                           ch_tensor_t *y)
+{
+#define OP "ch_op_adaptive_avgpool2d_forward"
+    if (is_global(y)) return ch_op_avgpool_global_forward(cx, x, y);
+    CH_TRY(adaptive_check(OP, x, y));
+    SAME_DEVICE(OP, x, y);
+    BE(x);
+    if (!be->adaptive_avgpool_forward)
+        return CH_ERROR(CH_ERR_UNSUPPORTED, OP ": not implemented by the %s backend", be->name);
+    wrote(y, NULL, NULL);
+    return be->adaptive_avgpool_forward(st, x, y);
+#undef OP
+}
+
+ch_status ch_op_adaptive_avgpool2d_backward(ch_compute_t *cx, const ch_tensor_t *dy,
+                                            ch_tensor_t *dx)
+{
+#define OP "ch_op_adaptive_avgpool2d_backward"
+    if (is_global(dy)) return ch_op_avgpool_global_backward(cx, dy, dx);
+    CH_TRY(adaptive_check(OP, dx, dy));
+    SAME_DEVICE(OP, dy, dx);
+    BE(dy);
+    if (!be->adaptive_avgpool_backward)
+        return CH_ERROR(CH_ERR_UNSUPPORTED, OP ": not implemented by the %s backend", be->name);
+    wrote(dx, NULL, NULL);
+    return be->adaptive_avgpool_backward(st, dy, dx);
 #undef OP
 }
 

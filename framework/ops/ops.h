@@ -254,11 +254,41 @@ ch_status ch_op_copy(ch_compute_t *cx, const ch_tensor_t *src, ch_tensor_t *dst)
 
 /* -------------------------------------------------------------- convolution */
 
-/* 2-D convolution parameters (dilation 1, groups 1; torch.nn.Conv2d). */
+/* 2-D convolution parameters (torch.nn.Conv2d). The last three fields
+ * were added later: 0 there means PyTorch's default (dilation 1, groups 1),
+ * so a caller that sets only stride and padding gets a plain convolution. */
 typedef struct ch_conv2d_params {
     int stride_h, stride_w; /* >= 1 */
     int pad_h, pad_w;       /* >= 0, zero padding on both sides */
+    /* spacing of the kernel taps (torch dilation; 0 or 1 = adjacent taps;
+     * oneDNN's dilation is this minus 1) */
+    int dilation_h, dilation_w;
+    /* channel groups (torch groups; 0 or 1 = one group): input channels C
+     * and output channels O are split into `groups` equal parts, output part
+     * g sees only input part g; groups == C is a depthwise convolution. The
+     * weight is (O, C/groups, kh, kw), PyTorch's layout. */
+    int groups;
 } ch_conv2d_params_t;
+
+/* The effective dilation / group count of p (0 read as 1). */
+static inline int ch_conv2d_dilation_h(const ch_conv2d_params_t *p)
+{
+    return p->dilation_h > 1 ? p->dilation_h : 1;
+}
+static inline int ch_conv2d_dilation_w(const ch_conv2d_params_t *p)
+{
+    return p->dilation_w > 1 ? p->dilation_w : 1;
+}
+static inline int ch_conv2d_groups(const ch_conv2d_params_t *p)
+{
+    return p->groups > 1 ? p->groups : 1;
+}
+
+/* Output extent of a dilated convolution along one axis
+ * (torch.nn.Conv2d's formula): floor((in + 2*pad - dilation*(kernel-1) - 1)
+ * / stride) + 1; returns <= 0 when the dilated window does not fit. */
+int64_t ch_conv_out_size_dilated(int64_t in, int64_t kernel, int64_t stride, int64_t pad,
+                                 int64_t dilation);
 
 /* Output extent of a convolution / pooling along one axis:
  * floor((in + 2*pad - kernel) / stride) + 1; returns <= 0 when the window
@@ -266,8 +296,13 @@ typedef struct ch_conv2d_params {
 int64_t ch_conv_out_size(int64_t in, int64_t kernel, int64_t stride, int64_t pad);
 
 /* y = conv2d(x, w) + b  (torch.nn.functional.conv2d).
- * x (N,C,H,W) any layout; w (O,C,kh,kw) PLAIN; b (O) PLAIN or NULL;
- * y (N,O,Ho,Wo) any layout, Ho = ch_conv_out_size(H,kh,stride_h,pad_h), same W.
+ * x (N,C,H,W) any layout; w (O,C/groups,kh,kw) PLAIN; b (O) PLAIN or NULL;
+ * y (N,O,Ho,Wo) any layout, Ho = ch_conv_out_size_dilated(H,kh,stride_h,
+ * pad_h,dilation_h), same W; O and C divisible by groups.
+ * Grouped (depthwise) and dilated convolutions run oneDNN's grouped /
+ * dilated primitives (weights as oneDNN's (G, O/G, C/G, kh, kw), the same
+ * bytes as PyTorch's (O, C/G, kh, kw)), without the kernel cropping and
+ * small-map GEMM paths below.
  * N may be 0 (no-op).
  * CPU: oneDNN direct convolution with the kernel cropped to the taps that
  * can touch the input; when every output window covers the whole input map
@@ -278,13 +313,13 @@ ch_status ch_op_conv2d_forward(ch_compute_t *cx, const ch_tensor_t *x,
                                const ch_conv2d_params_t *p, ch_tensor_t *y);
 
 /* dx = gradient of the convolution w.r.t. its input, given dy (N,O,Ho,Wo).
- * w (O,C,kh,kw) PLAIN; dx (N,C,H,W) any layout (H, W needed because stride 2
+ * w (O,C/groups,kh,kw) PLAIN; dx (N,C,H,W) any layout (H, W needed because stride 2
  * is ambiguous). Overwrites dx. (torch.nn.grad.conv2d_input) */
 ch_status ch_op_conv2d_backward_data(ch_compute_t *cx, const ch_tensor_t *dy,
                                      const ch_tensor_t *w,
                                      const ch_conv2d_params_t *p, ch_tensor_t *dx);
 
-/* dw (O,C,kh,kw) PLAIN and db (O) PLAIN or NULL = gradients of the
+/* dw (O,C/groups,kh,kw) PLAIN and db (O) PLAIN or NULL = gradients of the
  * convolution w.r.t. weight and bias, from the forward input x and dy.
  * Overwrites dw and db; with N == 0 both become zero.
  * (torch.nn.grad.conv2d_weight; db = dy summed over N,H,W) */
@@ -429,11 +464,24 @@ typedef struct ch_pool2d_params {
     int kernel_h, kernel_w; /* >= 1 */
     int stride_h, stride_w; /* >= 1 */
     int pad_h, pad_w;       /* >= 0 and <= kernel/2 (PyTorch's rule) */
+    /* added later (0 = the earlier behaviour): */
+    int ceil_mode;          /* 1: output size rounds up (ch_pool_out_size) */
+    /* average pooling only (ch_op_avgpool2d_*): 1 divides by the window
+     * clipped to the padded input (torch count_include_pad=True, PyTorch's
+     * default), 0 by the number of input elements in the window */
+    int count_include_pad;
 } ch_pool2d_params_t;
 
-/* Max pooling (torch.nn.MaxPool2d, dilation 1, ceil_mode False; padding is
- * -inf). x (N,C,H,W), y (N,C,Ho,Wo) with ch_conv_out_size; same layout.
- * The ResNet stem uses kernel 3, stride 2, pad 1. */
+/* Output extent of a pooling window along one axis, torch's
+ * pooling_output_shape (dilation 1): floor or, with ceil_mode, ceil of
+ * (in + 2*pad - kernel) / stride, plus 1; with ceil_mode the last window
+ * is dropped when it would start at or after in + pad (it must start
+ * inside the input or the left padding). <= 0 when the window does not fit. */
+int64_t ch_pool_out_size(int64_t in, int64_t kernel, int64_t stride, int64_t pad, int ceil_mode);
+
+/* Max pooling (torch.nn.MaxPool2d, dilation 1, padding is -inf, ceil_mode
+ * as p->ceil_mode). x (N,C,H,W), y (N,C,Ho,Wo) with ch_pool_out_size; same
+ * layout. The ResNet stem uses kernel 3, stride 2, pad 1. */
 ch_status ch_op_maxpool2d_forward(ch_compute_t *cx, const ch_tensor_t *x,
                                   const ch_pool2d_params_t *p, ch_tensor_t *y);
 
@@ -455,6 +503,39 @@ ch_status ch_op_avgpool_global_forward(ch_compute_t *cx, const ch_tensor_t *x,
  * dx (N,C,H,W) any layout. */
 ch_status ch_op_avgpool_global_backward(ch_compute_t *cx, const ch_tensor_t *dy,
                                         ch_tensor_t *dx);
+
+/* Average pooling (torch.nn.AvgPool2d(kernel, stride, padding, ceil_mode,
+ * count_include_pad); divisor_override not offered). x (N,C,H,W), y
+ * (N,C,Ho,Wo) with ch_pool_out_size, one layout. Output (oh, ow) averages
+ * the input over rows [oh*s - p, oh*s - p + k) clipped to the input; its
+ * divisor (PyTorch's AvgPoolKernel) is, with count_include_pad, the window
+ * clipped to [-p, H + p) (so the windows that ceil_mode adds past the right
+ * padding count only their part inside it), else the number of input
+ * elements it covers. CPU: plain C per (sample, channel block) plane (oneDNN's
+ * pooling_avg_include_padding counts the whole kernel on ceil_mode's extra
+ * windows, which is not PyTorch's divisor); CUDA: own kernels. */
+ch_status ch_op_avgpool2d_forward(ch_compute_t *cx, const ch_tensor_t *x,
+                                  const ch_pool2d_params_t *p, ch_tensor_t *y);
+
+/* dx[n,c,h,w] = sum over the windows containing (h, w) of dy / divisor
+ * (the divisor of the forward). dy (N,C,Ho,Wo), dx (N,C,H,W), one layout.
+ * Overwrites dx. (torch avg_pool2d_backward) */
+ch_status ch_op_avgpool2d_backward(ch_compute_t *cx, const ch_tensor_t *dy,
+                                   const ch_pool2d_params_t *p, ch_tensor_t *dx);
+
+/* Adaptive average pooling to (Ho, Wo) (torch.nn.AdaptiveAvgPool2d((Ho,Wo))):
+ * output row oh averages input rows [floor(oh*H/Ho), ceil((oh+1)*H/Ho)),
+ * columns likewise (bins may overlap and differ in size). x (N,C,H,W), y
+ * (N,C,Ho,Wo) with Ho, Wo >= 1, one layout. Ho = Wo = 1 runs
+ * ch_op_avgpool_global_forward (y may then also be (N,C) PLAIN). */
+ch_status ch_op_adaptive_avgpool2d_forward(ch_compute_t *cx, const ch_tensor_t *x,
+                                           ch_tensor_t *y);
+
+/* dx[n,c,h,w] = sum over the bins containing (h, w) of dy / bin size
+ * (torch adaptive_avg_pool2d_backward). dy (N,C,Ho,Wo), dx (N,C,H,W);
+ * Ho = Wo = 1 runs ch_op_avgpool_global_backward. Overwrites dx. */
+ch_status ch_op_adaptive_avgpool2d_backward(ch_compute_t *cx, const ch_tensor_t *dy,
+                                            ch_tensor_t *dx);
 
 /* ------------------------------------------------------------------- linear */
 

@@ -204,6 +204,12 @@ for i, (nm, N, K) in enumerate([("b4", 4, 10), ("b1", 1, 3), ("b64", 64, 10)]):
     put(pre + "argmax", am)
     put(pre + "correct", (am == lab).sum().reshape(1))
 
+# ------------------- convolution and pooling variants (convpool_golden.py)
+sys.path.insert(0, __import__("os").path.dirname(__import__("os").path.abspath(__file__)))
+import convpool_golden  # noqa: E402
+
+convpool_golden.add(put, randn)
+
 with open(sys.argv[1], "wb") as f:
     f.write(b"CHG1")
     for name, code, shape, data in records:

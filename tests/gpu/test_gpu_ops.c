@@ -185,6 +185,8 @@ typedef struct {
     const char *name;
     int64_t N, C, H, W, O;
     int k, s, p;
+    int d, g; /* dilation, groups; 0 = 1 */
+    int kw;   /* kernel width when not k (non-square); 0 = k */
 } conv_case_t;
 
 static const conv_case_t CONVS[] = {
@@ -195,15 +197,28 @@ static const conv_case_t CONVS[] = {
     {"3x3/1 pad 1, 64->64 (resnet layer1)", 4, 64, 8, 8, 64, 3, 1, 1},
 };
 
+/* Grouped, depthwise, dilated, non-square (cudnnSetConvolutionGroupCount,
+ * cuDNN dilation) against oneDNN's grouped / dilated primitives. */
+static const conv_case_t CONVX[] = {
+    {"depthwise 3x3/1 pad 1", 2, 32, 14, 14, 32, 3, 1, 1, 1, 32, 0},
+    {"depthwise 3x3/2 pad 1 (odd input)", 2, 16, 15, 15, 16, 3, 2, 1, 1, 16, 0},
+    {"depthwise x2 multiplier", 2, 8, 9, 9, 16, 3, 1, 1, 1, 8, 0},
+    {"groups 4 3x3", 2, 16, 10, 10, 32, 3, 1, 1, 1, 4, 0},
+    {"dilation 2 pad 2", 2, 8, 13, 11, 16, 3, 1, 2, 2, 1, 0},
+    {"dilated depthwise", 2, 16, 12, 12, 16, 3, 1, 2, 2, 16, 0},
+    {"non-square 3x5 pad 2", 2, 6, 11, 9, 8, 3, 1, 2, 1, 2, 5},
+};
+
 static void conv_run(const conv_case_t *c, int bias, ch_layout_t L, ch_compute_t *gcx, int bf16)
 {
     char what[256];
-    ch_conv2d_params_t p = {c->s, c->s, c->p, c->p};
-    int64_t Ho = ch_conv_out_size(c->H, c->k, c->s, c->p);
-    int64_t Wo = ch_conv_out_size(c->W, c->k, c->s, c->p);
-    int64_t xs[4] = {c->N, c->C, c->H, c->W}, ws[4] = {c->O, c->C, c->k, c->k};
+    int d = c->d > 1 ? c->d : 1, G = c->g > 1 ? c->g : 1, kw = c->kw > 0 ? c->kw : c->k;
+    ch_conv2d_params_t p = {c->s, c->s, c->p, c->p, d, d, G};
+    int64_t Ho = ch_conv_out_size_dilated(c->H, c->k, c->s, c->p, d);
+    int64_t Wo = ch_conv_out_size_dilated(c->W, kw, c->s, c->p, d);
+    int64_t xs[4] = {c->N, c->C, c->H, c->W}, ws[4] = {c->O, c->C / G, c->k, kw};
     int64_t bs[1] = {c->O}, ys[4] = {c->N, c->O, Ho, Wo};
-    float wb = 1.0f / sqrtf((float)(c->C * c->k * c->k));
+    float wb = 1.0f / sqrtf((float)(c->C / G * c->k * kw));
     gt_pair_t x, w, b, y, dy, dx, dw, db;
     gt_pair_rand(gcx, &x, 4, xs, L, 11, -1, 1);
     gt_pair_rand(gcx, &w, 4, ws, CH_LAYOUT_PLAIN, 12, -wb, wb);
@@ -272,6 +287,22 @@ static void test_conv_bf16(void **state)
     for (size_t i = 0; i < sizeof CONVS / sizeof CONVS[0]; i++)
         for (int li = 0; li < 2; li++)
             for (int bias = 0; bias < 2; bias++) conv_run(&CONVS[i], bias, LAYOUTS[li], cxbf, 1);
+}
+
+static void test_conv_variants(void **state)
+{
+    contexts();
+    for (size_t i = 0; i < sizeof CONVX / sizeof CONVX[0]; i++)
+        for (int li = 0; li < 2; li++)
+            for (int bias = 0; bias < 2; bias++) conv_run(&CONVX[i], bias, LAYOUTS[li], cx32, 0);
+}
+
+static void test_conv_variants_bf16(void **state)
+{
+    GT_NEED_REAL_GPU();
+    contexts();
+    for (size_t i = 0; i < sizeof CONVX / sizeof CONVX[0]; i++)
+        for (int li = 0; li < 2; li++) conv_run(&CONVX[i], 1, LAYOUTS[li], cxbf, 1);
 }
 
 /* Timed algorithm search (conv_search = 1) and a small workspace cap give
@@ -793,6 +824,76 @@ static void test_avgpool(void **state)
         gt_pair_t *all[] = {&x, &ya, &yb, &dya, &dyb, &dxa, &dxb};
         for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) gt_pair_free(all[i]);
     }
+}
+
+/* AvgPool2d (count_include_pad both ways, ceil_mode, a window past the
+ * right padding, non-square), MaxPool2d with ceil_mode and
+ * AdaptiveAvgPool2d to (h, w): GPU == CPU bitwise forward (same summation
+ * order), backward within TOL_BWD (the gather adds in the CPU's order too). */
+static void test_pool_variants(void **state)
+{
+    contexts();
+    ch_compute_t *cx = cx32;
+    /* kind 0 avg, 1 max, 2 adaptive (Ho, Wo in kernel_h / kernel_w) */
+    static const struct {
+        int kind;
+        int64_t H, W;
+        ch_pool2d_params_t p;
+    } cases[] = {
+        {0, 7, 9, {3, 3, 2, 2, 1, 1, 0, 1}},
+        {0, 7, 9, {3, 3, 2, 2, 1, 1, 0, 0}},
+        {0, 6, 6, {3, 3, 2, 2, 1, 1, 1, 1}},
+        {0, 6, 6, {3, 3, 2, 2, 1, 1, 1, 0}},
+        {0, 5, 5, {2, 2, 2, 2, 1, 1, 1, 1}},
+        {0, 8, 5, {3, 2, 2, 1, 1, 0, 0, 1}},
+        {1, 7, 7, {3, 3, 2, 2, 0, 0, 1, 0}},
+        {1, 5, 5, {2, 2, 2, 2, 1, 1, 1, 0}},
+        {2, 7, 9, {3, 4}},
+        {2, 3, 3, {5, 4}},
+        {2, 14, 14, {3, 3}},
+    };
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++)
+        for (int li = 0; li < 2; li++) {
+            ch_layout_t L = LAYOUTS[li];
+            const ch_pool2d_params_t *p = &cases[ci].p;
+            int kind = cases[ci].kind;
+            int64_t H = cases[ci].H, W = cases[ci].W;
+            int64_t xs[4] = {2, 16, H, W}, ys[4] = {2, 16, p->kernel_h, p->kernel_w};
+            if (kind != 2) {
+                ys[2] = ch_pool_out_size(H, p->kernel_h, p->stride_h, p->pad_h, p->ceil_mode);
+                ys[3] = ch_pool_out_size(W, p->kernel_w, p->stride_w, p->pad_w, p->ceil_mode);
+            }
+            gt_pair_t x, y, dy, dx;
+            char what[160];
+            gt_pair_rand(cx, &x, 4, xs, L, 91 + (int)ci, -1, 1);
+            gt_pair_rand(cx, &dy, 4, ys, L, 92 + (int)ci, -1, 1);
+            gt_pair_out(cx, &y, 4, ys, L);
+            gt_pair_out(cx, &dx, 4, xs, L);
+            for (int side = 0; side < 2; side++) {
+                ch_tensor_t *xt = side ? &x.d : &x.h, *yt = side ? &y.d : &y.h;
+                ch_tensor_t *dyt = side ? &dy.d : &dy.h, *dxt = side ? &dx.d : &dx.h;
+                if (kind == 0) {
+                    assert_ch_ok(ch_op_avgpool2d_forward(cx, xt, p, yt));
+                    assert_ch_ok(ch_op_avgpool2d_backward(cx, dyt, p, dxt));
+                } else if (kind == 1) {
+                    assert_ch_ok(ch_op_maxpool2d_forward(cx, xt, p, yt));
+                    assert_ch_ok(ch_op_maxpool2d_backward(cx, xt, dyt, p, dxt));
+                } else {
+                    assert_ch_ok(ch_op_adaptive_avgpool2d_forward(cx, xt, yt));
+                    assert_ch_ok(ch_op_adaptive_avgpool2d_backward(cx, dyt, dxt));
+                }
+            }
+            snprintf(what, sizeof what, "%s case %zu %lldx%lld %s forward",
+                     kind == 0 ? "avgpool2d" : kind == 1 ? "maxpool2d" : "adaptive avgpool",
+                     ci, (long long)H, (long long)W, lname(L));
+            gt_compare(cx, what, &y, 0);
+            snprintf(what, sizeof what, "pool case %zu %s backward", ci, lname(L));
+            gt_compare(cx, what, &dx, TOL_BWD);
+            gt_pair_free(&x);
+            gt_pair_free(&y);
+            gt_pair_free(&dy);
+            gt_pair_free(&dx);
+        }
 }
 
 static void linear_run(ch_compute_t *gcx, int bf16, int bias, int64_t N, int64_t K, int64_t M)
@@ -1360,6 +1461,9 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_activations),
         cmocka_unit_test(test_layernorm2d),
         cmocka_unit_test(test_maxpool),
+        cmocka_unit_test(test_conv_variants),
+        cmocka_unit_test(test_conv_variants_bf16),
+        cmocka_unit_test(test_pool_variants),
         cmocka_unit_test(test_avgpool),
         cmocka_unit_test(test_linear),
         cmocka_unit_test(test_add_scale),

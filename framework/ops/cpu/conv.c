@@ -68,12 +68,31 @@ typedef struct {
     int cropped;
 } conv_crop;
 
+/* 1 for one group and no dilation; 0 for a grouped or dilated convolution
+ * (ops.h), which runs oneDNN's grouped / dilated primitives on the whole
+ * kernel: no cropping, no small-map GEMM, no Winograd, no C weight reorders
+ * (oneDNN's 5-D grouped weight formats are not among weight_format's). */
+static int conv_plain(const ch_conv2d_params_t *p)
+{
+    return ch_conv2d_groups(p) == 1 && ch_conv2d_dilation_h(p) == 1 &&
+           ch_conv2d_dilation_w(p) == 1;
+}
+
 static conv_crop crop_of(const int64_t *in_hw, const int64_t *out_hw, const int64_t *wshape,
                          const ch_conv2d_params_t *p)
 {
     conv_crop c;
     int64_t s[2] = {p->stride_h, p->stride_w}, pad[2] = {p->pad_h, p->pad_w};
     c.cropped = 0;
+    if (!conv_plain(p)) {
+        /* grouped or dilated: the whole kernel (no cropping) */
+        for (int d = 0; d < 2; d++) {
+            c.k0[d] = 0;
+            c.kk[d] = wshape[2 + d];
+            c.pl[d] = c.pr[d] = pad[d];
+        }
+        return c;
+    }
     for (int d = 0; d < 2; d++) {
         int64_t k = wshape[2 + d], n = in_hw[d], no = out_hw[d];
         int64_t k0 = pad[d] - (no - 1) * s[d];
@@ -221,19 +240,37 @@ static ch_status wreorder_pick(ch_cpu_t *c, cpu_prim *e, const dnnl_memory_desc_
     return s;
 }
 
+/* Weights descriptor of the (cropped) kernel: (O, I, kh, kw) with tag
+ * `plain` = dnnl_oihw or any; grouped (groups > 1, wshape[1] = I/G):
+ * oneDNN's (G, O/G, I/G, kh, kw), tag goihw or any — the same bytes as
+ * PyTorch's (O, I/G, kh, kw). */
+static ch_status conv_weights_md(dnnl_memory_desc_t *md, const int64_t *wshape,
+                                 const conv_crop *cr, int groups, dnnl_format_tag_t plain)
+{
+    if (groups > 1) {
+        dnnl_dims_t gd = {groups, wshape[0] / groups, wshape[1], cr->kk[0], cr->kk[1]};
+        CH_CHECK_DNNL(dnnl_memory_desc_init_by_tag(md, 5, gd, dnnl_f32,
+                                                   plain == dnnl_oihw ? dnnl_goihw : plain));
+        return CH_OK;
+    }
+    dnnl_dims_t wd = {wshape[0], wshape[1], cr->kk[0], cr->kk[1]};
+    CH_CHECK_DNNL(dnnl_memory_desc_init_by_tag(md, 4, wd, dnnl_f32, plain));
+    return CH_OK;
+}
+
 /* Weights: the primitive wants prim_md; the caller holds plain OIHW (of
  * which the primitive may use only the cropped taps). When they differ,
  * allocate a buffer in the primitive's format and a reorder (user ->
  * primitive when to_user == 0, primitive -> user otherwise). */
 static ch_status setup_weights(ch_cpu_t *c, cpu_prim *e, const dnnl_memory_desc_t *prim_md,
-                               const int64_t *wshape, const conv_crop *cr, int to_user)
+                               const int64_t *wshape, const conv_crop *cr, int groups,
+                               int to_user)
 {
     /* user side: the full plain OIHW weights, or (cropped) a compact plain
      * buffer of the kept taps that conv.c gathers / scatters itself (oneDNN's
      * reorders from a strided sub-memory are slow) */
     dnnl_memory_desc_t user;
-    dnnl_dims_t wd = {wshape[0], wshape[1], cr->kk[0], cr->kk[1]};
-    CH_CHECK_DNNL(dnnl_memory_desc_init_by_tag(&user, 4, wd, dnnl_f32, dnnl_oihw));
+    CH_TRY(conv_weights_md(&user, wshape, cr, groups, dnnl_oihw));
     if (!cr->cropped && dnnl_memory_desc_equal(prim_md, &user))
         return mem_create(c, prim_md, MEM_NONE, &e->wprim_mem);
     if (cr->cropped) {
@@ -471,6 +508,9 @@ static void conv_key(int64_t *k, int op, const ch_tensor_t *x, const int64_t *ws
     k[17] = p->stride_w;
     k[18] = p->pad_h;
     k[19] = p->pad_w;
+    k[20] = ch_conv2d_dilation_h(p);
+    k[21] = ch_conv2d_dilation_w(p);
+    k[22] = ch_conv2d_groups(p);
 }
 
 static const char *conv_op_name(int op)
@@ -491,17 +531,18 @@ static ch_status conv_pd(ch_cpu_t *c, int op, const dnnl_memory_desc_t *amd,
                          dnnl_primitive_desc_t *hint)
 {
     dnnl_memory_desc_t wts, bia;
-    dnnl_dims_t wd = {wshape[0], wshape[1], cr->kk[0], cr->kk[1]};
-    CH_CHECK_DNNL(dnnl_memory_desc_init_by_tag(&wts, 4, wd, dnnl_f32, dnnl_format_tag_any));
+    CH_TRY(conv_weights_md(&wts, wshape, cr, ch_conv2d_groups(p), dnnl_format_tag_any));
     dnnl_dims_t bd = {wshape[0]};
     CH_CHECK_DNNL(dnnl_memory_desc_init_by_tag(&bia, 1, bd, dnnl_f32, dnnl_x));
     dnnl_dims_t strides = {p->stride_h, p->stride_w};
+    /* oneDNN's dilation counts the skipped taps: PyTorch's minus 1 */
+    dnnl_dims_t dil = {ch_conv2d_dilation_h(p) - 1, ch_conv2d_dilation_w(p) - 1};
     dnnl_dims_t pl = {cr->pl[0], cr->pl[1]}, pr = {cr->pr[0], cr->pr[1]};
     dnnl_convolution_desc_t fd, cd;
     const dnnl_memory_desc_t *fb = has_b && op != CPU_OP_CONV_BWD_DATA ? &bia : NULL;
-    CH_CHECK_DNNL(dnnl_convolution_forward_desc_init(&fd, dnnl_forward_training, alg, amd,
-                                                     &wts, fb,
-                                                     bmd, strides, pl, pr));
+    CH_CHECK_DNNL(dnnl_dilated_convolution_forward_desc_init(&fd, dnnl_forward_training, alg,
+                                                             amd, &wts, fb, bmd, strides, dil,
+                                                             pl, pr));
     *pd = *hint = NULL;
     if (op == CPU_OP_CONV_FWD) {
         CH_CHECK_DNNL(dnnl_primitive_desc_create(pd, &fd, c->attr, c->engine, NULL));
@@ -510,11 +551,11 @@ static ch_status conv_pd(ch_cpu_t *c, int op, const dnnl_memory_desc_t *amd,
     CH_CHECK_DNNL(dnnl_primitive_desc_create(hint, &fd, NULL, c->engine, NULL));
     dnnl_status_t ds;
     if (op == CPU_OP_CONV_BWD_DATA)
-        ds = dnnl_convolution_backward_data_desc_init(&cd, alg, amd, &wts, bmd, strides, pl,
-                                                      pr);
+        ds = dnnl_dilated_convolution_backward_data_desc_init(&cd, alg, amd, &wts, bmd, strides,
+                                                              dil, pl, pr);
     else
-        ds = dnnl_convolution_backward_weights_desc_init(&cd, alg, amd, &wts, fb, bmd, strides,
-                                                         pl, pr);
+        ds = dnnl_dilated_convolution_backward_weights_desc_init(&cd, alg, amd, &wts, fb, bmd,
+                                                                 strides, dil, pl, pr);
     if (ds == dnnl_success) ds = dnnl_primitive_desc_create(pd, &cd, c->attr, c->engine, *hint);
     if (ds != dnnl_success) {
         dnnl_primitive_desc_destroy(*hint);
@@ -604,7 +645,8 @@ static ch_status conv_prim(ch_cpu_t *c, int op, const ch_tensor_t *a, const int6
      * kernel (any ISA below AVX-512, or a shape it does not cover) the
      * direct one is used, said once per context for WINOGRAD. */
     ch_status s = CH_ERR_UNSUPPORTED;
-    int try_wino = c->conv_alg != CH_CPU_CONV_DIRECT && cr.kk[0] == 3 && cr.kk[1] == 3 &&
+    int try_wino = c->conv_alg != CH_CPU_CONV_DIRECT && conv_plain(p) && cr.kk[0] == 3 &&
+                   cr.kk[1] == 3 &&
                    p->stride_h == 1 && p->stride_w == 1;
     if (try_wino) {
         s = conv_pd(c, op, &amd, &bmd, wshape, &cr, has_b, p,
@@ -657,18 +699,19 @@ static ch_status conv_prim(ch_cpu_t *c, int op, const ch_tensor_t *a, const int6
     if (s == CH_OK && ch_cpu_pd_is_ref(pd))
         ch_log_warn("cohort: oneDNN has only a reference (slow) kernel for convolution %s "
                     "%lldx%lldx%lldx%lld -> %lldx%lldx%lldx%lld, weight %lldx%lldx%lldx%lld, "
-                    "stride %lld, pad %lld, on ISA %s",
+                    "stride %lld, pad %lld, dilation %d, groups %d, on ISA %s",
                     conv_op_name(op), (long long)a->shape[0], (long long)a->shape[1],
                     (long long)a->shape[2], (long long)a->shape[3], (long long)b->shape[0],
                     (long long)b->shape[1], (long long)b->shape[2], (long long)b->shape[3],
                     (long long)wshape[0], (long long)wshape[1], (long long)wshape[2],
                     (long long)wshape[3], (long long)p->stride_h, (long long)p->pad_h,
-                    ch_cpu_isa_name());
+                    ch_conv2d_dilation_h(p), ch_conv2d_groups(p), ch_cpu_isa_name());
     if (s == CH_OK) {
         dnnl_query_t wq = op == CPU_OP_CONV_BWD_WEIGHTS ? dnnl_query_diff_weights_md
                                                         : dnnl_query_weights_md;
         const dnnl_memory_desc_t *wmd = dnnl_primitive_desc_query_md(pd, wq, 0);
-        s = setup_weights(c, e, wmd, wshape, &cr, op == CPU_OP_CONV_BWD_WEIGHTS);
+        s = setup_weights(c, e, wmd, wshape, &cr, ch_conv2d_groups(p),
+                          op == CPU_OP_CONV_BWD_WEIGHTS);
     }
     if (s == CH_OK) s = setup_scratch(c, pd, e);
     /* mem[0] = a-side activation, mem[1] = b-side activation, mem[2] = bias */
@@ -746,6 +789,7 @@ static ch_status add_scratch(ch_cpu_t *c, cpu_prim *e, dnnl_exec_arg_t *args, in
 static int conv_is_gemm(const ch_tensor_t *x, const ch_tensor_t *y, const int64_t *ws,
                         const ch_conv2d_params_t *p)
 {
+    if (!conv_plain(p)) return 0;
     if (!((y->shape[2] - 1) * p->stride_h <= p->pad_h &&
           (y->shape[3] - 1) * p->stride_w <= p->pad_w && x->shape[2] + p->pad_h <= ws[2] &&
           x->shape[3] + p->pad_w <= ws[3]))

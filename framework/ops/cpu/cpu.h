@@ -150,6 +150,12 @@ ch_status ch_cpu_maxpool_forward(void *st, const ch_tensor_t *x, const ch_pool2d
                                  ch_tensor_t *y);
 ch_status ch_cpu_maxpool_backward(void *st, const ch_tensor_t *x, const ch_tensor_t *dy,
                                   const ch_pool2d_params_t *p, ch_tensor_t *dx);
+ch_status ch_cpu_avgpool_forward(void *st, const ch_tensor_t *x, const ch_pool2d_params_t *p,
+                                 ch_tensor_t *y);
+ch_status ch_cpu_avgpool_backward(void *st, const ch_tensor_t *dy, const ch_pool2d_params_t *p,
+                                  ch_tensor_t *dx);
+ch_status ch_cpu_adaptive_avgpool_forward(void *st, const ch_tensor_t *x, ch_tensor_t *y);
+ch_status ch_cpu_adaptive_avgpool_backward(void *st, const ch_tensor_t *dy, ch_tensor_t *dx);
 ch_status ch_cpu_avgpool_global_forward(void *st, const ch_tensor_t *x, ch_tensor_t *y);
 ch_status ch_cpu_avgpool_global_backward(void *st, const ch_tensor_t *dy, ch_tensor_t *dx);
 ch_status ch_cpu_cross_entropy(void *st, const ch_tensor_t *logits, const ch_tensor_t *labels,

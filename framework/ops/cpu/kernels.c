@@ -1,5 +1,6 @@
 /* cohort: CPU ops in plain C — fill/copy/add/scale, ReLU, max pooling,
- * global average pooling, softmax cross-entropy, argmax, fused SGD step.
+ * average pooling (windows and adaptive bins), global average pooling,
+ * softmax cross-entropy, argmax, fused SGD step.
  *
  * Activations may be in any layout (cpu.h's channel view covers all of them);
  * the loops run over contiguous blocks of B channels so that the blocked
@@ -13,6 +14,7 @@
 #include "config.h"
 
 #include "framework/ops/cpu/cpu.h"
+#include "framework/ops/pool_geometry.h"
 
 #include <math.h>
 #include <stdint.h>
@@ -287,6 +289,129 @@ ch_status ch_cpu_maxpool_backward(void *st, const ch_tensor_t *x, const ch_tenso
         memset(DX + blk * xs, 0, (size_t)xs * sizeof *DX);
         k_maxpool_bwd(X + blk * xs, DY + blk * ys, DX + blk * xs, &g, v.B);
     }
+    return CH_OK;
+}
+
+/* ------------------------------------------------ average pooling (k, s, p)
+ * and adaptive average pooling (bins). Both are one kernel: each output row
+ * oh has an input row range [h0, h1) and a divisor factor dh, each output
+ * column the same along w, and y = sum over the range / (dh * dw)
+ * (framework/ops/pool_geometry.h, shared with the CUDA backend). */
+
+CH_CPU_SIMD static void k_avgpool_fwd(const float *xb, float *yb, const ch_avg_geo_t *g,
+                                      int64_t B)
+{
+    for (int64_t oh = 0; oh < g->Ho; oh++) {
+        int64_t h0, h1, dh;
+        ch_avg_range(g, 0, oh, &h0, &h1, &dh);
+        for (int64_t ow = 0; ow < g->Wo; ow++) {
+            int64_t w0, w1, dw;
+            ch_avg_range(g, 1, ow, &w0, &w1, &dw);
+            float *out = yb + (oh * g->Wo + ow) * B;
+            int64_t div = dh * dw;
+            for (int64_t c0 = 0; c0 < B; c0 += V) {
+                int64_t L = B - c0 < V ? B - c0 : V;
+                float acc[V] = {0};
+                for (int64_t h = h0; h < h1; h++)
+                    for (int64_t w = w0; w < w1; w++) {
+                        const float *q = xb + (h * g->W + w) * B + c0;
+                        if (L == V)
+                            for (int l = 0; l < V; l++) acc[l] += q[l];
+                        else
+                            for (int64_t l = 0; l < L; l++) acc[l] += q[l];
+                    }
+                /* an empty window (only padding) gives 0, as PyTorch */
+                for (int64_t l = 0; l < L; l++)
+                    out[c0 + l] = div > 0 && h1 > h0 && w1 > w0 ? acc[l] / (float)div : 0.0f;
+            }
+        }
+    }
+}
+
+CH_CPU_SIMD static void k_avgpool_bwd(const float *dyb, float *dxb, const ch_avg_geo_t *g,
+                                      int64_t B)
+{
+    for (int64_t oh = 0; oh < g->Ho; oh++) {
+        int64_t h0, h1, dh;
+        ch_avg_range(g, 0, oh, &h0, &h1, &dh);
+        for (int64_t ow = 0; ow < g->Wo; ow++) {
+            int64_t w0, w1, dw;
+            ch_avg_range(g, 1, ow, &w0, &w1, &dw);
+            int64_t div = dh * dw;
+            if (div <= 0) continue;
+            const float *d = dyb + (oh * g->Wo + ow) * B;
+            for (int64_t c0 = 0; c0 < B; c0 += V) {
+                int64_t L = B - c0 < V ? B - c0 : V;
+                float gv[V];
+                for (int64_t l = 0; l < L; l++) gv[l] = d[c0 + l] / (float)div;
+                for (int64_t h = h0; h < h1; h++)
+                    for (int64_t w = w0; w < w1; w++) {
+                        float *q = dxb + (h * g->W + w) * B + c0;
+                        if (L == V)
+                            for (int l = 0; l < V; l++) q[l] += gv[l];
+                        else
+                            for (int64_t l = 0; l < L; l++) q[l] += gv[l];
+                    }
+            }
+        }
+    }
+}
+
+/* Over whole (sample, channel block) planes in parallel, as max pooling. */
+static void avg_forward(const ch_tensor_t *x, const ch_avg_geo_t *g, ch_tensor_t *y)
+{
+    cpu_cview v = ch_cpu_cview(x);
+    const float *X = x->data;
+    float *Y = y->data;
+    int64_t xs = g->H * g->W * v.B, ys = g->Ho * g->Wo * v.B, nblk = v.N * v.nb;
+#pragma omp parallel for schedule(static) if (nblk * (xs + ys) >= CH_CPU_PAR_MIN)
+    for (int64_t blk = 0; blk < nblk; blk++) k_avgpool_fwd(X + blk * xs, Y + blk * ys, g, v.B);
+}
+
+static void avg_backward(const ch_tensor_t *dy, const ch_avg_geo_t *g, ch_tensor_t *dx)
+{
+    cpu_cview v = ch_cpu_cview(dx);
+    const float *DY = dy->data;
+    float *DX = dx->data;
+    int64_t xs = g->H * g->W * v.B, ys = g->Ho * g->Wo * v.B, nblk = v.N * v.nb;
+#pragma omp parallel for schedule(static) if (nblk * (xs + ys) >= CH_CPU_PAR_MIN)
+    for (int64_t blk = 0; blk < nblk; blk++) {
+        memset(DX + blk * xs, 0, (size_t)xs * sizeof *DX);
+        k_avgpool_bwd(DY + blk * ys, DX + blk * xs, g, v.B);
+    }
+}
+
+ch_status ch_cpu_avgpool_forward(void *st, const ch_tensor_t *x, const ch_pool2d_params_t *p,
+                                 ch_tensor_t *y)
+{
+    ch_cpu_threads(st);
+    ch_avg_geo_t g = ch_avg_geo_of(x, y, p);
+    avg_forward(x, &g, y);
+    return CH_OK;
+}
+
+ch_status ch_cpu_avgpool_backward(void *st, const ch_tensor_t *dy, const ch_pool2d_params_t *p,
+                                  ch_tensor_t *dx)
+{
+    ch_cpu_threads(st);
+    ch_avg_geo_t g = ch_avg_geo_of(dx, dy, p);
+    avg_backward(dy, &g, dx);
+    return CH_OK;
+}
+
+ch_status ch_cpu_adaptive_avgpool_forward(void *st, const ch_tensor_t *x, ch_tensor_t *y)
+{
+    ch_cpu_threads(st);
+    ch_avg_geo_t g = ch_avg_geo_of(x, y, NULL);
+    avg_forward(x, &g, y);
+    return CH_OK;
+}
+
+ch_status ch_cpu_adaptive_avgpool_backward(void *st, const ch_tensor_t *dy, ch_tensor_t *dx)
+{
+    ch_cpu_threads(st);
+    ch_avg_geo_t g = ch_avg_geo_of(dx, dy, NULL);
+    avg_backward(dy, &g, dx);
     return CH_OK;
 }
 

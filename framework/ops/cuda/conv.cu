@@ -132,11 +132,12 @@ static void describe_problem(const conv_problem *q, char *buf, size_t len)
 {
     snprintf(buf, len,
              "x (%lld,%lld,%lld,%lld) w (%lld,%lld,%lld,%lld) y (%lld,%lld,%lld,%lld) "
-             "stride %dx%d pad %dx%d, %s, %s",
+             "stride %dx%d pad %dx%d dilation %dx%d groups %d, %s, %s",
              (long long)q->xs[0], (long long)q->xs[1], (long long)q->xs[2], (long long)q->xs[3],
              (long long)q->ws[0], (long long)q->ws[1], (long long)q->ws[2], (long long)q->ws[3],
              (long long)q->ys[0], (long long)q->ys[1], (long long)q->ys[2], (long long)q->ys[3],
-             q->p.stride_h, q->p.stride_w, q->p.pad_h, q->p.pad_w, ch_layout_name(q->L),
+             q->p.stride_h, q->p.stride_w, q->p.pad_h, q->p.pad_w, ch_conv2d_dilation_h(&q->p),
+             ch_conv2d_dilation_w(&q->p), ch_conv2d_groups(&q->p), ch_layout_name(q->L),
              q->bf16 ? "bf16" : (q->tf32 ? "fp32 (TF32 allowed)" : "fp32 (no TF32)"));
 }
 
@@ -176,9 +177,12 @@ static ch_status make_descriptors(conv_entry *e, const conv_problem *q)
                                               (int)q->ys[2], (int)q->ys[3]));
     CH_CHECK_CUDNN(cudnnSetFilter4dDescriptor(e->wd, dt, fmt, (int)q->ws[0], (int)q->ws[1],
                                               (int)q->ws[2], (int)q->ws[3]));
-    CH_CHECK_CUDNN(cudnnSetConvolution2dDescriptor(e->cd, q->p.pad_h, q->p.pad_w, q->p.stride_h,
-                                                   q->p.stride_w, 1, 1, CUDNN_CROSS_CORRELATION,
-                                                   CUDNN_DATA_FLOAT));
+    /* cuDNN's dilation is PyTorch's (1 = adjacent taps); groups as PyTorch:
+     * the filter descriptor is (O, C/groups, kh, kw), the weight's shape */
+    CH_CHECK_CUDNN(cudnnSetConvolution2dDescriptor(
+        e->cd, q->p.pad_h, q->p.pad_w, q->p.stride_h, q->p.stride_w, ch_conv2d_dilation_h(&q->p),
+        ch_conv2d_dilation_w(&q->p), CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
+    CH_CHECK_CUDNN(cudnnSetConvolutionGroupCount(e->cd, ch_conv2d_groups(&q->p)));
     cudnnMathType_t math = (q->bf16 || q->tf32) ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH;
     CH_CHECK_CUDNN(cudnnSetConvolutionMathType(e->cd, math));
     int n, c, h, w;

@@ -50,7 +50,8 @@ typedef size_t (*ch_cuda_cache_count_fn)(void *st);
 
 /* Table fillers: each op file sets the entries it implements.
  *  ch_cuda_table_dense:   reorder, fill, copy, conv2d_*, linear_*, relu_*,
- *                         maxpool_*, avgpool_global_*, add, scale,
+ *                         maxpool_*, avgpool_*, adaptive_avgpool_*,
+ *                         avgpool_global_*, add, scale,
  *                         upload_async, wait_upload          (dense.cu, conv.cu, ...)
  *  ch_cuda_table_kernels: bn_*, cross_entropy, argmax, count_correct,
  *                         sgd_step                            (batchnorm.cu, loss.cu, sgd.cu)

@@ -104,4 +104,7 @@ void ch_cd_conv_key(int64_t key[CH_CD_KEY_LEN], int op, const int64_t xs[4],
     key[k++] = bf16;
     key[k++] = bf16 ? 0 : tf32; /* TF32 is moot for bf16 data */
     key[k++] = search;
+    key[k++] = ch_conv2d_dilation_h(p);
+    key[k++] = ch_conv2d_dilation_w(p);
+    key[k++] = ch_conv2d_groups(p);
 }

@@ -116,7 +116,7 @@ void *ch_cd_carve_ptr(const ch_cd_carve_t *c, void *base, int i);
 
 /* Small cache of (int64 key -> void *value), looked up by hash then key.
  * Values are destroyed by the callback given to ch_cd_cache_free. */
-#define CH_CD_KEY_LEN 20
+#define CH_CD_KEY_LEN 24
 typedef struct {
     int64_t key[CH_CD_KEY_LEN];
     uint64_t hash;
@@ -135,8 +135,9 @@ int ch_cd_cache_add(ch_cd_cache_t *c, const int64_t *key, void *value);
 void ch_cd_cache_free(ch_cd_cache_t *c, void (*destroy)(void *ctx, void *value), void *ctx);
 
 /* Convolution problem key: op (1 fwd, 2 bwd data, 3 bwd filter), x shape
- * (N,C,H,W), weight (O,C,kh,kw), y (N,O,Ho,Wo), stride/pad, compute layout,
- * element type (0 fp32, 1 bf16), TF32 allowed, timed search. */
+ * (N,C,H,W), weight (O,C/groups,kh,kw), y (N,O,Ho,Wo), stride/pad, compute
+ * layout, element type (0 fp32, 1 bf16), TF32 allowed, timed search,
+ * dilation, groups (CH_CD_KEY_LEN entries in all). */
 void ch_cd_conv_key(int64_t key[CH_CD_KEY_LEN], int op, const int64_t xs[4],
                     const int64_t ws[4], const int64_t ys[4], const ch_conv2d_params_t *p,
                     ch_layout_t layout, int bf16, int tf32, int search);
