@@ -107,6 +107,15 @@ typedef struct ch_ops_backend {
     /* fused SGD over n parameters (ops.h ch_op_sgd_step; arguments checked) */
     ch_status (*sgd_step)(void *st, const ch_sgd_tensor_t *ts, int n,
                           const ch_sgd_hparams_t *h);
+    /* fused AdamW / RMSprop over n parameters (ops.h; arguments checked) */
+    ch_status (*adamw_step)(void *st, const ch_adamw_tensor_t *ts, int n,
+                            const ch_adamw_hparams_t *h);
+    ch_status (*rmsprop_step)(void *st, const ch_rmsprop_tensor_t *ts, int n,
+                              const ch_rmsprop_hparams_t *h);
+    /* cross-entropy with label smoothing e in (0, 1] (ops.h ch_op_cross_entropy_smooth) */
+    ch_status (*cross_entropy_smooth)(void *st, const ch_tensor_t *logits,
+                                      const ch_tensor_t *labels, double e, ch_tensor_t *loss,
+                                      ch_tensor_t *dlogits);
     /* average pooling (ops.h ch_op_avgpool2d_*) and adaptive average pooling
      * to y's (Ho, Wo) (ch_op_adaptive_avgpool2d_*, never 1x1: ops.c sends
      * that to avgpool_global_*); NULL: CH_ERR_UNSUPPORTED */

@@ -1096,21 +1096,47 @@ static ch_status logits_labels(const char *op, const ch_tensor_t *logits,
     return CH_OK;
 }
 
+/* The tensors of a cross-entropy op (logits, labels, loss, dlogits). */
+static ch_status xent_args(const char *op, const ch_tensor_t *logits, const ch_tensor_t *labels,
+                           const ch_tensor_t *loss, const ch_tensor_t *dlogits)
+{
+    CH_TRY(logits_labels(op, logits, labels));
+    CH_REQUIRE(logits->shape[0] >= 1 && logits->shape[1] >= 1,
+               "%s: logits need N >= 1 rows and K >= 1 classes", op);
+    CH_REQUIRE(loss, "%s: loss is NULL", op);
+    CH_TRY(need_vec(op, "loss", loss, 1, 0));
+    if (dlogits) CH_TRY(mat(op, "dlogits", dlogits, logits->shape[0], logits->shape[1]));
+    SAME_DEVICE(op, logits, loss, dlogits);
+    return CH_OK;
+}
+
 ch_status ch_op_cross_entropy(ch_compute_t *cx, const ch_tensor_t *logits,
                               const ch_tensor_t *labels, ch_tensor_t *loss,
                               ch_tensor_t *dlogits)
 {
 #define OP "ch_op_cross_entropy"
-    CH_TRY(logits_labels(OP, logits, labels));
-    CH_REQUIRE(logits->shape[0] >= 1 && logits->shape[1] >= 1,
-               OP ": logits need N >= 1 rows and K >= 1 classes");
-    CH_REQUIRE(loss, OP ": loss is NULL");
-    CH_TRY(need_vec(OP, "loss", loss, 1, 0));
-    if (dlogits) CH_TRY(mat(OP, "dlogits", dlogits, logits->shape[0], logits->shape[1]));
-    SAME_DEVICE(OP, logits, loss, dlogits);
+    CH_TRY(xent_args(OP, logits, labels, loss, dlogits));
     BE(logits);
     wrote(loss, dlogits, NULL);
     return be->cross_entropy(st, logits, labels, loss, dlogits);
+#undef OP
+}
+
+ch_status ch_op_cross_entropy_smooth(ch_compute_t *cx, const ch_tensor_t *logits,
+                                     const ch_tensor_t *labels, double label_smoothing,
+                                     ch_tensor_t *loss, ch_tensor_t *dlogits)
+{
+#define OP "ch_op_cross_entropy_smooth"
+    CH_REQUIRE(label_smoothing >= 0.0 && label_smoothing <= 1.0,
+               OP ": label_smoothing = %g, expected a value in [0, 1]", label_smoothing);
+    if (label_smoothing == 0.0) return ch_op_cross_entropy(cx, logits, labels, loss, dlogits);
+    CH_TRY(xent_args(OP, logits, labels, loss, dlogits));
+    BE(logits);
+    if (!be->cross_entropy_smooth)
+        return CH_ERROR(CH_ERR_UNSUPPORTED, OP ": the %s backend has no label smoothing",
+                        be->name);
+    wrote(loss, dlogits, NULL);
+    return be->cross_entropy_smooth(st, logits, labels, label_smoothing, loss, dlogits);
 #undef OP
 }
 
@@ -1209,6 +1235,86 @@ ch_status ch_op_sgd_step(ch_compute_t *cx, ch_devkind_t dev, int dev_index,
     if (!be->sgd_step)
         return CH_ERROR(CH_ERR_UNSUPPORTED, OP ": the %s backend has no fused SGD", be->name);
     return be->sgd_step(st, ts, n, h);
+#undef OP
+}
+
+/* The arguments every fused optimizer step checks first. */
+static ch_status optim_list(const char *op, const void *h, const void *ts, int n)
+{
+    CH_REQUIRE(h, "%s: hyperparameters are NULL", op);
+    CH_REQUIRE(n >= 0, "%s: %d tensors, expected >= 0", op, n);
+    CH_REQUIRE(n == 0 || ts, "%s: tensor list is NULL", op);
+    return CH_OK;
+}
+
+/* The backend and state of a fused optimizer step whose pointers live on
+ * (dev, dev_index); *be NULL with CH_OK for a CPU step without context. */
+static ch_status optim_pick(ch_compute_t *cx, const char *op, ch_devkind_t dev, int dev_index,
+                            float *param0, const ch_ops_backend_t **be, void **st)
+{
+    *be = NULL;
+    *st = NULL;
+    CH_REQUIRE(cx || dev == CH_DEV_CPU, "%s: compute context is NULL", op);
+    CH_REQUIRE(dev == CH_DEV_CPU || dev == CH_DEV_CUDA, "%s: unknown device kind %d", op,
+               (int)dev);
+    ch_tensor_data_changed(); /* parameters are written (tensor.h) */
+    if (!cx) {
+        *be = ch_ops_cpu_backend();
+        return CH_OK;
+    }
+    ch_tensor_t probe;
+    int64_t one = 1;
+    CH_TRY(ch_tensor_wrap(&probe, param0, CH_F32, 1, &one, CH_LAYOUT_PLAIN, dev,
+                          dev == CH_DEV_CUDA ? dev_index : 0));
+    return pick(cx, op, &probe, be, st);
+}
+
+ch_status ch_op_adamw_step(ch_compute_t *cx, ch_devkind_t dev, int dev_index,
+                           const ch_adamw_tensor_t *ts, int n, const ch_adamw_hparams_t *h)
+{
+#define OP "ch_op_adamw_step"
+    CH_TRY(optim_list(OP, h, ts, n));
+    for (int i = 0; i < n; i++) {
+        CH_REQUIRE(ts[i].numel >= 0, OP ": tensor %d has numel %lld", i, (long long)ts[i].numel);
+        if (ts[i].numel == 0) continue;
+        CH_REQUIRE(ts[i].param && ts[i].grad && ts[i].exp_avg && ts[i].exp_avg_sq,
+                   OP ": tensor %d has a NULL param, grad, exp_avg or exp_avg_sq", i);
+        CH_REQUIRE(!h->amsgrad || ts[i].max_exp_avg_sq,
+                   OP ": tensor %d has no max_exp_avg_sq but amsgrad is on", i);
+    }
+    if (n == 0) return CH_OK;
+    const ch_ops_backend_t *be;
+    void *st;
+    CH_TRY(optim_pick(cx, OP, dev, dev_index, ts[0].param, &be, &st));
+    if (!be->adamw_step)
+        return CH_ERROR(CH_ERR_UNSUPPORTED, OP ": the %s backend has no AdamW", be->name);
+    return be->adamw_step(st, ts, n, h);
+#undef OP
+}
+
+ch_status ch_op_rmsprop_step(ch_compute_t *cx, ch_devkind_t dev, int dev_index,
+                             const ch_rmsprop_tensor_t *ts, int n, const ch_rmsprop_hparams_t *h)
+{
+#define OP "ch_op_rmsprop_step"
+    CH_TRY(optim_list(OP, h, ts, n));
+    for (int i = 0; i < n; i++) {
+        CH_REQUIRE(ts[i].numel >= 0, OP ": tensor %d has numel %lld", i, (long long)ts[i].numel);
+        if (ts[i].numel == 0) continue;
+        CH_REQUIRE(ts[i].param && ts[i].grad && ts[i].square_avg,
+                   OP ": tensor %d has a NULL param, grad or square_avg", i);
+        CH_REQUIRE(!h->centered || ts[i].grad_avg,
+                   OP ": tensor %d has no grad_avg but centered is on", i);
+        CH_REQUIRE(!(h->momentum > 0.0f) || ts[i].momentum_buffer,
+                   OP ": tensor %d has no momentum buffer but momentum is %g", i,
+                   (double)h->momentum);
+    }
+    if (n == 0) return CH_OK;
+    const ch_ops_backend_t *be;
+    void *st;
+    CH_TRY(optim_pick(cx, OP, dev, dev_index, ts[0].param, &be, &st));
+    if (!be->rmsprop_step)
+        return CH_ERROR(CH_ERR_UNSUPPORTED, OP ": the %s backend has no RMSprop", be->name);
+    return be->rmsprop_step(st, ts, n, h);
 #undef OP
 }
 

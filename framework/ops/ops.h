@@ -612,6 +612,22 @@ ch_status ch_op_cross_entropy(ch_compute_t *cx, const ch_tensor_t *logits,
                               const ch_tensor_t *labels, ch_tensor_t *loss,
                               ch_tensor_t *dlogits);
 
+/* Softmax cross-entropy with label smoothing and mean reduction
+ * (torch.nn.CrossEntropyLoss(label_smoothing=e), no weights, no
+ * ignore_index; PyTorch 1.13 aten/src/ATen/native/LossNLL.cpp
+ * cross_entropy_loss_label_smoothing):
+ *   loss = mean_n [ (1 - e) * (lse_n - x[n, label[n]])
+ *                   + (e / K) * sum_k (lse_n - x[n, k]) ]
+ * i.e. (1 - e) * nll + e * mean over classes of -log_softmax, lse_n =
+ * logsumexp(x[n]); computed in double per row, the mean rounded to float
+ * once. dlogits (N,K) or NULL: (softmax(x[n]) - (1 - e) * onehot - e / K) / N,
+ * each element rounded to float once. Shapes, dtypes and label errors as
+ * ch_op_cross_entropy; e must lie in [0, 1] (CH_ERR_INVALID naming it).
+ * e == 0 is exactly ch_op_cross_entropy (bitwise the same results). */
+ch_status ch_op_cross_entropy_smooth(ch_compute_t *cx, const ch_tensor_t *logits,
+                                     const ch_tensor_t *labels, double label_smoothing,
+                                     ch_tensor_t *loss, ch_tensor_t *dlogits);
+
 /* out[n] = argmax_k logits[n,k] (first maximum; torch.argmax). logits (N,K)
  * PLAIN float32, out (N) int64. */
 ch_status ch_op_argmax(ch_compute_t *cx, const ch_tensor_t *logits, ch_tensor_t *out);
@@ -653,6 +669,77 @@ typedef struct ch_sgd_hparams {
  * pointers in a CPU-only build), CH_ERR_CUDA. */
 ch_status ch_op_sgd_step(ch_compute_t *cx, ch_devkind_t dev, int dev_index,
                          const ch_sgd_tensor_t *ts, int n, const ch_sgd_hparams_t *h);
+
+/* One parameter of a fused AdamW step (torch.optim.AdamW). Pointers as in
+ * ch_sgd_tensor_t (all on the step's device, numel float32 values each);
+ * max_exp_avg_sq only with amsgrad (else may be NULL). */
+typedef struct ch_adamw_tensor {
+    float *param;
+    const float *grad;
+    float *exp_avg, *exp_avg_sq, *max_exp_avg_sq;
+    int64_t numel;
+} ch_adamw_tensor_t;
+
+/* The float32 scalars of one AdamW step, computed by the caller in double
+ * exactly as PyTorch 1.13's _single_tensor_adamw computes its Python floats
+ * and then rounded once to float32 (what ATen's value.to<float>() does):
+ *   decay = 1 - lr * weight_decay, beta1, one_minus_beta1 = 1 - beta1,
+ *   beta2, one_minus_beta2 = 1 - beta2,
+ *   bias_correction2_sqrt = sqrt(1 - beta2^step),
+ *   neg_step_size = -(lr / (1 - beta1^step)), eps. */
+typedef struct ch_adamw_hparams {
+    float decay, beta1, one_minus_beta1, beta2, one_minus_beta2;
+    float bias_correction2_sqrt, neg_step_size, eps;
+    int amsgrad;
+} ch_adamw_hparams_t;
+
+/* torch.optim.AdamW's update (PyTorch 1.13 _single_tensor_adamw, the CPU
+ * path with ATen's AVX2 kernels), per element in float32, in this order
+ * (fma = one rounding, as ATen's vec::fmadd in add_(x, alpha) and addcmul_):
+ *   p  = p * decay                                 param.mul_(1 - lr*wd)
+ *   m  = fma(g, one_minus_beta1, m * beta1)        exp_avg.mul_(b1).add_(g, alpha=1-b1)
+ *   v  = fma(one_minus_beta2 * g, g, v * beta2)    exp_avg_sq.mul_(b2).addcmul_(g, g, value=1-b2)
+ *   amsgrad: vmax = maximum(vmax, v) (NaN wins, torch.maximum); u = vmax, else u = v
+ *   d  = sqrt(u) / bias_correction2_sqrt + eps     (sqrt() / bc2_sqrt).add_(eps)
+ *   p  = p + (neg_step_size * m) / d               param.addcdiv_(m, d, value=-step_size)
+ * The GPU kernel does the same operations with round-to-nearest intrinsics:
+ * CPU and GPU results are bitwise equal. CPU: threaded over elements
+ * (bitwise the same for any thread count). Errors as ch_op_sgd_step
+ * (CH_ERR_INVALID for NULL pointers, a missing max_exp_avg_sq with amsgrad). */
+ch_status ch_op_adamw_step(ch_compute_t *cx, ch_devkind_t dev, int dev_index,
+                           const ch_adamw_tensor_t *ts, int n, const ch_adamw_hparams_t *h);
+
+/* One parameter of a fused RMSprop step (torch.optim.RMSprop). grad_avg
+ * only when centered, momentum_buffer only when momentum > 0 (else NULL). */
+typedef struct ch_rmsprop_tensor {
+    float *param;
+    const float *grad;
+    float *square_avg, *grad_avg, *momentum_buffer;
+    int64_t numel;
+} ch_rmsprop_tensor_t;
+
+/* Float32 scalars of one RMSprop step (doubles rounded once, as ATen):
+ * neg_lr = -lr, alpha, one_minus_alpha = 1 - alpha, eps, weight_decay,
+ * momentum; centered 0/1. */
+typedef struct ch_rmsprop_hparams {
+    float neg_lr, alpha, one_minus_alpha, eps, weight_decay, momentum;
+    int centered;
+} ch_rmsprop_hparams_t;
+
+/* torch.optim.RMSprop's update (PyTorch 1.13 _single_tensor_rmsprop, CPU
+ * path), per element in float32:
+ *   weight_decay != 0: g = fma(p, weight_decay, g)      grad.add(p, alpha=wd)
+ *   v   = fma(one_minus_alpha * g, g, v * alpha)        square_avg.mul_(a).addcmul_(g, g, value=1-a)
+ *   centered: ga = fma(g, one_minus_alpha, ga * alpha)  grad_avg.mul_(a).add_(g, alpha=1-a)
+ *             avg = sqrt(fma(-ga, ga, v))                square_avg.addcmul(ga, ga, value=-1).sqrt_()
+ *   else      avg = sqrt(v)
+ *   avg = avg + eps
+ *   momentum > 0: buf = buf * momentum + g / avg; p = fma(buf, neg_lr, p)
+ *   else:         p = p + (neg_lr * g) / avg
+ * GPU bitwise equal to CPU; CPU threaded over elements (bitwise the same
+ * for any thread count). Errors as ch_op_adamw_step. */
+ch_status ch_op_rmsprop_step(ch_compute_t *cx, ch_devkind_t dev, int dev_index,
+                             const ch_rmsprop_tensor_t *ts, int n, const ch_rmsprop_hparams_t *h);
 
 /* ------------------------------------------------------ activations (eltwise)
  * The element-wise activations of torch.nn beyond ReLU, forward and

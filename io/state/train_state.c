@@ -15,6 +15,9 @@
 #include <string.h>
 #include <unistd.h>
 
+/* Prefix of the optimizer state a resume file holds besides the state dict. */
+#define OPTIM_PREFIX "optim."
+
 /* ------------------------------------------------------------ output.* keys */
 
 static const ch_config_key_t ch_train_output_config_keys[] = {
@@ -129,22 +132,62 @@ ch_status ch_train_state_write_model(ch_model_t *model, const char *path)
 
 /* ------------------------------------------------------------ resume files */
 
+/* The resume file of model with optimizer tensors: mom[0..nmom) momentum
+ * buffers (named by parameter), more[0..nmore) further state tensors (full
+ * names), meta[0..nmeta) further metadata. */
+static ch_status write_resume_with(ch_model_t *model, const char *path,
+                                   const ch_train_progress_t *p, const char *config_text,
+                                   const ch_st_view_t *mom, size_t nmom, const ch_st_view_t *more,
+                                   size_t nmore, const ch_st_meta_t *meta, size_t nmeta)
+{
+    CH_REQUIRE(p->epoch_step == 0 || (p->epoch_step > 0 && p->epoch_step < p->epoch_steps),
+               "%s: step %" PRId64 " is not inside an epoch of %" PRId64 " steps", path,
+               p->epoch_step, p->epoch_steps);
+    ch_st_view_t *state = NULL;
+    int n = 0;
+    ch_status s = model_views(model, &state, &n);
+    if (s == CH_OK && nmore) {
+        ch_st_view_t *all = realloc(state, ((size_t)n + nmore + 1) * sizeof *all);
+        if (!all) s = CH_ERROR(CH_ERR_NOMEM, "%s: optimizer state", path);
+        else {
+            state = all;
+            memcpy(state + n, more, nmore * sizeof *more);
+            n += (int)nmore;
+        }
+    }
+    if (s == CH_OK) {
+        char v[4][32];
+        snprintf(v[0], sizeof v[0], "%.17g", p->epoch_loss_sum);
+        snprintf(v[1], sizeof v[1], "%" PRId64, p->epoch_loss_steps);
+        snprintf(v[2], sizeof v[2], "%" PRId64, p->epoch_step);
+        snprintf(v[3], sizeof v[3], "%" PRId64, p->epoch_steps);
+        ch_st_meta_t extra[8] = {{"epoch_loss_sum", v[0]}, {"epoch_loss_steps", v[1]},
+                                 {"epoch_step", v[2]}, {"epoch_steps", v[3]}};
+        size_t nextra = 4;
+        for (size_t i = 0; i < nmeta && nextra < 8; i++) extra[nextra++] = meta[i];
+        ch_resume_info_t info = {.epoch = p->epoch,
+                                 .global_step = p->global_step,
+                                 .sampler_seed = p->seed,
+                                 .sampler_epoch = p->epoch,
+                                 .world_size = p->world_size,
+                                 .rng_state = "augmentation streams keyed by (seed, epoch, index)",
+                                 .config = config_text};
+        s = ch_checkpoint_write_resume(path, state, (size_t)n, mom, nmom, &info, extra, nextra);
+    }
+    free(state);
+    return s;
+}
+
 ch_status ch_train_state_write_resume(ch_model_t *model, const ch_sgd_t *sgd, const char *path,
                                       const ch_train_progress_t *p, const char *config_text)
 {
     CH_REQUIRE(model && sgd && path && p && config_text, "ch_train_state_write_resume: NULL argument");
-    CH_REQUIRE(p->epoch_step == 0 || (p->epoch_step > 0 && p->epoch_step < p->epoch_steps),
-               "%s: step %" PRId64 " is not inside an epoch of %" PRId64 " steps", path,
-               p->epoch_step, p->epoch_steps);
-    ch_st_view_t *state = NULL, *mom = NULL;
-    int n = 0;
+    ch_st_view_t *mom = NULL;
     size_t nmom = 0;
-    ch_status s = model_views(model, &state, &n);
+    ch_status s = CH_OK;
     int np = ch_sgd_num_params(sgd);
-    if (s == CH_OK) {
-        mom = calloc((size_t)np + 1, sizeof *mom);
-        if (!mom) s = CH_ERROR(CH_ERR_NOMEM, "%s: momentum buffers", path);
-    }
+    mom = calloc((size_t)np + 1, sizeof *mom);
+    if (!mom) s = CH_ERROR(CH_ERR_NOMEM, "%s: momentum buffers", path);
     for (int i = 0; s == CH_OK && i < np; i++) {
         const char *name;
         const float *buf;
@@ -159,25 +202,9 @@ ch_status ch_train_state_write_resume(ch_model_t *model, const ch_sgd_t *sgd, co
         mom[nmom].nbytes = numel * sizeof(float);
         nmom++;
     }
-    if (s == CH_OK) {
-        char v[4][32];
-        snprintf(v[0], sizeof v[0], "%.17g", p->epoch_loss_sum);
-        snprintf(v[1], sizeof v[1], "%" PRId64, p->epoch_loss_steps);
-        snprintf(v[2], sizeof v[2], "%" PRId64, p->epoch_step);
-        snprintf(v[3], sizeof v[3], "%" PRId64, p->epoch_steps);
-        ch_st_meta_t extra[4] = {{"epoch_loss_sum", v[0]}, {"epoch_loss_steps", v[1]},
-                                 {"epoch_step", v[2]}, {"epoch_steps", v[3]}};
-        ch_resume_info_t info = {.epoch = p->epoch,
-                                 .global_step = p->global_step,
-                                 .sampler_seed = p->seed,
-                                 .sampler_epoch = p->epoch,
-                                 .world_size = p->world_size,
-                                 .rng_state = "augmentation streams keyed by (seed, epoch, index)",
-                                 .config = config_text};
-        s = ch_checkpoint_write_resume(path, state, (size_t)n, mom, nmom, &info, extra, 4);
-    }
+    if (s == CH_OK)
+        s = write_resume_with(model, path, p, config_text, mom, nmom, NULL, 0, NULL, 0);
     free(mom);
-    free(state);
     return s;
 }
 
@@ -380,7 +407,9 @@ ch_status ch_train_state_load_pretrained(ch_model_t *model, const char *path,
         const ch_param_t *e = ch_model_find(model, name);
         char text[256], a[96], b[96];
         if (!e) {
-            int opt = ch_checkpoint_is_momentum(name);
+            /* SGD momentum buffers and the optim.<state>.<param> tensors of other optimizers */
+            int opt = ch_checkpoint_is_momentum(name) ||
+                      !strncmp(name, OPTIM_PREFIX, strlen(OPTIM_PREFIX));
             skip_add(sk, opt ? SKIP_OPTIMIZER : SKIP_NOT_IN_MODEL, name);
             if (opt) r.optimizer_state++;
             else r.not_in_model++;
@@ -571,5 +600,131 @@ ch_status ch_train_resume_config_check(const char *path, const char *saved_confi
     free(allowed);
     free(other);
     ch_config_changes_free(ch, n);
+    return s;
+}
+
+/* ------------------------------------------- resume files, any optimizer */
+
+ch_status ch_train_state_write_resume_optimizer(ch_model_t *model, const ch_optimizer_t *opt,
+                                                const char *path, const ch_train_progress_t *p,
+                                                const char *config_text)
+{
+    CH_REQUIRE(model && opt && path && p && config_text,
+               "ch_train_state_write_resume_optimizer: NULL argument");
+    const ch_optimizer_options_t *o = ch_optimizer_options(opt);
+    if (o->kind == CH_OPTIM_SGD) /* today's file, byte for byte */
+        return ch_train_state_write_resume(model, ch_optimizer_sgd((ch_optimizer_t *)opt), path,
+                                           p, config_text);
+    const int np = ch_optimizer_num_params(opt), ns = ch_optimizer_num_state(opt);
+    const size_t cap = (size_t)np * (size_t)ns + 1;
+    ch_st_view_t *mom = calloc(cap, sizeof *mom), *more = calloc(cap, sizeof *more);
+    char **names = calloc(cap, sizeof *names);
+    size_t nmom = 0, nmore = 0;
+    ch_status s = mom && more && names ? CH_OK : CH_ERROR(CH_ERR_NOMEM, "%s: optimizer state", path);
+    for (int i = 0; s == CH_OK && i < np; i++) {
+        const ch_param_t *e = ch_model_find(model, ch_optimizer_param_name(opt, i));
+        for (int j = 0; s == CH_OK && j < ns; j++) {
+            const float *buf;
+            size_t numel;
+            int has;
+            s = ch_optimizer_state(opt, i, j, &buf, &numel, &has);
+            if (s != CH_OK || !has || !e) continue;
+            const char *sn = ch_optimizer_state_name(opt, j);
+            ch_st_view_t *v;
+            if (!strcmp(sn, "momentum_buffer")) {
+                v = &mom[nmom++]; /* "optim.momentum_buffer.<param>", as SGD's */
+                view_of(e, e->name, v);
+            } else {
+                char **nm = &names[nmore];
+                if (asprintf(nm, OPTIM_PREFIX "%s.%s", sn, e->name) < 0) {
+                    *nm = NULL;
+                    s = CH_ERROR(CH_ERR_NOMEM, "%s: optimizer state", path);
+                    break;
+                }
+                v = &more[nmore++];
+                view_of(e, *nm, v);
+            }
+            v->data = buf;
+            v->nbytes = numel * sizeof(float);
+        }
+    }
+    if (s == CH_OK) {
+        char step[32];
+        snprintf(step, sizeof step, "%" PRId64, ch_optimizer_steps(opt));
+        ch_st_meta_t meta[2] = {{OPTIM_PREFIX "name", ch_optimizer_kind_name(o->kind)},
+                                {OPTIM_PREFIX "step", step}};
+        s = write_resume_with(model, path, p, config_text, mom, nmom, more, nmore, meta, 2);
+    }
+    for (size_t k = 0; names && k < nmore; k++) free(names[k]);
+    free(names);
+    free(more);
+    free(mom);
+    return s;
+}
+
+/* Optimizer state of opt (adamw / rmsprop) from the open resume file st. */
+static ch_status read_optimizer_state(const ch_safetensors_t *st, const char *path,
+                                      ch_optimizer_t *opt)
+{
+    const char *kn = ch_optimizer_kind_name(ch_optimizer_options(opt)->kind);
+    const char *fk = ch_safetensors_meta_get(st, OPTIM_PREFIX "name");
+    if (!fk || strcmp(fk, kn) != 0)
+        return CH_ERROR(CH_ERR_INVALID, "%s: the resume file holds %s state, this run uses "
+                        "optimizer.name = %s", path, fk ? fk : "sgd", kn);
+    int64_t steps;
+    CH_TRY(meta_int(st, path, OPTIM_PREFIX "step", 0, 0, &steps));
+    CH_TRY(ch_optimizer_set_steps(opt, steps));
+    const int np = ch_optimizer_num_params(opt), ns = ch_optimizer_num_state(opt);
+    char name[1024];
+    for (int i = 0; i < np; i++) {
+        const char *pn = ch_optimizer_param_name(opt, i);
+        for (int j = 0; j < ns; j++) {
+            const char *sn = ch_optimizer_state_name(opt, j);
+            const ch_st_view_t *v;
+            if (!strcmp(sn, "momentum_buffer")) {
+                v = ch_checkpoint_momentum(st, pn);
+            } else {
+                snprintf(name, sizeof name, OPTIM_PREFIX "%s.%s", sn, pn);
+                v = ch_safetensors_find(st, name);
+            }
+            if (!v) continue; /* no state yet (saved before the first step) */
+            if (v->dtype != CH_ST_F32)
+                return CH_ERROR(CH_ERR_FORMAT, "%s: %s of '%s' is not F32", path, sn, pn);
+            float *tmp = malloc(v->nbytes ? v->nbytes : 1);
+            if (!tmp) return CH_ERROR(CH_ERR_NOMEM, "%s: %s of %s", path, sn, pn);
+            memcpy(tmp, v->data, v->nbytes); /* file data need not be aligned */
+            ch_status s = ch_optimizer_load_state(opt, pn, sn, tmp, v->nbytes / sizeof(float));
+            free(tmp);
+            if (s) return ch_error_context("%s", path);
+        }
+    }
+    return CH_OK;
+}
+
+ch_status ch_train_state_read_resume_optimizer(ch_model_t *model, ch_optimizer_t *opt,
+                                               const char *path, ch_train_progress_t *p)
+{
+    CH_REQUIRE(model && path && p, "ch_train_state_read_resume_optimizer: NULL argument");
+    ch_sgd_t *sgd = opt ? ch_optimizer_sgd(opt) : NULL;
+    CH_TRY(ch_train_state_read_resume(model, sgd, path, p));
+    if (!opt) return CH_OK;
+    if (sgd) {
+        ch_safetensors_t *st = NULL;
+        ch_resume_info_t info;
+        CH_TRY(ch_checkpoint_read_resume(path, &st, &info));
+        const char *fk = ch_safetensors_meta_get(st, OPTIM_PREFIX "name");
+        ch_status s = CH_OK;
+        if (fk && strcmp(fk, "sgd") != 0)
+            s = CH_ERROR(CH_ERR_INVALID, "%s: the resume file holds %s state, this run uses "
+                         "optimizer.name = sgd", path, fk);
+        ch_safetensors_destroy(st);
+        CH_TRY(s);
+        return ch_optimizer_set_steps(opt, p->global_step);
+    }
+    ch_safetensors_t *st = NULL;
+    ch_resume_info_t info;
+    CH_TRY(ch_checkpoint_read_resume(path, &st, &info));
+    ch_status s = read_optimizer_state(st, path, opt);
+    ch_safetensors_destroy(st);
     return s;
 }

@@ -22,6 +22,7 @@
 #include "framework/core/status.h"
 #include "framework/nn/nn.h"
 #include "framework/train/optim.h"
+#include "framework/train/optimizer.h"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -109,6 +110,32 @@ ch_status ch_train_state_write_resume(ch_model_t *model, const ch_sgd_t *sgd, co
 ch_status ch_train_state_read_resume(ch_model_t *model, ch_sgd_t *sgd, const char *path,
                                      ch_train_progress_t *p);
 
+/* A resume file for any optimizer (framework/train/optimizer.h).
+ * kind sgd: exactly ch_train_state_write_resume's file (byte for byte).
+ * adamw / rmsprop: the model as there, and each state tensor a parameter
+ * has (none before the first step), under PyTorch's state_dict() names:
+ *   "optim.momentum_buffer.<param>"  (rmsprop with momentum; as SGD's)
+ *   "optim.<state>.<param>"          exp_avg, exp_avg_sq, max_exp_avg_sq,
+ *                                    square_avg, grad_avg (F32, the
+ *                                    parameter's shape)
+ * and metadata "optim.name" (adamw | rmsprop) and "optim.step" (decimal
+ * steps taken, PyTorch's state['step']). A GPU optimizer's state is copied
+ * to the host first. Errors: as ch_train_state_write_resume; CH_ERR_CUDA. */
+ch_status ch_train_state_write_resume_optimizer(ch_model_t *model, const ch_optimizer_t *opt,
+                                                const char *path, const ch_train_progress_t *p,
+                                                const char *config_text);
+
+/* Read such a file into model, opt (may be NULL: model and progress only)
+ * and *p, as ch_train_state_read_resume; then every state tensor the file
+ * has for opt's parameters and the step counter (sgd: global_step). After
+ * this, steps continue bit for bit as if never interrupted. Errors: those
+ * of ch_train_state_read_resume; CH_ERR_INVALID naming the file when it
+ * holds another optimizer's state ("... holds adamw state, this run uses
+ * optimizer.name = rmsprop") or a state of another length; CH_ERR_FORMAT
+ * for a state tensor that is not F32 or a malformed optim.step. */
+ch_status ch_train_state_read_resume_optimizer(ch_model_t *model, ch_optimizer_t *opt,
+                                               const char *path, ch_train_progress_t *p);
+
 /* Can `saved` (read from path, for messages) continue a run of world_size
  * ranks with steps_per_epoch steps per epoch and this seed? On CH_OK
  * *start_step is the step of saved->epoch to continue at.
@@ -172,7 +199,7 @@ typedef struct {
     int reshaped;        /* of which with another shape (reshape = 1) */
     int not_in_model;    /* skipped: no model entry of that name */
     int other_shape;     /* skipped: another shape (or element count) or dtype */
-    int optimizer_state; /* skipped: momentum buffers of a resume file */
+    int optimizer_state; /* skipped: optimizer state of a resume file ("optim.*") */
     int prefix_stripped; /* 1: every name began with "module." and one was removed */
     int not_in_file;     /* model entries the file does not name: left as they were
                             (a warning names the first few; PyTorch's missing_keys) */

@@ -404,6 +404,9 @@ static const ch_ops_backend_t cpu_backend = {
     .count_correct = ch_cpu_count_correct,
     .sgd_step = ch_cpu_sgd_step,
     .dropout = ch_cpu_dropout,
+    .adamw_step = ch_cpu_adamw_step,
+    .rmsprop_step = ch_cpu_rmsprop_step,
+    .cross_entropy_smooth = ch_cpu_cross_entropy_smooth,
 };
 
 const ch_ops_backend_t *ch_ops_cpu_backend(void) { return &cpu_backend; }

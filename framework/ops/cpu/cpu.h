@@ -169,6 +169,15 @@ ch_status ch_cpu_count_correct(void *st, const ch_tensor_t *logits, const ch_ten
 /* fused SGD (ops.h ch_op_sgd_step): framework/train/optim.c's per-element float
  * arithmetic, one loop per parameter */
 ch_status ch_cpu_sgd_step(void *st, const ch_sgd_tensor_t *ts, int n, const ch_sgd_hparams_t *h);
+/* optim_kernels.c: AdamW, RMSprop (ops.h order of float32 operations) and
+ * cross-entropy with label smoothing */
+ch_status ch_cpu_adamw_step(void *st, const ch_adamw_tensor_t *ts, int n,
+                            const ch_adamw_hparams_t *h);
+ch_status ch_cpu_rmsprop_step(void *st, const ch_rmsprop_tensor_t *ts, int n,
+                              const ch_rmsprop_hparams_t *h);
+ch_status ch_cpu_cross_entropy_smooth(void *st, const ch_tensor_t *logits,
+                                      const ch_tensor_t *labels, double e, ch_tensor_t *loss,
+                                      ch_tensor_t *dlogits);
 
 ch_status ch_cpu_bn_stats(void *st, const ch_tensor_t *x, ch_tensor_t *mean, ch_tensor_t *var);
 ch_status ch_cpu_bn_apply(void *st, const ch_tensor_t *x, const ch_tensor_t *mean,

@@ -19,4 +19,7 @@ void ch_cuda_table_kernels(ch_ops_backend_t *t)
     t->argmax = ch_cuda_argmax;
     t->count_correct = ch_cuda_count_correct;
     t->sgd_step = ch_cuda_sgd_step;
+    t->adamw_step = ch_cuda_adamw_step;
+    t->rmsprop_step = ch_cuda_rmsprop_step;
+    t->cross_entropy_smooth = ch_cuda_cross_entropy_smooth;
 }

@@ -59,4 +59,14 @@ ch_status ch_cuda_count_correct(void *st, const ch_tensor_t *logits, const ch_te
 ch_status ch_cuda_sgd_step(void *st, const ch_sgd_tensor_t *ts, int n,
                            const ch_sgd_hparams_t *h);
 
+/* adamw_rmsprop.cu: AdamW, RMSprop (one launch per parameter) */
+ch_status ch_cuda_adamw_step(void *st, const ch_adamw_tensor_t *ts, int n,
+                             const ch_adamw_hparams_t *h);
+ch_status ch_cuda_rmsprop_step(void *st, const ch_rmsprop_tensor_t *ts, int n,
+                               const ch_rmsprop_hparams_t *h);
+/* loss.cu: cross-entropy with label smoothing */
+ch_status ch_cuda_cross_entropy_smooth(void *st, const ch_tensor_t *logits,
+                                       const ch_tensor_t *labels, double e, ch_tensor_t *loss,
+                                       ch_tensor_t *dlogits);
+
 #endif /* COHORT_OPS_CUDA_KERNELS_H */

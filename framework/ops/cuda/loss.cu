@@ -103,6 +103,32 @@ __device__ double warp_sum(double s)
     return s;
 }
 
+/* logsumexp of row r (K values) by the warp, in every lane: mx = max in
+ * float (the CPU loop's order), then mx + log(sum exp((double)x - mx)). */
+__device__ double row_lse(const float *r, int64_t K, int lane)
+{
+    float mx = r[0];
+    for (int64_t k = lane; k < K; k += 32) mx = r[k] > mx ? r[k] : mx;
+    mx = warp_max_cpu(mx);
+    double s = 0.0;
+    for (int64_t k = lane; k < K; k += 32) s += exp((double)r[k] - (double)mx);
+    s = warp_sum(s);
+    return (double)mx + log(s);
+}
+
+/* A row with an out-of-range label: record it (the lowest such row wins),
+ * NaN for its loss term and dlogits row instead of reading out of bounds. */
+__device__ void mark_bad_row(int lane, int64_t n, int64_t K, float *d, double *rowloss,
+                             unsigned long long *bad)
+{
+    if (lane == 0) {
+        atomicMin(bad, (unsigned long long)n);
+        rowloss[n] = nan("");
+    }
+    if (d)
+        for (int64_t k = lane; k < K; k += 32) d[k] = nanf("");
+}
+
 /* bad[1] = the label of row bad[0] when a row was bad (one thread). */
 __global__ void k_bad_label(const int64_t *lab, unsigned long long *bad)
 {
@@ -147,6 +173,39 @@ __global__ void __launch_bounds__(ROW_THREADS)
                 if (k == L) v -= invN;
                 d[k] = v;
             }
+    }
+}
+
+/* Label smoothing e (ch_op_cross_entropy_smooth; the CPU loop is
+ * framework/ops/cpu/optim_kernels.c, whose sums run in another order: equal
+ * to double rounding, not bit for bit): row term
+ * (1 - e)(lse - x[label]) + (e/K) sum_k (lse - x_k) in double (per-lane
+ * sums, then the warp butterfly), dlogits (float)((softmax - e/K - (1 - e)
+ * [k == label]) / N). Out-of-range labels as k_xent_rows. */
+__global__ void __launch_bounds__(ROW_THREADS)
+    k_xent_smooth_rows(const float *X, const int64_t *lab, int64_t N, int64_t K, double e,
+                       float *D, double *rowloss, unsigned long long *bad)
+{
+    const int lane = threadIdx.x & 31;
+    const int64_t warp = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    const int64_t nwarps = ((int64_t)gridDim.x * blockDim.x) >> 5;
+    const double dN = (double)N, eK = e / (double)K, keep = 1.0 - e;
+    for (int64_t n = warp; n < N; n += nwarps) {
+        const float *r = X + n * K;
+        float *d = D ? D + n * K : nullptr;
+        const int64_t L = lab[n];
+        if (L < 0 || L >= K) {
+            mark_bad_row(lane, n, K, d, rowloss, bad);
+            continue;
+        }
+        const double lse = row_lse(r, K, lane);
+        double sm = 0.0;
+        for (int64_t k = lane; k < K; k += 32) sm += lse - (double)r[k];
+        sm = warp_sum(sm);
+        if (lane == 0) rowloss[n] = keep * (lse - (double)r[L]) + eK * sm;
+        if (d)
+            for (int64_t k = lane; k < K; k += 32)
+                d[k] = (float)((exp((double)r[k] - lse) - eK - (k == L ? keep : 0.0)) / dN);
     }
 }
 
@@ -291,5 +350,38 @@ ch_status ch_cuda_count_correct(void *st, const ch_tensor_t *logits, const ch_te
     CH_CHECK_CUDA(cudaMemcpyAsync(host, count, sizeof *count, cudaMemcpyDeviceToHost, s));
     CH_CHECK_CUDA(cudaStreamSynchronize(s));
     *correct = (int64_t)host[0];
+    return CH_OK;
+}
+
+ch_status ch_cuda_cross_entropy_smooth(void *st, const ch_tensor_t *logits,
+                                       const ch_tensor_t *labels, double e, ch_tensor_t *loss,
+                                       ch_tensor_t *dlogits)
+{
+    /* ch_cuda_cross_entropy's launch sequence and deferred label check, with
+     * the label-smoothing row kernel */
+    const int64_t N = logits->shape[0], K = logits->shape[1];
+    unsigned long long *host = nullptr;
+    CH_TRY(host_words(st, &host));
+    CH_TRY(ch_cuda_loss_check(st));
+    void *ws = nullptr;
+    CH_TRY(ch_cuda_workspace(st, (size_t)N * sizeof(double) + 2 * sizeof(unsigned long long),
+                             &ws));
+    double *rowloss = (double *)ws;
+    unsigned long long *bad = (unsigned long long *)(rowloss + N);
+    cudaStream_t s = ch_cuda_stream(st);
+    CH_CHECK_CUDA(cudaMemsetAsync(bad, 0xff, 2 * sizeof *bad, s)); /* NO_BAD */
+    k_xent_smooth_rows<<<row_blocks(st, N), ROW_THREADS, 0, s>>>(
+        (const float *)logits->data, (const int64_t *)labels->data, N, K, e,
+        dlogits ? (float *)dlogits->data : nullptr, rowloss, bad);
+    CH_CUDA_CHECK_LAUNCH();
+    k_xent_mean<<<1, SUM_THREADS, 0, s>>>(rowloss, N, (float *)loss->data);
+    CH_CUDA_CHECK_LAUNCH();
+    k_bad_label<<<1, 32, 0, s>>>((const int64_t *)labels->data, bad);
+    CH_CUDA_CHECK_LAUNCH();
+    loss_slot *ls = (loss_slot *)ch_cuda_slot(st, CH_CUDA_SLOT_LOSS);
+    CH_CHECK_CUDA(cudaMemcpyAsync(host + 2, bad, 2 * sizeof *bad, cudaMemcpyDeviceToHost, s));
+    CH_CHECK_CUDA(cudaEventRecord(ls->flag_copied, s));
+    ls->flag_pending = 1;
+    ls->flag_K = K;
     return CH_OK;
 }
