@@ -138,6 +138,7 @@ static void test_refused(void **state)
     refused("bad_overflow.pth", NULL, CH_ERR_FORMAT, "reaches past its storage");
     refused("bad_numel.pth", NULL, CH_ERR_FORMAT, "declares 1000 elements");
     refused("bad_negative.pth", NULL, CH_ERR_FORMAT, ">= 0");
+    refused("bad_expand.pth", NULL, CH_ERR_RANGE, "beyond the limit");
     refused("bad_dtype.pth", NULL, CH_ERR_UNSUPPORTED, "torch.IntStorage");
     refused("bad_setitem_list.pth", NULL, CH_ERR_FORMAT, "SETITEM on a list");
     refused("bad_append_dict.pth", NULL, CH_ERR_FORMAT, "APPEND to a dict");

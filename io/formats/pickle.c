@@ -220,6 +220,7 @@ static ch_pk_value_t *new_bytes(ch_pk_t *p, ch_pk_kind_t k, const unsigned char 
 static int push_items(ch_pk_t *p, ch_pk_value_t *v, ch_pk_value_t *const *src, size_t m)
 {
     size_t have = v->kind == CH_PK_DICT ? 2 * v->n : v->n;
+    if (!m) return 0;
     if (m > SIZE_MAX / 2 - have) return -1;
     if (have + m > v->cap) {
         size_t cap = v->cap ? v->cap : 8;

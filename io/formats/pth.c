@@ -52,7 +52,7 @@ struct ch_pth {
     size_t n;
     const ch_st_view_t **sorted;
     void **owned;
-    size_t nowned;
+    size_t nowned, owned_bytes;
     const char *state_key;
     char *prefix; /* zip: the record prefix ("archive", the file's stem, ...) */
 };
@@ -108,13 +108,27 @@ const ch_st_view_t *ch_pth_find(const ch_pth_t *p, const char *name)
     return NULL;
 }
 
+/* Converted and gathered tensors may take at most this many bytes: 4 x the
+ * file's size (float16 gathered, then converted: 3x) + 64 MiB. Views with
+ * stride 0 (expand) or aliasing one storage could otherwise make a small
+ * file allocate without bound. */
+static size_t owned_limit(const ch_pth_t *p)
+{
+    return p->size > (SIZE_MAX - ((size_t)64 << 20)) / 4 ? SIZE_MAX
+                                                          : 4 * p->size + ((size_t)64 << 20);
+}
+
 static void *own(ch_pth_t *p, size_t n)
 {
+    if (n > owned_limit(p) - p->owned_bytes) return NULL;
     void **o = realloc(p->owned, (p->nowned + 1) * sizeof *o);
     if (!o) return NULL;
     p->owned = o;
     void *b = malloc(n ? n : 1);
-    if (b) p->owned[p->nowned++] = b;
+    if (b) {
+        p->owned[p->nowned++] = b;
+        p->owned_bytes += n;
+    }
     return b;
 }
 
@@ -390,6 +404,15 @@ static void to_float(ch_pk_global_t t, const unsigned char *src, float *dst, siz
     }
 }
 
+static ch_status own_failed(const ch_pth_t *p, const char *name, size_t n)
+{
+    if (n > owned_limit(p) - p->owned_bytes)
+        return CH_ERROR(CH_ERR_RANGE, "%s: '%s': converting or gathering it needs %zu bytes, "
+                        "beyond the limit of %zu for a file of %zu bytes (expanded or aliasing "
+                        "views?)", p->label, name, n, owned_limit(p), p->size);
+    return CH_ERROR(CH_ERR_NOMEM, "%s: '%s' (%zu bytes)", p->label, name, n);
+}
+
 static int64_t int_of(const ch_pk_value_t *v, int *ok)
 {
     if (v->kind != CH_PK_INT) {
@@ -486,8 +509,7 @@ static ch_status build_tensor(ch_pth_t *p, const char *name, const ch_pk_value_t
     unsigned char *gathered = NULL;
     if (!contig) { /* gather in C order; whole rows when the last stride is 1 */
         gathered = own(p, (size_t)numel * es);
-        if (!gathered) return CH_ERROR(CH_ERR_NOMEM, "%s: '%s' (%zu bytes)", p->label, name,
-                                       (size_t)numel * es);
+        if (!gathered) return own_failed(p, name, (size_t)numel * es);
         int64_t idx[CH_ST_MAX_DIMS] = {0};
         int inner = nd - 1;
         size_t row = (size_t)size[inner], k = 0;
@@ -513,7 +535,7 @@ static ch_status build_tensor(ch_pth_t *p, const char *name, const ch_pk_value_t
         return CH_OK;
     }
     float *f = own(p, out->nbytes);
-    if (!f) return CH_ERROR(CH_ERR_NOMEM, "%s: '%s' (%zu bytes)", p->label, name, out->nbytes);
+    if (!f) return own_failed(p, name, out->nbytes);
     to_float(st.type, src, f, (size_t)numel);
     out->data = f;
     return CH_OK;

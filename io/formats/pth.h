@@ -47,7 +47,9 @@
  * for the first two; float64 rounds to nearest, as Tensor.float());
  * int32/int16/int8/uint8/bool tensors are refused naming the tensor. A
  * C-contiguous float32/int64 tensor is a view into the mapped file (no
- * copy); others are gathered/converted into memory the object owns.
+ * copy); others are gathered/converted into memory the object owns, at
+ * most 4 x the file's size + 64 MiB in all (CH_ERR_RANGE beyond: stride-0
+ * views could otherwise make a small file allocate without bound).
  * Storages on other devices (location "cuda:0") are read as host data.
  */
 #ifndef COHORT_IO_PTH_H

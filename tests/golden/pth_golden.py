@@ -29,7 +29,8 @@
       create OUTDIR/PWNED if it were executed; hand-made zips (ok_handmade.pth,
       a 2x2 float32 tensor of zero bytes, and bad_*.pth: each breaks one rule:
       a tensor outside its storage by offset, stride, declared numel or an
-      overflowing stride, a negative stride, an int32 tensor, SETITEM on a
+      overflowing stride, a 2^40-element stride-0 view (too big to
+      gather), a negative stride, an int32 tensor, SETITEM on a
       list, APPEND on a dict, the INST opcode, a memo entry never stored, no
       STOP, a missing record, a compressed record).
 
@@ -197,6 +198,7 @@ def bad_files(out):
     handmade_zip(j(out, "bad_numel.pth"), tensor_pickle([2], [1], numel=1000))
     handmade_zip(j(out, "bad_overflow.pth"), tensor_pickle([3], [2 ** 62]))
     handmade_zip(j(out, "bad_negative.pth"), tensor_pickle([2], [-1]))
+    handmade_zip(j(out, "bad_expand.pth"), tensor_pickle([2 ** 40], [0]))
     handmade_zip(j(out, "bad_dtype.pth"), tensor_pickle([2], [1], storage=b"IntStorage"))
     # SETITEM on a list, APPEND on a dict, an unknown opcode, a memo get never put
     handmade_zip(j(out, "bad_setitem_list.pth"), b"\x80\x02]K\x01K\x02s.")
