@@ -283,6 +283,13 @@ static void write_and_check(const char *arch, int in_ch, int classes)
              arch, classes, in_ch, st);
     int rc = system(cmd);
     if (rc != 0) fail_msg("torch did not take %s (%s)", pth, cmd);
+    /* the same model gives the same bytes (no timestamps) */
+    char again[1300];
+    snprintf(again, sizeof again, "%s.again.pth", pth);
+    assert_ch_ok(ch_train_state_write_model(m, again));
+    snprintf(cmd, sizeof cmd, "cmp -s '%s' '%s'", pth, again);
+    assert_int_equal(system(cmd), 0);
+    unlink(again);
     ch_model_destroy(m);
     ch_model_destroy(back);
 }
