@@ -25,22 +25,11 @@
 #include <string.h>
 #include <time.h>
 
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
+#include "tests/bench_util.h"
 
 static void report(const char *what, double *t, int n)
 {
-    qsort(t, (size_t)n, sizeof *t, cmp_double);
+    qsort(t, (size_t)n, sizeof *t, bench_cmp_double);
     printf("%-34s median %8.2f ms   min %8.2f ms\n", what, 1e3 * t[n / 2], 1e3 * t[0]);
 }
 
@@ -73,12 +62,12 @@ int main(int argc, char **argv)
     volatile unsigned sink = 0;
     for (int r = -1; r < reps; r++) { /* r = -1: warm the page cache */
         for (int f = 0; f < 2; f++) {
-            double t0 = now();
+            double t0 = bench_now();
             if (ch_train_state_load_pretrained(m, argv[3 + f], NULL, NULL)) {
                 fprintf(stderr, "%s\n", ch_error_message());
                 return 1;
             }
-            double t1 = now();
+            double t1 = bench_now();
             if (f == 0) {
                 ch_pth_t *p = NULL;
                 if (ch_pth_open(&p, argv[3], NULL)) return 1;
@@ -91,7 +80,7 @@ int main(int argc, char **argv)
                     sink += touch(ch_safetensors_at(s, i));
                 ch_safetensors_destroy(s);
             }
-            double t2 = now();
+            double t2 = bench_now();
             if (r >= 0) {
                 t[f][r] = t1 - t0;
                 t[2 + f][r] = t2 - t1;
