@@ -306,6 +306,13 @@ static size_t elem_size(ch_pk_global_t t)
     }
 }
 
+static int cmp_storage(const void *a, const void *b)
+{
+    return strcmp(((const storage_t *)a)->key, ((const storage_t *)b)->key);
+}
+
+static ch_status storage_bytes(const ch_pth_t *p, storage_t *st, size_t *at);
+
 /* The fields of a storage persistent id. */
 static ch_status parse_persid(const ch_pth_t *p, const ch_pk_value_t *v, storage_t *st)
 {
@@ -348,16 +355,15 @@ static ch_status resolve_storage(const ch_pth_t *p, const ch_pk_value_t *v, stor
         st->data = p->buf + r->offset;
         st->nbytes = r->size;
     } else {
-        size_t k = 0;
-        while (k < p->nsto && strcmp(p->sto[k].key, st->key)) k++;
-        if (k == p->nsto)
+        const storage_t *f = bsearch(st, p->sto, p->nsto, sizeof *p->sto, cmp_storage);
+        if (!f)
             return CH_ERROR(CH_ERR_FORMAT, "%s: storage '%s' is not in the file's storage list",
                             p->label, st->key);
-        if (p->sto[k].type != st->type)
+        if (f->type != st->type)
             return CH_ERROR(CH_ERR_FORMAT, "%s: storage '%s' is named with two types", p->label,
                             st->key);
-        st->data = p->sto[k].data;
-        st->nbytes = p->sto[k].nbytes;
+        st->data = f->data;
+        st->nbytes = f->nbytes;
     }
     if (need > st->nbytes)
         return CH_ERROR(CH_ERR_FORMAT, "%s: storage '%s' declares %lld elements (%zu bytes) but "
@@ -703,42 +709,66 @@ static ch_status open_legacy(ch_pth_t *p, const char *state_key)
                         ch_pk_kind_name(keys->kind));
     ch_pk_value_t *const *pid;
     size_t npid = ch_pk_persids(p->pk, &pid);
+    /* the storages the pickle declares, sorted by key (no quadratic search) */
+    storage_t *decl = calloc(npid + 1, sizeof *decl);
     p->sto = calloc(keys->n + 1, sizeof *p->sto);
-    if (!p->sto) return CH_ERROR(CH_ERR_NOMEM, "%s: %zu storages", p->label, keys->n);
-    for (size_t k = 0; k < keys->n; k++) {
+    if (!decl || !p->sto) {
+        free(decl);
+        return CH_ERROR(CH_ERR_NOMEM, "%s: %zu storages", p->label, keys->n);
+    }
+    ch_status s = CH_OK;
+    for (size_t j = 0; j < npid && !s; j++) s = parse_persid(p, pid[j], &decl[j]);
+    if (s) {
+        free(decl);
+        return s;
+    }
+    qsort(decl, npid, sizeof *decl, cmp_storage);
+    for (size_t k = 0; k < keys->n && !s; k++) {
         const ch_pk_value_t *key = keys->items[k];
-        if (key->kind != CH_PK_STR)
-            return CH_ERROR(CH_ERR_FORMAT, "%s: storage key %zu is a %s", p->label, k,
-                            ch_pk_kind_name(key->kind));
-        storage_t *st = &p->sto[k];
-        size_t j = 0;
-        for (; j < npid; j++) {
-            CH_TRY(parse_persid(p, pid[j], st));
-            if (!strcmp(st->key, key->s)) break;
+        if (key->kind != CH_PK_STR) {
+            s = CH_ERROR(CH_ERR_FORMAT, "%s: storage key %zu is a %s", p->label, k,
+                         ch_pk_kind_name(key->kind));
+            break;
         }
-        if (j == npid)
-            return CH_ERROR(CH_ERR_FORMAT, "%s: storage '%s' of the key list is used by no "
-                            "tensor", p->label, key->s);
-        for (size_t i = 0; i < k; i++)
-            if (!strcmp(p->sto[i].key, st->key))
-                return CH_ERROR(CH_ERR_FORMAT, "%s: storage '%s' listed twice", p->label, st->key);
-        if (p->size - pos < 8)
-            return CH_ERROR(CH_ERR_FORMAT, "%s: truncated at storage '%s' (byte %zu)", p->label,
-                            st->key, pos);
-        uint64_t cnt = 0;
-        for (int b = 8; b-- > 0;) cnt = cnt << 8 | p->buf[pos + (size_t)b];
-        pos += 8;
-        size_t es = elem_size(st->type);
-        if (cnt != (uint64_t)st->numel || cnt > (p->size - pos) / es)
-            return CH_ERROR(CH_ERR_FORMAT, "%s: storage '%s' at byte %zu: %llu elements (declared "
-                            "%lld) do not fit in the %zu bytes left", p->label, st->key, pos - 8,
-                            (unsigned long long)cnt, (long long)st->numel, p->size - pos);
-        st->data = p->buf + pos;
-        st->nbytes = (size_t)cnt * es;
-        pos += st->nbytes;
+        storage_t *st = &p->sto[k], want = {.key = key->s};
+        const storage_t *d = bsearch(&want, decl, npid, sizeof *decl, cmp_storage);
+        if (!d) {
+            s = CH_ERROR(CH_ERR_FORMAT, "%s: storage '%s' of the key list is used by no tensor",
+                         p->label, key->s);
+            break;
+        }
+        *st = *d;
+        s = storage_bytes(p, st, &pos);
         p->nsto = k + 1;
     }
+    free(decl);
+    if (s) return s;
+    qsort(p->sto, p->nsto, sizeof *p->sto, cmp_storage);
+    for (size_t k = 1; k < p->nsto; k++)
+        if (!strcmp(p->sto[k - 1].key, p->sto[k].key))
+            return CH_ERROR(CH_ERR_FORMAT, "%s: storage '%s' listed twice", p->label, p->sto[k].key);
     return build_views(p, v[3], state_key);
+}
+
+/* Legacy: storage st's element count (int64) and bytes at *pos, advanced. */
+static ch_status storage_bytes(const ch_pth_t *p, storage_t *st, size_t *at)
+{
+    size_t pos = *at;
+    if (p->size - pos < 8)
+        return CH_ERROR(CH_ERR_FORMAT, "%s: truncated at storage '%s' (byte %zu)", p->label,
+                        st->key, pos);
+    uint64_t cnt = 0;
+    for (int b = 8; b-- > 0;) cnt = cnt << 8 | p->buf[pos + (size_t)b];
+    pos += 8;
+    size_t es = elem_size(st->type);
+    if (cnt != (uint64_t)st->numel || cnt > (p->size - pos) / es)
+        return CH_ERROR(CH_ERR_FORMAT, "%s: storage '%s' at byte %zu: %llu elements (declared "
+                        "%lld) do not fit in the %zu bytes left", p->label, st->key, pos - 8,
+                        (unsigned long long)cnt, (long long)st->numel, p->size - pos);
+    st->data = p->buf + pos;
+    st->nbytes = (size_t)cnt * es;
+    *at = pos + st->nbytes;
+    return CH_OK;
 }
 
 static ch_status finish(ch_pth_t *p, const char *state_key, ch_pth_t **out)
