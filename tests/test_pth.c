@@ -193,6 +193,13 @@ static void test_pickle_limits(void **state)
     const unsigned char memo[] = {0x80, 2, 'N', 'r', 0xff, 0xff, 0xff, 0x7f, '.'};
     ch_pk_limits_default(&l);
     limit_reached(memo, sizeof memo, &l, "memo index 2147483647 exceeds");
+    /* a MARK is not a value: it cannot be memoized (then fetched into a container) */
+    const unsigned char mark[] = {0x80, 2, '(', 'q', 0, '.'};
+    ch_pk_t *q = NULL;
+    assert_ch_ok(ch_pk_create(&q, "<t>", NULL));
+    assert_int_equal(ch_pk_load(q, mark, sizeof mark, 0, &root, NULL), CH_ERR_FORMAT);
+    assert_non_null(strstr(ch_error_message(), "memo put of a MARK"));
+    ch_pk_destroy(q);
 }
 
 static ch_model_t *make(const char *arch, int in_ch, int classes, uint64_t seed)

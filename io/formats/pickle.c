@@ -291,7 +291,9 @@ static ch_status find_mark(ch_pk_t *p, size_t at, const char *op, size_t *m)
 
 static ch_status memo_put(ch_pk_t *p, size_t idx, size_t at)
 {
-    if (!p->sp) FAIL(CH_ERR_FORMAT, "%s: byte %zu: memo put on an empty stack", p->label, at);
+    if (!p->sp || p->stack[p->sp - 1]->kind == CH_PK_MARK)
+        FAIL(CH_ERR_FORMAT, "%s: byte %zu: memo put of %s", p->label, at,
+             p->sp ? "a MARK" : "an empty stack");
     if (idx >= p->lim.max_memo)
         FAIL(CH_ERR_RANGE, "%s: byte %zu: memo index %zu exceeds the limit of %zu", p->label, at,
              idx, p->lim.max_memo);
