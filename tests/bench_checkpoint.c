@@ -27,22 +27,11 @@
 #include <time.h>
 #include <unistd.h>
 
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
+#include "tests/bench_util.h"
 
 static void report(const char *what, double *t, int reps, double mb)
 {
-    qsort(t, (size_t)reps, sizeof *t, cmp_double);
+    qsort(t, (size_t)reps, sizeof *t, bench_cmp_double);
     printf("%-8s %9.1f MB  median %8.2f ms  min %8.2f ms  (%7.0f MB/s at the median)\n", what, mb,
            t[reps / 2] * 1e3, t[0] * 1e3, mb / t[reps / 2]);
 }
@@ -89,9 +78,9 @@ int main(int argc, char **argv)
 
     for (int r = 0; r < reps; r++) {
         ch_safetensors_t *x;
-        double t0 = now();
+        double t0 = bench_now();
         if (ch_safetensors_open(&x, argv[1])) die("open");
-        t[r] = now() - t0;
+        t[r] = bench_now() - t0;
         ch_safetensors_destroy(x);
     }
     report("open", t, reps, bytes / 1e6);
@@ -101,7 +90,7 @@ int main(int argc, char **argv)
         for (int r = 0; r < reps; r++) {
             ch_safetensors_t *x;
             size_t off = 0;
-            double t0 = now();
+            double t0 = bench_now();
             if (ch_safetensors_open(&x, argv[1])) die("open");
             for (size_t i = 0; i < n; i++) {
                 const ch_st_view_t *v = ch_safetensors_at(x, i);
@@ -109,29 +98,29 @@ int main(int argc, char **argv)
                 off += v->nbytes;
             }
             ch_safetensors_destroy(x);
-            t[r] = now() - t0;
+            t[r] = bench_now() - t0;
         }
         free(dst);
     }
     report("load", t, reps, bytes / 1e6);
     for (int r = 0; r < reps; r++) {
-        double t0 = now();
+        double t0 = bench_now();
         if (ch_checkpoint_write_model(model, state, n)) die("model");
-        t[r] = now() - t0;
+        t[r] = bench_now() - t0;
     }
     report("model", t, reps, bytes / 1e6);
     for (int r = 0; r < reps; r++) {
-        double t0 = now();
+        double t0 = bench_now();
         if (ch_checkpoint_write_resume(resume, state, n, mom, nmom, &info, NULL, 0)) die("resume");
-        t[r] = now() - t0;
+        t[r] = bench_now() - t0;
     }
     report("resume", t, reps, (bytes + mbytes) / 1e6);
     for (int r = 0; r < reps; r++) {
         void *buf;
         size_t size;
-        double t0 = now();
+        double t0 = bench_now();
         if (ch_safetensors_serialize(state, n, NULL, 0, &buf, &size)) die("serialize");
-        t[r] = now() - t0;
+        t[r] = bench_now() - t0;
         free(buf);
     }
     report("memory", t, reps, bytes / 1e6);

@@ -69,8 +69,12 @@ static ch_config_key_t train_keys[] = {
     {"model.num_classes", CH_CFG_INT, "10", 1, 1e6, "Classes (fc outputs)."},
     {"model.in_channels", CH_CFG_INT, "1", 1, 4, "Input image channels (1 for Fashion-MNIST)."},
     {"model.weights", CH_CFG_STRING, "", CH_CFG_NO_RANGE,
-     "Pretrained safetensors state dict (a leading 'module.' on every name is removed); "
-     "entries whose name and shape match are loaded, the rest summarised and skipped."},
+     "Pretrained state dict: safetensors, or PyTorch .pth/.pt (zip or legacy, read safely: "
+     "nothing in it is executed), told apart by content (a leading 'module.' on every name is "
+     "removed); entries whose name and shape match are loaded, the rest summarised and skipped."},
+    {"model.weights_key", CH_CFG_STRING, "", CH_CFG_NO_RANGE,
+     "In a .pth checkpoint dict, the key holding the state dict ('': the top level, else "
+     "'model', 'state_dict' or 'model_state_dict', whichever holds one)."},
     {"model.weights_reshape", CH_CFG_BOOL, "false", CH_CFG_NO_RANGE,
      "Also load pretrained entries whose element count matches but whose shape differs "
      "(the seed's rule), warning once per reshaped tensor."},
@@ -197,6 +201,7 @@ static ch_status build_model(trainer_t *j)
         ch_pretrained_options_t po;
         ch_pretrained_options_default(&po);
         po.reshape = j->weights_reshape;
+        CH_TRY(ch_config_get_string(j->cfg, "model.weights_key", &po.weights_key));
         CH_TRY(ch_train_state_load_pretrained(j->model, j->weights, &po, NULL));
     }
     if (j->freeze) {

@@ -6,9 +6,11 @@
 
 #include "framework/core/log.h"
 #include "io/state/checkpoint.h"
+#include "io/formats/pth.h"
 #include "io/formats/safetensors.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,6 +31,10 @@ static const ch_config_key_t ch_train_output_config_keys[] = {
     {"output.resume", CH_CFG_STRING, "", CH_CFG_NO_RANGE,
      "Resume file to continue from; 'auto' = <output.dir>/resume.safetensors when present.",
      "--resume", "auto"},
+    {"output.format", CH_CFG_STRING, "safetensors", CH_CFG_NO_RANGE,
+     "Format of the model files: 'safetensors' (model-<epoch>.safetensors) or 'pth' "
+     "(model-<epoch>.pth, a zip .pth that torch.load(path, weights_only=True) reads). The "
+     "resume file is always safetensors."},
     {"output.resume_allow", CH_CFG_STRLIST, "", CH_CFG_NO_RANGE,
      "Keys that may differ from the resumed run's saved configuration (intended changes, "
      "e.g. optimizer.lr); any other key that changes the result must match.",
@@ -46,13 +52,18 @@ ch_status ch_train_output_options_from_config(const ch_config_t *cfg,
 {
     CH_TRY(ch_config_get_string(cfg, "output.dir", &o->dir));
     CH_TRY(ch_config_get_int(cfg, "output.save_every", &o->save_every));
+    CH_TRY(ch_config_get_string(cfg, "output.format", &o->format));
+    if (strcmp(o->format, "safetensors") && strcmp(o->format, "pth"))
+        return CH_ERROR(CH_ERR_CONFIG, "output.format: '%s' (expected 'safetensors' or 'pth')",
+                        o->format);
     return ch_config_get_string(cfg, "output.resume", &o->resume);
 }
 
-static ch_status path_in(char *buf, size_t len, const char *dir, const char *name, int epoch)
+static ch_status path_in(char *buf, size_t len, const char *dir, const char *name, int epoch,
+                         const char *ext)
 {
-    int n = epoch >= 0 ? snprintf(buf, len, "%s/%s-%d.safetensors", dir, name, epoch)
-                       : snprintf(buf, len, "%s/%s.safetensors", dir, name);
+    int n = epoch >= 0 ? snprintf(buf, len, "%s/%s-%d.%s", dir, name, epoch, ext)
+                       : snprintf(buf, len, "%s/%s.%s", dir, name, ext);
     if (n < 0 || (size_t)n >= len)
         return CH_ERROR(CH_ERR_RANGE, "output.dir: path '%s/%s...' is longer than %zu bytes", dir,
                         name, len - 1);
@@ -61,13 +72,14 @@ static ch_status path_in(char *buf, size_t len, const char *dir, const char *nam
 
 ch_status ch_train_output_resume_path(const ch_train_output_options_t *o, char *buf, size_t len)
 {
-    return path_in(buf, len, o->dir, "resume", -1);
+    return path_in(buf, len, o->dir, "resume", -1, "safetensors");
 }
 
 ch_status ch_train_output_model_path(const ch_train_output_options_t *o, int epoch, char *buf,
                                      size_t len)
 {
-    return path_in(buf, len, o->dir, "model", epoch);
+    return path_in(buf, len, o->dir, "model", epoch,
+                   o->format && !strcmp(o->format, "pth") ? "pth" : "safetensors");
 }
 
 int ch_train_output_saves_model(const ch_train_output_options_t *o, int epoch, int epochs)
@@ -125,7 +137,10 @@ ch_status ch_train_state_write_model(ch_model_t *model, const char *path)
     ch_st_view_t *views = NULL;
     int n = 0;
     ch_status s = model_views(model, &views, &n);
-    if (s == CH_OK) s = ch_checkpoint_write_model(path, views, (size_t)n);
+    size_t pl = strlen(path);
+    int pth = (pl > 4 && !strcmp(path + pl - 4, ".pth")) || (pl > 3 && !strcmp(path + pl - 3, ".pt"));
+    if (s == CH_OK)
+        s = pth ? ch_pth_write(path, views, (size_t)n) : ch_checkpoint_write_model(path, views, (size_t)n);
     free(views);
     return s;
 }
@@ -327,6 +342,54 @@ void ch_pretrained_options_default(ch_pretrained_options_t *o)
 {
     o->reshape = 0;
     o->min_fraction = 0.5;
+    o->weights_key = NULL;
+}
+
+/* A weights file of either format, chosen by content (io/formats/pth.h). */
+typedef struct {
+    ch_safetensors_t *st;
+    ch_pth_t *pth;
+} weights_t;
+
+static ch_status weights_open(weights_t *w, const char *path, const char *key)
+{
+    unsigned char head[16] = {0};
+    ssize_t got = 0;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd >= 0) {
+        got = pread(fd, head, sizeof head, 0);
+        close(fd);
+    }
+    ch_pth_kind_t kind = ch_pth_detect(head, got > 0 ? (size_t)got : 0);
+    w->st = NULL;
+    w->pth = NULL;
+    if (kind == CH_PTH_NOT) {
+        if (key && key[0])
+            ch_log_info("pretrained weights: %s is a safetensors file: model.weights_key '%s' "
+                        "is not used", path, key);
+        return ch_safetensors_open(&w->st, path);
+    }
+    CH_TRY(ch_pth_open(&w->pth, path, key));
+    const char *sk = ch_pth_state_key(w->pth);
+    ch_log_info("pretrained weights: %s is a PyTorch %s .pth file; state dict %s%s%s", path,
+                kind == CH_PTH_ZIP ? "zip" : "legacy", sk[0] ? "under '" : "at the top level",
+                sk, sk[0] ? "' of the checkpoint dict" : "");
+    return CH_OK;
+}
+
+static size_t weights_count(const weights_t *w)
+{
+    return w->pth ? ch_pth_count(w->pth) : ch_safetensors_count(w->st);
+}
+
+static const ch_st_view_t *weights_at(const weights_t *w, size_t i)
+{
+    return w->pth ? ch_pth_at(w->pth, i) : ch_safetensors_at(w->st, i);
+}
+
+static const ch_st_view_t *weights_find(const weights_t *w, const char *name)
+{
+    return w->pth ? ch_pth_find(w->pth, name) : ch_safetensors_find(w->st, name);
 }
 
 static void shape_text(char *buf, size_t len, int ndim, const int64_t *shape)
@@ -385,15 +448,15 @@ ch_status ch_train_state_load_pretrained(ch_model_t *model, const char *path,
     }
     ch_pretrained_report_t r;
     memset(&r, 0, sizeof r);
-    ch_safetensors_t *st = NULL;
-    ch_status s = ch_safetensors_open(&st, path);
+    weights_t st;
+    ch_status s = weights_open(&st, path, o->weights_key);
     if (s) return ch_error_context("model.weights");
-    size_t n = ch_safetensors_count(st);
+    size_t n = weights_count(&st);
     r.n_tensors = (int)n;
     const size_t plen = strlen("module.");
     r.prefix_stripped = n > 0;
     for (size_t i = 0; i < n && r.prefix_stripped; i++)
-        r.prefix_stripped = !strncmp(ch_safetensors_at(st, i)->name, "module.", plen);
+        r.prefix_stripped = !strncmp(weights_at(&st, i)->name, "module.", plen);
     ch_nn_view_t *views = calloc(n + 1, sizeof *views);
     skip_summary_t *sk = calloc(1, sizeof *sk);
     if (!views || !sk) {
@@ -402,7 +465,7 @@ ch_status ch_train_state_load_pretrained(ch_model_t *model, const char *path,
     }
     int nv = 0;
     for (size_t i = 0; i < n; i++) {
-        const ch_st_view_t *t = ch_safetensors_at(st, i);
+        const ch_st_view_t *t = weights_at(&st, i);
         const char *name = t->name + (r.prefix_stripped ? plen : 0);
         const ch_param_t *e = ch_model_find(model, name);
         char text[256], a[96], b[96];
@@ -463,7 +526,7 @@ ch_status ch_train_state_load_pretrained(ch_model_t *model, const char *path,
         const char *name = ch_model_entry(model, i)->name;
         char full[512];
         snprintf(full, sizeof full, "%s%s", r.prefix_stripped ? "module." : "", name);
-        if (!ch_safetensors_find(st, full)) skip_add(&missing, 0, name);
+        if (!weights_find(&st, full)) skip_add(&missing, 0, name);
     }
     r.not_in_file = missing.count[0];
     /* ch_log_info prints on rank 0 only */
@@ -495,7 +558,8 @@ ch_status ch_train_state_load_pretrained(ch_model_t *model, const char *path,
 done:
     free(sk);
     free(views);
-    ch_safetensors_destroy(st);
+    ch_safetensors_destroy(st.st);
+    ch_pth_destroy(st.pth);
     if (rep) *rep = r;
     return s;
 }

@@ -39,17 +39,22 @@ typedef struct {
     const char *dir;    /* output.dir: checkpoints, resume file, metrics */
     int save_every;     /* output.save_every: model file every N epochs (0: only the last) */
     const char *resume; /* output.resume: "" (none), "auto" or a resume file path */
+    const char *format; /* output.format: "safetensors" (default; NULL means it) or "pth":
+                           the model files' format (ch_train_output_model_path's extension;
+                           ch_train_state_write_model writes by extension) */
 } ch_train_output_options_t;
 /* output.resume_allow (a string list) is read by ch_train_resume_config_check. */
 
 ch_config_table_t ch_train_output_config_table(void);
 
 /* Options from the output.* keys. CH_ERR_INVALID for a key missing from
- * cfg's table. */
+ * cfg's table; CH_ERR_CONFIG for an output.format other than "safetensors"
+ * or "pth". */
 ch_status ch_train_output_options_from_config(const ch_config_t *cfg,
                                               ch_train_output_options_t *o);
 
-/* "<dir>/resume.safetensors" and "<dir>/model-<epoch>.safetensors" into buf.
+/* "<dir>/resume.safetensors" and "<dir>/model-<epoch>.safetensors" (".pth"
+ * with output.format = pth) into buf.
  * CH_ERR_RANGE when buf (len bytes) is too small. */
 ch_status ch_train_output_resume_path(const ch_train_output_options_t *o, char *buf, size_t len);
 ch_status ch_train_output_model_path(const ch_train_output_options_t *o, int epoch, char *buf,
@@ -70,9 +75,11 @@ ch_status ch_train_output_resume_source(const ch_train_output_options_t *o, char
 /* ------------------------------------------------------------ model files */
 
 /* Write model's state dict as a model file (io/state/checkpoint.h; torchvision
- * names, load_state_dict(strict=True) takes it), atomically. Errors: those of
- * ch_model_sync_to_host and ch_checkpoint_write_model (CH_ERR_IO naming
- * path), CH_ERR_NOMEM. */
+ * names, load_state_dict(strict=True) takes it), atomically: a zip .pth
+ * (io/formats/pth.h ch_pth_write) when path ends in ".pth" or ".pt", else
+ * safetensors. Errors: those of ch_model_sync_to_host and
+ * ch_checkpoint_write_model / ch_pth_write (CH_ERR_IO naming path),
+ * CH_ERR_NOMEM. */
 ch_status ch_train_state_write_model(ch_model_t *model, const char *path);
 
 /* ------------------------------------------------------------ resume files */
@@ -189,6 +196,9 @@ typedef struct {
                             tensor; 0 (default): exact shapes only */
     double min_fraction; /* refuse a file that loads fewer than this fraction of the
                             model's entries (default 0.5: the wrong file) */
+    const char *weights_key; /* model.weights_key: in a .pth checkpoint dict, the key of the
+                                state dict (NULL / "": the top level, else "model",
+                                "state_dict" or "model_state_dict"; io/formats/pth.h) */
 } ch_pretrained_options_t;
 
 void ch_pretrained_options_default(ch_pretrained_options_t *o);
@@ -206,7 +216,10 @@ typedef struct {
 } ch_pretrained_report_t;
 
 /* Load pretrained weights from a safetensors state dict (a cohort model or
- * resume file, or PyTorch's save_file(model.state_dict())), non-strictly:
+ * resume file, or PyTorch's save_file(model.state_dict())) or a PyTorch
+ * .pth/.pt file (torch.save(model.state_dict()) or a checkpoint dict, zip or
+ * legacy, read by io/formats/pth.h with weights_only semantics: nothing in
+ * it is executed), the format decided by the file's content, non-strictly:
  *  - names: when EVERY tensor name starts with "module." (a state dict saved
  *    from a DistributedDataParallel-wrapped model) one leading "module." is
  *    removed (torch.nn.modules.utils.consume_prefix_in_state_dict_if_present);
@@ -218,8 +231,8 @@ typedef struct {
  *    one line per tensor. Log lines are printed by rank 0 (ch_log_rank).
  * Model entries the file does not name keep their values; a warning counts
  * them with the first few names (rep->not_in_file). o may be NULL
- * (defaults); rep may be NULL. Errors: those of ch_safetensors_open (naming
- * path), CH_ERR_FORMAT "... matches only L of the N tensors ...: no tensor
+ * (defaults); rep may be NULL. Errors: those of ch_safetensors_open /
+ * ch_pth_open (naming path), CH_ERR_FORMAT "... matches only L of the N tensors ...: no tensor
  * matching most of the model ..." when fewer than o->min_fraction of the
  * model's entries load (the model is then unchanged), CH_ERR_NOMEM. */
 ch_status ch_train_state_load_pretrained(ch_model_t *model, const char *path,
