@@ -4,6 +4,7 @@
 #include "io/data/data.h"
 
 #include "framework/reduce/reduce.h"
+#include "io/data/shards.h"
 
 #include <errno.h>
 #include <math.h>
@@ -13,13 +14,16 @@
 static const ch_config_key_t ch_data_config_keys[] = {
     {"data.path", CH_CFG_STRING, "/usr/share/datasets/fashion-mnist", CH_CFG_NO_RANGE,
      "Dataset directory (IDX files for idx, data_batch_*.bin for cifar10, class folders "
-     "for imagefolder)."},
+     "for imagefolder); for shards a directory of *.tar, a pattern name-{000000..000099}.tar "
+     "or one .tar file."},
     {"data.format", CH_CFG_STRING, "idx", CH_CFG_NO_RANGE,
-     "Dataset format: idx (MNIST/Fashion-MNIST), cifar10, or imagefolder."},
+     "Dataset format: idx (MNIST/Fashion-MNIST), cifar10, imagefolder, or shards "
+     "(WebDataset tar shards read by index, io/data/shards.h)."},
     {"data.val_path", CH_CFG_STRING, "", CH_CFG_NO_RANGE,
-     "imagefolder only: validation folder; empty splits data.path by data.val_fraction."},
+     "imagefolder and shards: validation folder (shards); empty splits data.path by "
+     "data.val_fraction."},
     {"data.val_fraction", CH_CFG_FLOAT, "0.2", 0, 1,
-     "imagefolder without val_path: fraction held out for validation (random_split)."},
+     "imagefolder or shards without val_path: fraction held out for validation (random_split)."},
     {"data.image_size", CH_CFG_INT, "0", 0, 4096,
      "Resize + center crop images to this size (0: keep the dataset's size)."},
     {"data.train_subset", CH_CFG_INT64, "0", 0, 1e12,
@@ -75,11 +79,11 @@ static ch_status read_floats(const ch_config_t *cfg, const char *key, float out[
 
 ch_status ch_data_options_from_config(const ch_config_t *cfg, ch_data_options_t *o)
 {
-    static const char *const formats[] = {"idx", "cifar10", "imagefolder"};
+    static const char *const formats[] = {"idx", "cifar10", "imagefolder", "shards"};
     int format;
     memset(o, 0, sizeof *o);
     CH_TRY(ch_config_get_string(cfg, "data.path", &o->path));
-    CH_TRY(ch_config_get_choice(cfg, "data.format", formats, 3, &format));
+    CH_TRY(ch_config_get_choice(cfg, "data.format", formats, 4, &format));
     o->format = (ch_data_format_t)format;
     o->format_name = formats[format];
     CH_TRY(ch_config_get_string(cfg, "data.val_path", &o->val_path));
@@ -143,6 +147,14 @@ static ch_status open_datasets(const ch_data_options_t *o, const ch_data_setup_t
         CH_TRY(ch_dataset_imagefolder_open(&d->train_base_, o->path, u->in_channels));
         if (o->val_path[0])
             CH_TRY(ch_dataset_imagefolder_open(&d->test_base_, o->val_path, u->in_channels));
+        else
+            CH_TRY(ch_dataset_random_split(d->train_base_, o->val_fraction, u->seed, &d->train,
+                                           &d->test));
+        break;
+    case CH_DATA_SHARDS:
+        CH_TRY(ch_dataset_shards_open(&d->train_base_, o->path, u->in_channels, u->pg));
+        if (o->val_path[0])
+            CH_TRY(ch_dataset_shards_open(&d->test_base_, o->val_path, u->in_channels, u->pg));
         else
             CH_TRY(ch_dataset_random_split(d->train_base_, o->val_fraction, u->seed, &d->train,
                                            &d->test));

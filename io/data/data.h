@@ -3,9 +3,11 @@
  *
  * What it builds (the seed recipe, SEMANTICS.md "Data order"):
  *   datasets   data.format idx (MNIST/Fashion-MNIST IDX files), cifar10
- *              (CIFAR-10 binary batches) or imagefolder (class folders;
- *              the test set is data.val_path, or a random_split of
- *              data.path by data.val_fraction seeded with the job's seed),
+ *              (CIFAR-10 binary batches), imagefolder (class folders) or
+ *              shards (WebDataset tar shards, io/data/shards.h; the index
+ *              is built collectively over setup->pg on first use); for
+ *              the last two the test set is data.val_path, or a random_split of
+ *              data.path by data.val_fraction seeded with the job's seed,
  *              cut to the first data.train_subset / data.test_subset
  *              samples when those are > 0 (not for a random_split);
  *   transforms train: [Resize + CenterCrop(data.image_size)],
@@ -36,12 +38,17 @@ extern "C" {
 #endif
 
 /* data.format */
-typedef enum { CH_DATA_IDX = 0, CH_DATA_CIFAR10 = 1, CH_DATA_IMAGEFOLDER = 2 } ch_data_format_t;
+typedef enum {
+    CH_DATA_IDX = 0,
+    CH_DATA_CIFAR10 = 1,
+    CH_DATA_IMAGEFOLDER = 2,
+    CH_DATA_SHARDS = 3 /* WebDataset tar shards read by index (io/data/shards.h) */
+} ch_data_format_t;
 
 typedef struct {
     const char *path;          /* data.path (strings point into the config) */
     ch_data_format_t format;   /* data.format */
-    const char *format_name;   /* its text: "idx", "cifar10", "imagefolder" */
+    const char *format_name;   /* its text: "idx", "cifar10", "imagefolder", "shards" */
     const char *val_path;      /* data.val_path ("" = split data.path) */
     double val_fraction;       /* data.val_fraction, [0, 1] */
     int image_size;            /* data.image_size (0: the dataset's size) */
@@ -61,7 +68,7 @@ ch_config_table_t ch_data_config_table(void);
 
 /* Options from those keys (PETSc's set-from-options). Errors: CH_ERR_CONFIG
  * naming the source (file:line or option) for data.format not one of idx,
- * cifar10, imagefolder; naming the key for a data.mean / data.std value that
+ * cifar10, imagefolder, shards; naming the key for a data.mean / data.std value that
  * is not a finite number (nor the one word auto), more than 3 values, or a std value <= 0;
  * CH_ERR_INVALID for a key missing from cfg's table. */
 ch_status ch_data_options_from_config(const ch_config_t *cfg, ch_data_options_t *o);
@@ -80,7 +87,8 @@ typedef struct {
     int rank, world_size;
     int pinned;         /* page-locked batch slots (batches go to a GPU) */
     int eval;           /* build the test loader */
-    ch_pg_t *pg;        /* the ranks that share data.mean/std = auto (collective in
+    ch_pg_t *pg;        /* the ranks that share data.mean/std = auto and build a shard
+                           index together (collective in
                            ch_data_create); NULL: this process alone */
 } ch_data_setup_t;
 
