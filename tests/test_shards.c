@@ -34,7 +34,7 @@ static ch_pg_t *g_pg; /* the MPI world (NULL when 1 process) */
 
 static const char *tmp_path(const char *rel)
 {
-    static __thread char buf[8][4096];
+    static __thread char buf[8][1200];
     static __thread int k;
     k = (k + 1) % 8;
     snprintf(buf[k], sizeof buf[k], "%s/%s", tmp_root, rel);
@@ -70,9 +70,10 @@ static int run0(const char *cmd)
 static const char *fm_shards(void)
 {
     static int made;
-    const char *dir = tmp_path("fm");
+    static char dir[1200];
+    snprintf(dir, sizeof dir, "%s", tmp_path("fm"));
     if (!made) {
-        char cmd[8192];
+        char cmd[16384];
         snprintf(cmd, sizeof cmd, "rm -rf '%s' && '%s' '%s/tests/golden/shards_golden.py' idx '%s' '%s' %d %d",
                  dir, py(), ch_test_srcdir(), FMNIST_DIR, dir, N_FM, PER_SHARD);
         assert_int_equal(run0(cmd), 0);
@@ -83,7 +84,7 @@ static const char *fm_shards(void)
 
 static void copy_dir(const char *from, const char *to)
 {
-    char cmd[8192];
+    char cmd[16384];
     snprintf(cmd, sizeof cmd, "rm -rf '%s' && mkdir -p '%s' && cp -p '%s'/*.tar '%s'/", to, to, from, to);
     assert_int_equal(run0(cmd), 0);
 }
@@ -202,7 +203,7 @@ static void test_imagefolder_packed_equal(void **state)
     (void)state;
     if (access(FMNIST_DIR, R_OK) != 0) ch_test_skip("no %s", FMNIST_DIR);
     if (!have_torch()) ch_test_skip("HAVE_TORCH != yes (torchvision orders the ImageFolder)");
-    char cmd[8192];
+    char cmd[16384];
     snprintf(cmd, sizeof cmd,
              "rm -rf '%s' '%s' && '%s' '%s/tests/make_fmnist_imagefolder.py' '%s' --limit 300 "
              "> /dev/null && '%s' '%s/tests/golden/shards_golden.py' folder '%s' '%s' 128",
@@ -240,7 +241,7 @@ static void test_order_vs_torch_sampler(void **state)
     if (access(FMNIST_DIR, R_OK) != 0) ch_test_skip("no %s", FMNIST_DIR);
     if (!have_torch()) ch_test_skip("HAVE_TORCH != yes");
     const char *dir = fm_shards();
-    char cmd[8192];
+    char cmd[16384];
     const char *out = tmp_path("order.txt");
     snprintf(cmd, sizeof cmd, "'%s' '%s/tests/golden/shards_golden.py' order '%s' 3 2 '%s'", py(),
              ch_test_srcdir(), dir, out);
@@ -352,19 +353,21 @@ static void test_bad_shards(void **state)
 {
     (void)state;
     ch_dataset_t *ds;
-    const char *d = tmp_path("bad");
-    char cmd[8192];
+    char d[1200]; /* tmp_path's buffers rotate */
+    snprintf(d, sizeof d, "%s", tmp_path("bad"));
+    char cmd[16384];
     snprintf(cmd, sizeof cmd, "rm -rf '%s' && mkdir -p '%s'", d, d);
     assert_int_equal(run0(cmd), 0);
     const char *good_n[] = {"a.png", "a.cls", "b.png", "b.cls"};
     const char *good_d[] = {"xx", "1", "yy", " 2\n"};
     const char *reord_n[] = {"a.png", "b.png", "a.cls", "b.cls"};
+    const char *reord_d[] = {"xx", "yy", "1", "2"};
     const char *nocls_n[] = {"a.png", "a.cls", "b.png", "c.png", "c.cls"};
     const char *nocls_d[] = {"xx", "1", "yy", "zz", "3"};
     const char *badcls_d[] = {"xx", "one", "yy", "2"};
     if (ch_test_rank() == 0) {
         write_tar(tmp_path("bad/good.tar"), good_n, good_d, 4, 2);
-        write_tar(tmp_path("bad/reordered.tar"), reord_n, good_d, 4, 2);
+        write_tar(tmp_path("bad/reordered.tar"), reord_n, reord_d, 4, 2);
         write_tar(tmp_path("bad/nocls.tar"), nocls_n, nocls_d, 5, 2);
         write_tar(tmp_path("bad/badcls.tar"), good_n, badcls_d, 4, 2);
         write_tar(tmp_path("bad/noend.tar"), good_n, good_d, 4, 0);
@@ -397,7 +400,7 @@ static void test_bad_shards(void **state)
     assert_open_error(ch_dataset_shards_open(&ds, tmp_path("bad/reordered.tar"), 1, g_pg),
                     CH_ERR_FORMAT, "'a' are not adjacent");
     assert_open_error(ch_dataset_shards_open(&ds, tmp_path("bad/nocls.tar"), 1, g_pg), CH_ERR_FORMAT,
-                    "sample 'b' (header at byte 2048) has no .cls");
+                    "sample 'b' has no .cls member (its image data at byte 2560");
     assert_open_error(ch_dataset_shards_open(&ds, tmp_path("bad/badcls.tar"), 1, g_pg), CH_ERR_FORMAT,
                     "'one' is not a class index");
     assert_open_error(ch_dataset_shards_open(&ds, tmp_path("bad/corrupt.tar"), 1, g_pg), CH_ERR_FORMAT,
@@ -424,13 +427,14 @@ static void test_stale_index(void **state)
 {
     (void)state;
     if (access(FMNIST_DIR, R_OK) != 0) ch_test_skip("no %s", FMNIST_DIR);
-    const char *d = tmp_path("stale");
+    char d[1200];
+    snprintf(d, sizeof d, "%s", tmp_path("stale"));
     copy_dir(fm_shards(), d);
     ch_dataset_t *ds;
     assert_ch_ok(ch_dataset_shards_open(&ds, d, 1, g_pg));
     ch_dataset_destroy(ds);
     barrier();
-    char cmd[8192];
+    char cmd[16384];
     /* modified (same size, new mtime) */
     snprintf(cmd, sizeof cmd, "touch -d '2001-01-01' '%s/fm-000001.tar'", d);
     assert_int_equal(run0(cmd), 0);
@@ -495,7 +499,7 @@ static int setup_all(void **state)
     }
     snprintf(tmp_root, sizeof tmp_root, "%s/tests/shards-tmp-np%d", ch_test_builddir(),
              ch_test_world_size());
-    char cmd[2048];
+    char cmd[4096];
     snprintf(cmd, sizeof cmd, "rm -rf '%s' && mkdir -p '%s'", tmp_root, tmp_root);
     return run0(cmd) == 0 ? 0 : -1;
 }

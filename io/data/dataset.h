@@ -115,6 +115,11 @@ ch_status ch_dataset_cifar10_open(ch_dataset_t **out, const char *dir, int train
  * CH_ERR_INVALID (channels), CH_ERR_NOMEM. */
 ch_status ch_dataset_imagefolder_open(ch_dataset_t **out, const char *root, int channels);
 
+/* The class index of ImageFolder sample i without reading its file (what
+ * cohort-pack copies next to the file's bytes); -1 for another kind of
+ * dataset or i out of range. */
+int64_t ch_dataset_imagefolder_label(const ch_dataset_t *ds, int64_t i);
+
 /* ---- Subset / split */
 
 /* A view of base: sample k is base's sample indices[k]. The indices are

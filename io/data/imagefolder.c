@@ -160,6 +160,13 @@ static const char *folder_path(const ch_dataset_t *ds, int64_t i)
     return f->paths[i];
 }
 
+int64_t ch_dataset_imagefolder_label(const ch_dataset_t *ds, int64_t i)
+{
+    if (!ds || !ds->kind || strcmp(ds->kind, "imagefolder") || i < 0 || i >= ds->length) return -1;
+    const struct folder_impl *f = ds->impl;
+    return f->labels[i];
+}
+
 static void folder_destroy(ch_dataset_t *ds)
 {
     struct folder_impl *f = ds->impl;

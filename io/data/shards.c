@@ -481,10 +481,19 @@ ch_status ch_dataset_shards_open(ch_dataset_t **out, const char *spec, int chann
         return st;
     }
     int64_t max_label = -1;
+    int same = 1; /* every image of one size (from the headers): the dataset's size */
+    const ch_shard_sample_t *x0 = &idx.shards[0].samples[0];
     for (int s = 0; s < n; s++) {
         im->fds[s] = -1;
-        for (int64_t i = 0; i < idx.shards[s].n; i++)
-            if (idx.shards[s].samples[i].label > max_label) max_label = idx.shards[s].samples[i].label;
+        for (int64_t i = 0; i < idx.shards[s].n; i++) {
+            const ch_shard_sample_t *x = &idx.shards[s].samples[i];
+            if (x->label > max_label) max_label = x->label;
+            same &= x->width == x0->width && x->height == x0->height;
+        }
+    }
+    if (same && x0->width > 0 && x0->height > 0) {
+        ds->width = x0->width;
+        ds->height = x0->height;
     }
     im->idx = idx;
     im->paths = paths;

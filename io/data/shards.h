@@ -36,7 +36,9 @@
  * a sample is one pread of its image bytes, then decoded as ImageFolder
  * decodes (io/data/image.h), so packed JPEG/PNG bytes give the same pixels
  * as the original files. get() is thread-safe. num_classes = largest label
- * + 1; height/width are 0 (images may vary).
+ * + 1; height/width are the images' size when every image header in the
+ * index gives the same one, else 0 (sizes vary: the transforms must make
+ * them one size).
  */
 #ifndef COHORT_IO_DATA_SHARDS_H
 #define COHORT_IO_DATA_SHARDS_H

@@ -143,6 +143,7 @@ typedef struct {
     uint64_t img_off, img_size, key_hdr;
     int has_label;
     int64_t label;
+    uint16_t img_w, img_h;
 } gather_t;
 
 static const char *const img_ext[] = {"jpg", "jpeg", "png"};
@@ -152,11 +153,6 @@ static ch_status sample_close(gather_t *g, const char *shard)
 {
     if (!g->open) return CH_OK;
     g->open = 0;
-    if (!g->kind || !g->has_label)
-        return CH_ERROR(CH_ERR_FORMAT, "shard %s: sample '%.*s' (header at byte %llu) has no %s "
-                        "member (expected KEY.jpg/.jpeg/.png and KEY.cls adjacent)", shard,
-                        (int)g->key_len, g->key, (unsigned long long)g->key_hdr,
-                        !g->kind ? "image" : ".cls");
     ch_shard_entry_t *e = g->e;
     if ((size_t)e->n == g->cap) {
         size_t nc = g->cap ? 2 * g->cap : 256;
@@ -177,10 +173,14 @@ static ch_status sample_close(gather_t *g, const char *shard)
         return CH_ERROR(CH_ERR_FORMAT, "shard %s: keys exceed 4 GiB", shard);
     ch_shard_sample_t *s = &e->samples[e->n++];
     memset(s, 0, sizeof *s);
-    s->offset = g->img_off;
-    s->size = g->img_size;
-    s->label = g->label;
-    s->kind = img_kind[g->kind - 1];
+    /* an incomplete sample is kept (kind 0: no image, offset = its first
+     * header; label -1: no .cls) and reported after the adjacency check */
+    s->offset = g->kind ? g->img_off : g->key_hdr;
+    s->size = g->kind ? g->img_size : 0;
+    s->label = g->has_label ? g->label : -1;
+    s->kind = g->kind ? img_kind[g->kind - 1] : 0;
+    s->width = g->kind ? g->img_w : 0;
+    s->height = g->kind ? g->img_h : 0;
     s->key_off = (uint32_t)e->keys_len;
     s->key_len = (uint16_t)g->key_len;
     memcpy(e->keys + e->keys_len, g->key, g->key_len);
@@ -247,6 +247,46 @@ static ch_status check_unique_keys(const ch_shard_entry_t *e, const char *shard)
     return st;
 }
 
+/* Width and height from an image's header: PNG's IHDR, or a JPEG's SOFn
+ * marker (walking the segments from SOI). 0, 0 when they cannot be read:
+ * the decoder then reports the image at its first read. */
+static void image_dims(ch_tar_read_fn read, void *ctx, uint64_t off, uint64_t size, int kind,
+                       uint16_t *w, uint16_t *h)
+{
+    uint8_t b[24];
+    *w = *h = 0;
+    if (kind == CH_SHARD_PNG) {
+        if (size < 24 || read(ctx, off, b, 24) != 24 || memcmp(b, "\x89PNG\r\n\x1a\n", 8) ||
+            memcmp(b + 12, "IHDR", 4))
+            return;
+        uint32_t ww = (uint32_t)b[16] << 24 | (uint32_t)b[17] << 16 | (uint32_t)b[18] << 8 | b[19];
+        uint32_t hh = (uint32_t)b[20] << 24 | (uint32_t)b[21] << 16 | (uint32_t)b[22] << 8 | b[23];
+        if (ww <= 65535 && hh <= 65535) {
+            *w = (uint16_t)ww;
+            *h = (uint16_t)hh;
+        }
+        return;
+    }
+    uint64_t pos = 2;
+    if (size < 4 || read(ctx, off, b, 2) != 2 || b[0] != 0xFF || b[1] != 0xD8) return;
+    for (int seg = 0; seg < 256 && pos + 9 <= size; seg++) {
+        if (read(ctx, off + pos, b, 9) != 9 || b[0] != 0xFF) return;
+        uint8_t m = b[1];
+        if (m == 0xFF) { /* fill byte */
+            pos++;
+            continue;
+        }
+        unsigned len = (unsigned)b[2] << 8 | b[3];
+        if ((m >= 0xC0 && m <= 0xCF) && m != 0xC4 && m != 0xC8 && m != 0xCC) {
+            *h = (uint16_t)((unsigned)b[5] << 8 | b[6]);
+            *w = (uint16_t)((unsigned)b[7] << 8 | b[8]);
+            return;
+        }
+        if (m == 0xD8 || m == 0xD9 || m == 0xDA || len < 2) return;
+        pos += 2 + len;
+    }
+}
+
 static ch_status read_exact(ch_tar_read_fn read, void *ctx, uint64_t off, void *buf, size_t n,
                             const char *shard, const char *what)
 {
@@ -293,6 +333,7 @@ static ch_status member(gather_t *g, ch_tar_read_fn read, void *ctx, const char 
                 g->kind = k + 1;
                 g->img_off = off;
                 g->img_size = size;
+                image_dims(read, ctx, off, size, img_kind[k], &g->img_w, &g->img_h);
             }
             return CH_OK;
         }
@@ -421,6 +462,15 @@ ch_status ch_tar_scan(ch_tar_read_fn read, void *ctx, uint64_t file_size, const 
     }
     if (st == CH_OK) st = sample_close(g, name);
     if (st == CH_OK) st = check_unique_keys(e, name);
+    for (int64_t i = 0; st == CH_OK && i < e->n; i++) {
+        const ch_shard_sample_t *x = &e->samples[i];
+        if (!x->kind || x->label < 0)
+            st = CH_ERROR(CH_ERR_FORMAT, "shard %s: sample '%.*s' has no %s member (%s at byte "
+                          "%llu; expected KEY.jpg/.jpeg/.png and KEY.cls adjacent)", name,
+                          (int)x->key_len, e->keys + x->key_off, !x->kind ? "image" : ".cls",
+                          x->kind ? "its image data" : "its first member header",
+                          (unsigned long long)x->offset);
+    }
 done:
     free(g);
     free(path);
@@ -472,8 +522,8 @@ int ch_shard_index_find(const ch_shard_index_t *idx, int64_t i)
 
 /* ------------------------------------------------------------ index file */
 
-#define MAGIC "CHSHIDX1"
-#define VERSION 1u
+#define INDEX_MAGIC "CHSHIDX1"
+#define INDEX_VERSION 1u
 
 typedef struct {
     const uint8_t *p;
@@ -508,9 +558,9 @@ ch_status ch_shard_index_parse(const uint8_t *buf, size_t len, const char *name,
                                ch_shard_index_t *idx)
 {
     memset(idx, 0, sizeof *idx);
-    if (len < 8 + 4 + 4 + 4 || memcmp(buf, MAGIC, 8))
+    if (len < 8 + 4 + 4 + 4 || memcmp(buf, INDEX_MAGIC, 8))
         return CH_ERROR(CH_ERR_FORMAT, "shard index %s: not a cohort shard index (magic "
-                        "\"" MAGIC "\" expected)", name);
+                        "\"" INDEX_MAGIC "\" expected)", name);
     uint32_t crc = (uint32_t)crc32(0L, buf, (uInt)(len - 4));
     uint32_t want = (uint32_t)buf[len - 4] | (uint32_t)buf[len - 3] << 8 |
                     (uint32_t)buf[len - 2] << 16 | (uint32_t)buf[len - 1] << 24;
@@ -520,9 +570,9 @@ ch_status ch_shard_index_parse(const uint8_t *buf, size_t len, const char *name,
                         "delete it to rebuild)", name);
     rd_t r = {buf, len - 4, 8, 0};
     uint32_t ver = (uint32_t)rd_le(&r, 4), ns = (uint32_t)rd_le(&r, 4);
-    if (ver != VERSION)
+    if (ver != INDEX_VERSION)
         return CH_ERROR(CH_ERR_FORMAT, "shard index %s: version %u (this cohort reads %u)", name,
-                        ver, VERSION);
+                        ver, INDEX_VERSION);
     if (ns == 0 || ns > (1u << 24) || ns > (len - 16) / 34)
         return CH_ERROR(CH_ERR_FORMAT, "shard index %s: %u shards (expected 1 to %zu for its size)",
                         name, ns, (len - 16) / 34);
@@ -543,7 +593,7 @@ ch_status ch_shard_index_parse(const uint8_t *buf, size_t len, const char *name,
             st = CH_ERROR(CH_ERR_FORMAT, "shard index %s: shard %u has a bad file name", name, s);
             break;
         }
-        if (m > (r.len - r.pos) / 27) {
+        if (m > (r.len - r.pos) / 31) {
             r.bad = 1;
             break;
         }
@@ -557,7 +607,7 @@ ch_status ch_shard_index_parse(const uint8_t *buf, size_t len, const char *name,
         e->name[nl] = 0;
         size_t keys0 = r.pos, kl_total = 0;
         for (uint64_t i = 0; i < m && !r.bad; i++) { /* first pass: sizes */
-            rd_bytes(&r, 8 + 8 + 8 + 1);
+            rd_bytes(&r, 8 + 8 + 8 + 1 + 2 + 2);
             size_t kl = (size_t)rd_le(&r, 2);
             rd_bytes(&r, kl);
             kl_total += kl;
@@ -576,6 +626,8 @@ ch_status ch_shard_index_parse(const uint8_t *buf, size_t len, const char *name,
             x->size = rd_le(&r, 8);
             x->label = (int64_t)rd_le(&r, 8);
             x->kind = (uint8_t)rd_le(&r, 1);
+            x->width = (uint16_t)rd_le(&r, 2);
+            x->height = (uint16_t)rd_le(&r, 2);
             x->key_len = (uint16_t)rd_le(&r, 2);
             const uint8_t *k = rd_bytes(&r, x->key_len);
             x->key_off = (uint32_t)e->keys_len;
@@ -647,8 +699,8 @@ ch_status ch_shard_index_encode(const ch_shard_index_t *idx, uint8_t **buf, size
     *buf = NULL;
     *len = 0;
     wr_t w = {0};
-    wr_bytes(&w, MAGIC, 8);
-    wr_le(&w, VERSION, 4);
+    wr_bytes(&w, INDEX_MAGIC, 8);
+    wr_le(&w, INDEX_VERSION, 4);
     wr_le(&w, (uint64_t)idx->nshards, 4);
     for (int s = 0; s < idx->nshards; s++) {
         const ch_shard_entry_t *e = &idx->shards[s];
@@ -669,6 +721,8 @@ ch_status ch_shard_index_encode(const ch_shard_index_t *idx, uint8_t **buf, size
             wr_le(&w, x->size, 8);
             wr_le(&w, (uint64_t)x->label, 8);
             wr_le(&w, x->kind, 1);
+            wr_le(&w, x->width, 2);
+            wr_le(&w, x->height, 2);
             wr_le(&w, x->key_len, 2);
             wr_bytes(&w, e->keys + x->key_off, x->key_len);
         }

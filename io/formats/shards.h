@@ -27,12 +27,14 @@
  * The index (what a shard dataset opens instead of scanning every shard):
  * per shard its file name (no directory), size in bytes and mtime (seconds
  * and nanoseconds), and per sample the image data's byte offset and size,
- * the image kind (jpg/png), the label and the key, in shard order then
+ * the image kind (jpg/png), its width and height as its header says (0
+ * when unreadable), the label and the key, in shard order then
  * member order. File layout, all integers little-endian:
  *   "CHSHIDX1" (8 bytes), u32 version = 1, u32 number of shards S,
  *   S x { u16 name length, name, u64 size, i64 mtime_s, i64 mtime_ns,
  *         u64 samples in the shard M,
- *         M x { u64 offset, u64 size, i64 label, u8 kind, u16 key length, key } },
+ *         M x { u64 offset, u64 size, i64 label, u8 kind, u16 width, u16 height,
+ *               u16 key length, key } },
  *   u32 CRC-32 (zlib's crc32) of every byte before it.
  */
 #ifndef COHORT_IO_SHARDS_H
@@ -62,6 +64,7 @@ typedef struct {
     uint32_t key_off; /* key = keys + key_off, key_len bytes (not NUL-ended) */
     uint16_t key_len;
     uint8_t kind;     /* CH_SHARD_JPEG or CH_SHARD_PNG */
+    uint16_t width, height; /* from the image's header (PNG IHDR, JPEG SOFn); 0: unknown */
 } ch_shard_sample_t;
 
 /* One shard: where its samples are, and what its file was when scanned. */
