@@ -1,0 +1,65 @@
+#!/bin/bash
+# cohort-pack (jobs/cohort-pack.c): the shards are the same bytes for any
+# number of ranks; a pack killed mid-run and run again gives the same bytes;
+# a plan for other input is refused; GNU tar reads the shards; training on
+# packed Fashion-MNIST (data.format = shards) gives a bitwise-identical model
+# to training on the IDX files (same order, same pixels). Prints TAP.
+. "${COHORT_SRCDIR:-.}/tests/train_lib.sh"
+need_data
+PACK="$build/jobs/cohort-pack"
+echo "1..9"
+pack() { # pack NP OUT [options...]
+  local np=$1 out=$2; shift 2
+  "$MPIEXEC" -n "$np" "$PACK" --format idx "$DATA" --out "$out" --limit 2000 \
+    --shard_bytes 300000 "$@" > "$out.log" 2>&1
+}
+same_shards() { # same_shards DIR1 DIR2: the same .tar files, byte for byte (the
+  # indexes differ: they hold the files' mtimes)
+  local a=$1 b=$2 f
+  [ "$(cd "$a" && ls ./*.tar)" = "$(cd "$b" && ls ./*.tar)" ] || return 1
+  for f in "$a"/*.tar; do cmp "$f" "$b/${f##*/}" || return 1; done
+}
+
+pack 1 "$tmp/p1" || show "$tmp/p1.log"
+pack 3 "$tmp/p3" || show "$tmp/p3.log"
+check "1 rank and 3 ranks write the same shards, byte for byte ($(ls "$tmp/p1" | grep -c '\.tar$') shards)" \
+  same_shards "$tmp/p1" "$tmp/p3"
+n=$(for f in "$tmp"/p1/*.tar; do tar -tf "$f"; done | wc -l)
+check "GNU tar lists every member (2 x 2000, got $n)" test "$n" = 4000
+
+# killed (SIGKILL, every rank) after the first round of shards, then run again
+out="$tmp/kill"
+new_hold round 1
+COHORT_TEST_HOLD=$hold_env "$MPIEXEC" -n 2 "$PACK" --format idx "$DATA" --out "$out" --limit 2000 \
+  --shard_bytes 300000 > "$out.log" 2>&1 &
+pid=$!
+hold_wait held 2 $pid
+pgrep -f -- "--out $out " | while read -r p; do
+  case "$(cat /proc/"$p"/comm 2>/dev/null)" in cohort-pack|lt-cohort-pack) kill -9 "$p" ;; esac
+done
+wait $pid
+rc=$?
+check "the killed pack left no index and 2 complete shards (exit $rc)" \
+  test "$rc" != 0 -a ! -e "$out/cohort-shards.index" -a "$(ls "$out" | grep -c '\.tar$')" = 2
+: > "$out/.shard-000003.tar.tmp.AbC123" # what a writer killed mid-shard leaves
+pack 2 "$out" || show "$out.log"
+check "run again, it keeps the 2 shards and writes the rest" grep -q "(14 written, 2 kept from an earlier run)" "$out.log"
+check "killed + resumed == uninterrupted, byte for byte; no temp file left" \
+  eval 'same_shards "$tmp/p1" "$out" && test ! -e "$out/.shard-000003.tar.tmp.AbC123"'
+pack 1 "$out" --shard_bytes 400000
+rc=$?
+check "another plan into the same directory is refused (exit $rc == 2)" \
+  eval 'test "$rc" = 2 && grep -q "holds shards of another pack" "$out.log"'
+
+# training: IDX (first 2000) vs the same samples packed
+"$MPIEXEC" -n 1 "$PACK" --format idx --split test "$DATA" --out "$tmp/val" --limit 200 \
+  > "$tmp/val.log" 2>&1 || show "$tmp/val.log"
+args="--model.arch=smallcnn --train.eval=false --schedule.epochs=1 --train.batch_size=16"
+train 2 "$tmp/t_idx" $args --data.train_subset=2000 || show "$tmp/t_idx.log"
+train 2 "$tmp/t_sh" $args --data.format=shards --data.path="$tmp/p1" --data.val_path="$tmp/val" \
+  || show "$tmp/t_sh.log"
+check "training on the shards runs (2 ranks)" test -f "$tmp/t_sh/model-0.safetensors"
+check "trained on packed Fashion-MNIST == trained on IDX (bitwise)" \
+  "$STCMP" --bitwise "$tmp/t_sh/model-0.safetensors" "$tmp/t_idx/model-0.safetensors"
+grep -q "built the index" "$tmp/t_sh.log" && not_ok "the training run found the pack's index" \
+  || ok "the training run found the pack's index (no rebuild)"
