@@ -7,7 +7,7 @@
 . "${COHORT_SRCDIR:-.}/tests/train_lib.sh"
 need_data
 PACK="$build/jobs/cohort-pack"
-echo "1..9"
+echo "1..11"
 pack() { # pack NP OUT [options...]
   local np=$1 out=$2; shift 2
   "$MPIEXEC" -n "$np" "$PACK" --format idx "$DATA" --out "$out" --limit 2000 \
@@ -63,3 +63,23 @@ check "trained on packed Fashion-MNIST == trained on IDX (bitwise)" \
   "$STCMP" --bitwise "$tmp/t_sh/model-0.safetensors" "$tmp/t_idx/model-0.safetensors"
 grep -q "built the index" "$tmp/t_sh.log" && not_ok "the training run found the pack's index" \
   || ok "the training run found the pack's index (no rebuild)"
+
+# ImageFolder (JPEG files, bytes copied unchanged) packed == unpacked, in training
+py=${PYTHON3:-/usr/bin/python3}
+if "$py" -c 'import PIL, numpy' 2>/dev/null; then
+  "$py" "$src/tests/make_fmnist_imagefolder.py" "$tmp/if" --limit 300 > /dev/null
+  "$MPIEXEC" -n 2 "$PACK" "$tmp/if" --out "$tmp/ifsh" --shard_bytes 100000 > "$tmp/ifsh.log" 2>&1 \
+    || show "$tmp/ifsh.log"
+  n=$(for f in "$tmp"/ifsh/*.tar; do tar -tf "$f"; done | grep -c '\.jpg$')
+  check "the ImageFolder's 300 JPEG files are in the shards ($n)" test "$n" = 300
+  args="--model.arch=smallcnn --train.eval=false --schedule.epochs=1 --train.batch_size=16 --data.image_size=28"
+  train 2 "$tmp/t_if" $args --data.format=imagefolder --data.path="$tmp/if" --data.val_path="$tmp/if" \
+    || show "$tmp/t_if.log"
+  train 2 "$tmp/t_ifsh" $args --data.format=shards --data.path="$tmp/ifsh" --data.val_path="$tmp/ifsh" \
+    || show "$tmp/t_ifsh.log"
+  check "trained on the packed ImageFolder == trained on the ImageFolder (bitwise)" \
+    "$STCMP" --bitwise "$tmp/t_ifsh/model-0.safetensors" "$tmp/t_if/model-0.safetensors"
+else
+  skip "ImageFolder packed" "no PIL/numpy for tests/make_fmnist_imagefolder.py"
+  skip "ImageFolder packed == unpacked" "no PIL/numpy"
+fi
