@@ -13,6 +13,7 @@
 #include "io/data/dataset.h"
 #include "io/data/sampler.h"
 #include "io/data/shards.h"
+#include "io/data/stage.h"
 #include "io/formats/shards.h"
 
 #include <mpi.h>
@@ -491,6 +492,92 @@ static void test_index_file_round_trip(void **state)
     barrier();
 }
 
+static int64_t dir_bytes(const char *dir, const char *suffix)
+{
+    char **paths;
+    int n;
+    char *d;
+    assert_ch_ok(ch_shards_list(dir, &paths, &n, &d));
+    int64_t b = 0;
+    struct stat sb;
+    for (int k = 0; k < n; k++) {
+        assert_int_equal(stat(paths[k], &sb), 0);
+        b += sb.st_size;
+    }
+    char p[2048];
+    snprintf(p, sizeof p, "%s/%s", dir, suffix);
+    if (stat(p, &sb) == 0) b += sb.st_size;
+    ch_shards_paths_free(paths, n);
+    free(d);
+    return b;
+}
+
+/* data.stage: the ranks of a node copy the shards and the index once
+ * (together), the copies read the same; a later stage reuses them, and a
+ * damaged copy is found by its CRC-32 and copied again. */
+static void test_stage(void **state)
+{
+    (void)state;
+    if (access(FMNIST_DIR, R_OK) != 0) ch_test_skip("no %s", FMNIST_DIR);
+    const char *src = fm_shards();
+    char sdir[1200];
+    snprintf(sdir, sizeof sdir, "%s", tmp_path("stage"));
+    ch_dataset_t *a, *b;
+    assert_ch_ok(ch_dataset_shards_open(&a, src, 1, g_pg)); /* the index exists */
+    const int64_t total = dir_bytes(src, "cohort-shards.index");
+    char *staged;
+    ch_stage_stats_t st;
+    assert_ch_ok(ch_shards_stage(src, sdir, g_pg, &staged, &st));
+    assert_int_equal(st.files, N_FM / PER_SHARD + 1);
+    assert_int_equal(st.bytes_copied, total); /* once, whatever the ranks on the node */
+    assert_int_equal(st.bytes_reused, 0);
+    assert_true(strncmp(staged, sdir, strlen(sdir)) == 0);
+    assert_int_equal(dir_bytes(staged, "cohort-shards.index"), total);
+    assert_ch_ok(ch_dataset_shards_open(&b, staged, 1, g_pg)); /* the copied index is valid */
+    assert_same_samples(a, b);
+    ch_dataset_destroy(b);
+    barrier();
+    free(staged);
+    /* a requeued job: everything reused */
+    assert_ch_ok(ch_shards_stage(src, sdir, g_pg, &staged, &st));
+    assert_int_equal(st.bytes_copied, 0);
+    assert_int_equal(st.bytes_reused, total);
+    /* a damaged copy (same size and mtime): copied again */
+    char victim[2048];
+    snprintf(victim, sizeof victim, "%s/fm-000002.tar", staged);
+    struct stat vs;
+    assert_int_equal(stat(victim, &vs), 0);
+    barrier();
+    if (ch_test_rank() == 0) {
+        int fd = open(victim, O_WRONLY);
+        assert_true(fd >= 0);
+        assert_int_equal(pwrite(fd, "Z", 1, 1000), 1);
+        close(fd);
+        struct timespec ts[2] = {vs.st_atim, vs.st_mtim};
+        assert_int_equal(utimensat(AT_FDCWD, victim, ts, 0), 0);
+    }
+    barrier();
+    free(staged);
+    assert_ch_ok(ch_shards_stage(src, sdir, g_pg, &staged, &st));
+    assert_int_equal(st.bytes_copied, vs.st_size);
+    assert_int_equal(st.files_copied, 1);
+    assert_ch_ok(ch_dataset_shards_open(&b, staged, 1, g_pg));
+    assert_same_samples(a, b);
+    ch_dataset_destroy(b);
+    ch_dataset_destroy(a);
+    free(staged);
+    /* a pattern is staged as the pattern inside the staging directory */
+    char pat[1300];
+    snprintf(pat, sizeof pat, "%s/fm-{000000..000001}.tar", src);
+    assert_ch_ok(ch_shards_stage(pat, sdir, g_pg, &staged, &st));
+    assert_true(strstr(staged, "/fm-{000000..000001}.tar") != NULL);
+    assert_ch_ok(ch_dataset_shards_open(&b, staged, 1, g_pg));
+    assert_int_equal(b->length, 2 * PER_SHARD);
+    ch_dataset_destroy(b);
+    free(staged);
+    barrier();
+}
+
 static int setup_all(void **state)
 {
     (void)state;
@@ -515,6 +602,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_bad_shards),
         cmocka_unit_test(test_stale_index),
         cmocka_unit_test(test_index_file_round_trip),
+        cmocka_unit_test(test_stage),
     };
     return ch_test_main_mpi(argc, argv, tests, sizeof tests / sizeof tests[0]);
 }

@@ -5,6 +5,7 @@
 
 #include "framework/reduce/reduce.h"
 #include "io/data/shards.h"
+#include "io/data/stage.h"
 
 #include <errno.h>
 #include <math.h>
@@ -43,6 +44,10 @@ static const ch_config_key_t ch_data_config_keys[] = {
      "Train augmentation: RandomCrop(size, padding=P); 0 turns it off."},
     {"data.hflip", CH_CFG_BOOL, "false", CH_CFG_NO_RANGE,
      "Train augmentation: RandomHorizontalFlip(0.5)."},
+    {"data.stage", CH_CFG_STRING, "", CH_CFG_NO_RANGE,
+     "shards only: node-local directory (e.g. $SLURM_TMPDIR, /dev/shm/USER) each node copies "
+     "the shards and their index into before the first epoch, verified by CRC-32, reused by a "
+     "later job on the node; empty: read data.path in place."},
 };
 
 ch_config_table_t ch_data_config_table(void)
@@ -95,6 +100,10 @@ ch_status ch_data_options_from_config(const ch_config_t *cfg, ch_data_options_t 
     CH_TRY(ch_config_get_int(cfg, "data.prefetch", &o->prefetch));
     CH_TRY(ch_config_get_int(cfg, "data.random_crop_padding", &o->random_crop_padding));
     CH_TRY(ch_config_get_bool(cfg, "data.hflip", &o->hflip));
+    CH_TRY(ch_config_get_string(cfg, "data.stage", &o->stage));
+    if (o->stage[0] && o->format != CH_DATA_SHARDS)
+        return CH_ERROR(CH_ERR_CONFIG, "data.stage is set but data.format is %s: staging copies "
+                        "shards (data.format = shards)", o->format_name);
     CH_TRY(read_floats(cfg, "data.mean", o->mean, &o->n_mean, &o->mean_auto));
     CH_TRY(read_floats(cfg, "data.std", o->std, &o->n_std, &o->std_auto));
     for (int c = 0; c < o->n_std; c++)
@@ -132,6 +141,18 @@ static ch_status first_n_subset(ch_dataset_t *base, long long n, ch_dataset_t **
     return s;
 }
 
+/* Shards in place, or staged to node-local storage first (data.stage). */
+static ch_status open_shards(const char *spec, const char *stage, const ch_data_setup_t *u,
+                             ch_dataset_t **out)
+{
+    if (!stage || !stage[0]) return ch_dataset_shards_open(out, spec, u->in_channels, u->pg);
+    char *staged;
+    CH_TRY(ch_shards_stage(spec, stage, u->pg, &staged, NULL));
+    ch_status s = ch_dataset_shards_open(out, staged, u->in_channels, u->pg);
+    free(staged);
+    return s;
+}
+
 static ch_status open_datasets(const ch_data_options_t *o, const ch_data_setup_t *u, ch_data_t *d)
 {
     switch (o->format) {
@@ -152,9 +173,9 @@ static ch_status open_datasets(const ch_data_options_t *o, const ch_data_setup_t
                                            &d->test));
         break;
     case CH_DATA_SHARDS:
-        CH_TRY(ch_dataset_shards_open(&d->train_base_, o->path, u->in_channels, u->pg));
+        CH_TRY(open_shards(o->path, o->stage, u, &d->train_base_));
         if (o->val_path[0])
-            CH_TRY(ch_dataset_shards_open(&d->test_base_, o->val_path, u->in_channels, u->pg));
+            CH_TRY(open_shards(o->val_path, o->stage, u, &d->test_base_));
         else
             CH_TRY(ch_dataset_random_split(d->train_base_, o->val_fraction, u->seed, &d->train,
                                            &d->test));

@@ -7,7 +7,9 @@
  *              shards (WebDataset tar shards, io/data/shards.h; the index
  *              is built collectively over setup->pg on first use); for
  *              the last two the test set is data.val_path, or a random_split of
- *              data.path by data.val_fraction seeded with the job's seed,
+ *              data.path by data.val_fraction seeded with the job's seed
+ *              (shards are first copied to data.stage on every node when
+ *              it is set, io/data/stage.h),
  *              cut to the first data.train_subset / data.test_subset
  *              samples when those are > 0 (not for a random_split);
  *   transforms train: [Resize + CenterCrop(data.image_size)],
@@ -61,6 +63,7 @@ typedef struct {
     int mean_auto, std_auto;   /* data.mean / data.std = auto: from the training set */
     int random_crop_padding;   /* data.random_crop_padding (0: off) */
     int hflip;                 /* data.hflip */
+    const char *stage;         /* data.stage ("" = read in place; shards only, io/data/stage.h) */
 } ch_data_options_t;
 
 /* The data.* keys (a job lists them as its "data" table). */
