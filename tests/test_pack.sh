@@ -7,7 +7,7 @@
 . "${COHORT_SRCDIR:-.}/tests/train_lib.sh"
 need_data
 PACK="$build/jobs/cohort-pack"
-echo "1..11"
+echo "1..15"
 pack() { # pack NP OUT [options...]
   local np=$1 out=$2; shift 2
   "$MPIEXEC" -n "$np" "$PACK" --format idx "$DATA" --out "$out" --limit 2000 \
@@ -63,6 +63,29 @@ check "trained on packed Fashion-MNIST == trained on IDX (bitwise)" \
   "$STCMP" --bitwise "$tmp/t_sh/model-0.safetensors" "$tmp/t_idx/model-0.safetensors"
 grep -q "built the index" "$tmp/t_sh.log" && not_ok "the training run found the pack's index" \
   || ok "the training run found the pack's index (no rebuild)"
+# data.stage: the same model from the node-local copies, reused by a second run
+train 2 "$tmp/t_st" $args --data.format=shards --data.path="$tmp/p1" --data.val_path="$tmp/val" \
+  --data.stage="$tmp/stage" || show "$tmp/t_st.log"
+check "staged (data.stage) == read in place (bitwise)" \
+  "$STCMP" --bitwise "$tmp/t_st/model-0.safetensors" "$tmp/t_sh/model-0.safetensors"
+train 2 "$tmp/t_st2" $args --data.format=shards --data.path="$tmp/p1" --data.val_path="$tmp/val" \
+  --data.stage="$tmp/stage" || show "$tmp/t_st2.log"
+check "a second job on the node reuses the staged copies (0 MB copied)" \
+  grep -q "data.stage: $tmp/p1 -> .*: 17 files, 0.0 MB copied" "$tmp/t_st2.log"
+# data.order = shard_window: runs, and the same model for any number of loader workers
+train 2 "$tmp/t_w1" $args --data.format=shards --data.path="$tmp/p1" --data.val_path="$tmp/val" \
+  --data.order=shard_window --data.shard_window=2 || show "$tmp/t_w1.log"
+"$MPIEXEC" -n 2 "$TRAIN" --output.dir="$tmp/t_w2" --data.workers=2 --train.threads=1 $args \
+  --data.format=shards --data.path="$tmp/p1" --data.val_path="$tmp/val" --data.order=shard_window \
+  --data.shard_window=2 > "$tmp/t_w2.log" 2>&1 || show "$tmp/t_w2.log"
+check "shard_window order: the same model with 1 and 2 loader workers (bitwise), another than sampler order" \
+  eval '"$STCMP" --bitwise "$tmp/t_w1/model-0.safetensors" "$tmp/t_w2/model-0.safetensors" && \
+    ! "$STCMP" --bitwise "$tmp/t_w1/model-0.safetensors" "$tmp/t_sh/model-0.safetensors"'
+"$MPIEXEC" -n 1 "$TRAIN" --output.dir="$tmp/t_bad" $args --data.order=shard_window > "$tmp/t_bad.log" 2>&1
+rc=$?
+check "data.order = shard_window with data.format = idx is a config error (exit $rc == 2)" \
+  eval 'test "$rc" = 2 && grep -q "shard_window needs data.format = shards" "$tmp/t_bad.log"'
+
 
 # ImageFolder (JPEG files, bytes copied unchanged) packed == unpacked, in training
 py=${PYTHON3:-/usr/bin/python3}

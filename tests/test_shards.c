@@ -578,6 +578,84 @@ static void test_stage(void **state)
     barrier();
 }
 
+static int shard_of(const int64_t *first, int ns, int64_t i)
+{
+    int k = 0;
+    while (k + 1 < ns && first[k + 1] <= i) k++;
+    return k;
+}
+
+/* data.order = shard_window: per epoch, each shard read by one rank only,
+ * a rank's windows hold `window` of its shards each, every sample of the
+ * rank's shards once (then cut / padded to num_samples), deterministic. */
+static void test_shard_window_order(void **state)
+{
+    (void)state;
+    const int64_t first[] = {0, 30, 70, 100, 125, 160, 200, 230, 260}; /* 8 unequal shards */
+    const int ns = 8, W = 2, window = 2;
+    const int64_t n = first[ns];
+    for (int64_t epoch = 0; epoch < 3; epoch++) {
+        int owner[8] = {-1, -1, -1, -1, -1, -1, -1, -1};
+        int64_t seen[260] = {0};
+        for (int r = 0; r < W; r++) {
+            ch_sampler_t *smp;
+            assert_ch_ok(ch_sampler_create(&smp, n, W, r, 1, 7, 0));
+            assert_ch_ok(ch_sampler_set_shard_window(smp, first, ns, window));
+            assert_ch_ok(ch_sampler_set_epoch(smp, epoch));
+            const int64_t *ind = ch_sampler_indices(smp);
+            int64_t m = ch_sampler_num_samples(smp);
+            assert_int_equal(m, n / W);
+            int64_t own = 0;
+            while (own < m && !ch_sampler_is_padding(smp, own)) own++;
+            for (int64_t k = own; k < m; k++) assert_true(ch_sampler_is_padding(smp, k));
+            int win_shards[8], nw = 0, in_win = 0;
+            int64_t win_len = 0;
+            for (int64_t k = 0; k < own; k++) {
+                int sh = shard_of(first, ns, ind[k]);
+                if (owner[sh] == -1) owner[sh] = r;
+                assert_int_equal(owner[sh], r); /* one rank per shard */
+                seen[ind[k]]++;
+                /* windows: the samples of `window` shards, then the next window */
+                int known = 0;
+                for (int j = 0; j < nw; j++) known |= win_shards[j] == sh;
+                if (!known) {
+                    if (nw == window) { /* a new window starts only after the last one is done */
+                        assert_int_equal(in_win, win_len);
+                        nw = 0;
+                        in_win = 0;
+                        win_len = 0;
+                    }
+                    win_shards[nw++] = sh;
+                    win_len += first[sh + 1] - first[sh];
+                }
+                in_win++;
+            }
+            /* the epoch's list is a function of (seed, epoch, rank) */
+            ch_sampler_t *again;
+            assert_ch_ok(ch_sampler_create(&again, n, W, r, 1, 7, 0));
+            assert_ch_ok(ch_sampler_set_shard_window(again, first, ns, window));
+            assert_ch_ok(ch_sampler_set_epoch(again, epoch));
+            assert_memory_equal(ch_sampler_indices(again), ind, (size_t)m * sizeof *ind);
+            ch_sampler_destroy(again);
+            ch_sampler_destroy(smp);
+        }
+        /* a sample is seen at most once, and all are seen but those cut */
+        int64_t total = 0;
+        for (int64_t i = 0; i < n; i++) {
+            assert_true(seen[i] <= 1);
+            total += seen[i];
+        }
+        assert_true(total >= n - 60 && total <= n);
+    }
+    ch_sampler_t *smp;
+    assert_ch_ok(ch_sampler_create(&smp, n, 16, 0, 1, 7, 0));
+    assert_ch_error(ch_sampler_set_shard_window(smp, first, ns, 1), CH_ERR_INVALID, "8 shards for world size 16");
+    ch_sampler_destroy(smp);
+    assert_ch_ok(ch_sampler_create(&smp, n + 1, 2, 0, 1, 7, 0));
+    assert_ch_error(ch_sampler_set_shard_window(smp, first, ns, 1), CH_ERR_INVALID, "hold 260 samples");
+    ch_sampler_destroy(smp);
+}
+
 static int setup_all(void **state)
 {
     (void)state;
@@ -603,6 +681,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_stale_index),
         cmocka_unit_test(test_index_file_round_trip),
         cmocka_unit_test(test_stage),
+        cmocka_unit_test(test_shard_window_order),
     };
     return ch_test_main_mpi(argc, argv, tests, sizeof tests / sizeof tests[0]);
 }

@@ -44,6 +44,12 @@ static const ch_config_key_t ch_data_config_keys[] = {
      "Train augmentation: RandomCrop(size, padding=P); 0 turns it off."},
     {"data.hflip", CH_CFG_BOOL, "false", CH_CFG_NO_RANGE,
      "Train augmentation: RandomHorizontalFlip(0.5)."},
+    {"data.order", CH_CFG_STRING, "sampler", CH_CFG_NO_RANGE,
+     "Training order: sampler (torch's DistributedSampler, exact) or shard_window (shards "
+     "only, NOT DistributedSampler order: each rank reads its own shards, data.shard_window "
+     "at a time, shuffled within; for disk-based file systems; docs/shards.md)."},
+    {"data.shard_window", CH_CFG_INT, "4", 1, 1e6,
+     "data.order = shard_window: shards per rank whose samples are shuffled together."},
     {"data.stage", CH_CFG_STRING, "", CH_CFG_NO_RANGE,
      "shards only: node-local directory (e.g. $SLURM_TMPDIR, /dev/shm/USER) each node copies "
      "the shards and their index into before the first epoch, verified by CRC-32, reused by a "
@@ -101,6 +107,14 @@ ch_status ch_data_options_from_config(const ch_config_t *cfg, ch_data_options_t 
     CH_TRY(ch_config_get_int(cfg, "data.random_crop_padding", &o->random_crop_padding));
     CH_TRY(ch_config_get_bool(cfg, "data.hflip", &o->hflip));
     CH_TRY(ch_config_get_string(cfg, "data.stage", &o->stage));
+    static const char *const orders[] = {"sampler", "shard_window"};
+    int order;
+    CH_TRY(ch_config_get_choice(cfg, "data.order", orders, 2, &order));
+    CH_TRY(ch_config_get_int(cfg, "data.shard_window", &o->shard_window));
+    if (order == 0) o->shard_window = 0;
+    if (order == 1 && o->format != CH_DATA_SHARDS)
+        return CH_ERROR(CH_ERR_CONFIG, "data.order = shard_window needs data.format = shards "
+                        "(data.format is %s)", o->format_name);
     if (o->stage[0] && o->format != CH_DATA_SHARDS)
         return CH_ERROR(CH_ERR_CONFIG, "data.stage is set but data.format is %s: staging copies "
                         "shards (data.format = shards)", o->format_name);
@@ -311,7 +325,17 @@ static ch_status make_loaders(const ch_data_options_t *o, const ch_data_setup_t 
     lc.sampler_drop_last = 0;
     lc.transforms = train_tf;
     lc.n_transforms = ntr;
+    if (o->shard_window > 0) { /* the whole shard dataset, in its own index order */
+        const ch_shard_index_t *ix = ch_dataset_shards_index(d->train);
+        if (!ix)
+            return CH_ERROR(CH_ERR_CONFIG, "data.order = shard_window reads whole shards: give "
+                            "data.val_path (no random_split) and no data.train_subset");
+        lc.shard_window = o->shard_window;
+        lc.shard_first = ix->first;
+        lc.n_shards = ix->nshards;
+    }
     CH_TRY(ch_loader_create(&d->train_loader, d->train, &lc));
+    lc.shard_window = 0;
     if (u->eval) {
         lc.shuffle = 0;
         lc.drop_last = 0;

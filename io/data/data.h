@@ -18,7 +18,8 @@
  *              ToTensor + Normalize(data.mean, data.std);
  *              test: [Resize + CenterCrop], ToTensor + Normalize;
  *   loaders    train: BatchSampler(DistributedSampler(train, shuffle, seed),
- *              batch_size, drop_last=True); test (when asked):
+ *              batch_size, drop_last=True) (or, opt-in, data.order =
+ *              shard_window: ch_sampler_set_shard_window, not that order); test (when asked):
  *              DataLoader(test, batch_size, sampler=DistributedSampler(test,
  *              shuffle=False)): padded to a multiple of the world size, no
  *              batch dropped. data.workers threads and data.prefetch slots
@@ -64,6 +65,7 @@ typedef struct {
     int random_crop_padding;   /* data.random_crop_padding (0: off) */
     int hflip;                 /* data.hflip */
     const char *stage;         /* data.stage ("" = read in place; shards only, io/data/stage.h) */
+    int shard_window;          /* data.order = shard_window: data.shard_window; 0: sampler order */
 } ch_data_options_t;
 
 /* The data.* keys (a job lists them as its "data" table). */
