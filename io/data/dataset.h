@@ -138,6 +138,12 @@ ch_status ch_dataset_random_split(ch_dataset_t *base, double val_fraction, uint6
 
 /* ---- for implementers */
 
+/* "dir/name" in a new malloc'd string (NULL when out of memory). */
+char *ch_dataset_path_join(const char *dir, const char *name);
+
+/* qsort comparator of char * elements (byte order, strcmp). */
+int ch_dataset_cmp_str(const void *a, const void *b);
+
 /* Read the whole file at path into a new malloc'd buffer (*buf, *len; free
  * it). CH_ERR_IO naming the path and strerror; CH_ERR_NOMEM. */
 ch_status ch_dataset_read_file(const char *path, uint8_t **buf, size_t *len);

@@ -21,18 +21,24 @@ struct ch_sampler {
     int64_t n_own;        /* this epoch: the rank's samples before padding / cutting */
 };
 
-void ch_randperm(int64_t n, uint64_t seed, int64_t *perm)
+/* Fisher-Yates over a[0..m) with randperm_cpu's draws (ATen
+ * TensorFactories.cpp, PyTorch 1.13: MT19937, 32-bit draws). */
+static void shuffle_segment(int64_t *a, int64_t m, uint64_t seed)
 {
     ch_mt19937_t g;
     ch_mt19937_seed(&g, seed);
-    for (int64_t i = 0; i < n; i++) perm[i] = i;
-    /* randperm_cpu (ATen TensorFactories.cpp, PyTorch 1.13): 32-bit draws. */
-    for (int64_t i = 0; i + 1 < n; i++) {
-        int64_t z = (int64_t)(ch_mt19937_next(&g) % (uint64_t)(n - i));
-        int64_t t = perm[i];
-        perm[i] = perm[i + z];
-        perm[i + z] = t;
+    for (int64_t i = 0; i + 1 < m; i++) {
+        int64_t z = (int64_t)(ch_mt19937_next(&g) % (uint64_t)(m - i));
+        int64_t t = a[i];
+        a[i] = a[i + z];
+        a[i + z] = t;
     }
+}
+
+void ch_randperm(int64_t n, uint64_t seed, int64_t *perm)
+{
+    for (int64_t i = 0; i < n; i++) perm[i] = i;
+    shuffle_segment(perm, n, seed);
 }
 
 ch_status ch_sampler_create(ch_sampler_t **out, int64_t n, int world_size, int rank,
@@ -85,19 +91,6 @@ void ch_sampler_destroy(ch_sampler_t *s)
     free(s->shard_first);
     free(s->shard_perm);
     free(s);
-}
-
-/* Fisher-Yates over a[0..m) with randperm's draws (MT19937, 32-bit seed). */
-static void shuffle_segment(int64_t *a, int64_t m, uint32_t seed)
-{
-    ch_mt19937_t g;
-    ch_mt19937_seed(&g, seed);
-    for (int64_t i = 0; i + 1 < m; i++) {
-        int64_t z = (int64_t)(ch_mt19937_next(&g) % (uint64_t)(m - i));
-        int64_t t = a[i];
-        a[i] = a[i + z];
-        a[i + z] = t;
-    }
 }
 
 /* The window seed of (seed + epoch, rank, window g): a 64-bit mix folded to

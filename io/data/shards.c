@@ -24,22 +24,6 @@ void ch_shards_paths_free(char **paths, int n)
     free(paths);
 }
 
-static int cmp_str(const void *a, const void *b)
-{
-    return strcmp(*(char *const *)a, *(char *const *)b);
-}
-
-static char *path_join(const char *dir, const char *name)
-{
-    size_t a = strlen(dir), b = strlen(name);
-    char *p = malloc(a + b + 2);
-    if (!p) return NULL;
-    memcpy(p, dir, a);
-    p[a] = '/';
-    memcpy(p + a + 1, name, b + 1);
-    return p;
-}
-
 static char *dir_of(const char *path)
 {
     const char *sl = strrchr(path, '/');
@@ -94,7 +78,7 @@ ch_status ch_shards_list(const char *spec, char ***paths, int *n, char **dir)
         while ((e = readdir(d)) != NULL) {
             size_t l = strlen(e->d_name);
             if (e->d_name[0] == '.' || l < 5 || strcmp(e->d_name + l - 4, ".tar")) continue;
-            char *p = path_join(spec, e->d_name);
+            char *p = ch_dataset_path_join(spec, e->d_name);
             struct stat fs;
             if (p && (stat(p, &fs) != 0 || !S_ISREG(fs.st_mode))) {
                 free(p);
@@ -108,7 +92,7 @@ ch_status ch_shards_list(const char *spec, char ***paths, int *n, char **dir)
         }
         closedir(d);
         if (cnt == 0) return CH_ERROR(CH_ERR_IO, "shards %s: the directory holds no .tar file", spec);
-        qsort(v, (size_t)cnt, sizeof *v, cmp_str);
+        qsort(v, (size_t)cnt, sizeof *v, ch_dataset_cmp_str);
         *dir = strdup(spec);
     } else if (brace) {
         const char *dots = strstr(brace, ".."), *close = strchr(brace, '}');
@@ -163,7 +147,7 @@ char *ch_shards_index_path(const char *spec)
 {
     struct stat sb;
     if (!strchr(spec, '{') && stat(spec, &sb) == 0 && S_ISDIR(sb.st_mode))
-        return path_join(spec, "cohort-shards.index");
+        return ch_dataset_path_join(spec, "cohort-shards.index");
     size_t l = strlen(spec);
     char *p = malloc(l + 7);
     if (p) {
