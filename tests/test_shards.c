@@ -304,6 +304,28 @@ static void test_data_format_shards(void **state)
     assert_int_equal(d->train->length + d->test->length, N_FM);
     assert_int_equal(d->test->length, N_FM / 4);
     ch_data_destroy(d);
+    /* the ImageNet recipe: RandomResizedCrop(24) + flip; test Resize(27) + CenterCrop(24) */
+    o.random_resized_crop = 24;
+    o.hflip = 1;
+    assert_ch_ok(ch_data_create(&o, &u, &d));
+    int c, h, w;
+    ch_loader_sample_shape(d->train_loader, &c, &h, &w);
+    assert_int_equal(c * 1000000 + h * 1000 + w, 1024024);
+    ch_loader_sample_shape(d->test_loader, &c, &h, &w);
+    assert_int_equal(c * 1000000 + h * 1000 + w, 1024024);
+    ch_batch_t *b;
+    assert_ch_ok(ch_loader_start_epoch(d->train_loader, 0));
+    assert_ch_ok(ch_loader_next(d->train_loader, &b));
+    assert_non_null(b);
+    assert_int_equal(b->n, 16);
+    float lo = 1e9f, hi = -1e9f; /* normalized pixels, not all one value */
+    for (int64_t k = 0; k < 16 * 24 * 24; k++) {
+        lo = b->images[k] < lo ? b->images[k] : lo;
+        hi = b->images[k] > hi ? b->images[k] : hi;
+    }
+    assert_true(hi - lo > 1.0f);
+    ch_loader_release(d->train_loader, b);
+    ch_data_destroy(d);
     barrier();
 }
 

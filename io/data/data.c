@@ -44,6 +44,10 @@ static const ch_config_key_t ch_data_config_keys[] = {
      "Train augmentation: RandomCrop(size, padding=P); 0 turns it off."},
     {"data.hflip", CH_CFG_BOOL, "false", CH_CFG_NO_RANGE,
      "Train augmentation: RandomHorizontalFlip(0.5)."},
+    {"data.random_resized_crop", CH_CFG_INT, "0", 0, 4096,
+     "The ImageNet recipe at this size S (0: off): train RandomResizedCrop(S, scale=(0.08, 1), "
+     "ratio=(3/4, 4/3)) [+ data.hflip], test Resize(int(S / 0.875)) + CenterCrop(S); "
+     "instead of data.image_size and data.random_crop_padding."},
     {"data.order", CH_CFG_STRING, "sampler", CH_CFG_NO_RANGE,
      "Training order: sampler (torch's DistributedSampler, exact) or shard_window (shards "
      "only, NOT DistributedSampler order: each rank reads its own shards, data.shard_window "
@@ -107,6 +111,10 @@ ch_status ch_data_options_from_config(const ch_config_t *cfg, ch_data_options_t 
     CH_TRY(ch_config_get_int(cfg, "data.random_crop_padding", &o->random_crop_padding));
     CH_TRY(ch_config_get_bool(cfg, "data.hflip", &o->hflip));
     CH_TRY(ch_config_get_string(cfg, "data.stage", &o->stage));
+    CH_TRY(ch_config_get_int(cfg, "data.random_resized_crop", &o->random_resized_crop));
+    if (o->random_resized_crop > 0 && (o->image_size > 0 || o->random_crop_padding > 0))
+        return CH_ERROR(CH_ERR_CONFIG, "data.random_resized_crop = %d sets the image size: leave "
+                        "data.image_size and data.random_crop_padding at 0", o->random_resized_crop);
     static const char *const orders[] = {"sampler", "shard_window"};
     int order;
     CH_TRY(ch_config_get_choice(cfg, "data.order", orders, 2, &order));
@@ -292,6 +300,13 @@ static ch_status make_loaders(const ch_data_options_t *o, const ch_data_setup_t 
         test_tf[nte++] = r;
         test_tf[nte++] = cc;
         h = w = o->image_size;
+    }
+    if (o->random_resized_crop > 0) { /* torchvision's ImageNet recipe (references/classification) */
+        int sz = o->random_resized_crop;
+        train_tf[ntr++] = ch_tf_random_resized_crop(sz);
+        test_tf[nte++] = ch_tf_resize((int)(sz / 0.875));
+        test_tf[nte++] = ch_tf_center_crop(sz);
+        h = w = sz;
     }
     if (o->random_crop_padding > 0) {
         ch_transform_t rc = {.kind = CH_TF_RANDOM_CROP, .size = {h, w},

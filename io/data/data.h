@@ -12,7 +12,10 @@
  *              it is set, io/data/stage.h),
  *              cut to the first data.train_subset / data.test_subset
  *              samples when those are > 0 (not for a random_split);
- *   transforms train: [Resize + CenterCrop(data.image_size)],
+ *   transforms train: [Resize + CenterCrop(data.image_size)] or
+ *              [RandomResizedCrop(data.random_resized_crop)] (test then
+ *              Resize(int(S / 0.875)) + CenterCrop(S), torchvision's
+ *              ImageNet recipe),
  *              [RandomCrop(size, padding=data.random_crop_padding)],
  *              [RandomHorizontalFlip(0.5) with data.hflip],
  *              ToTensor + Normalize(data.mean, data.std);
@@ -66,6 +69,7 @@ typedef struct {
     int hflip;                 /* data.hflip */
     const char *stage;         /* data.stage ("" = read in place; shards only, io/data/stage.h) */
     int shard_window;          /* data.order = shard_window: data.shard_window; 0: sampler order */
+    int random_resized_crop;   /* data.random_resized_crop (0: off) */
 } ch_data_options_t;
 
 /* The data.* keys (a job lists them as its "data" table). */
