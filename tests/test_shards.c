@@ -461,10 +461,8 @@ static void test_stale_index(void **state)
     /* modified (same size, new mtime) */
     snprintf(cmd, sizeof cmd, "touch -d '2001-01-01' '%s/fm-000001.tar'", d);
     assert_int_equal(run0(cmd), 0);
-    assert_ch_error(ch_dataset_shards_open(&ds, d, 1, g_pg), CH_ERR_FORMAT,
-                    "is stale: ");
-    assert_true(strstr(ch_error_message(), "fm-000001.tar was modified (mtime)") != NULL ||
-                ch_test_rank() != 0);
+    assert_open_error(ch_dataset_shards_open(&ds, d, 1, g_pg), CH_ERR_FORMAT,
+                      "fm-000001.tar was modified (mtime) since it was built");
     /* removed: rebuild, then take one away */
     snprintf(cmd, sizeof cmd, "rm '%s/cohort-shards.index'", d);
     assert_int_equal(run0(cmd), 0);
@@ -473,13 +471,13 @@ static void test_stale_index(void **state)
     barrier();
     snprintf(cmd, sizeof cmd, "mv '%s/fm-000003.tar' '%s/x.tmp'", d, d);
     assert_int_equal(run0(cmd), 0);
-    assert_ch_error(ch_dataset_shards_open(&ds, d, 1, g_pg), CH_ERR_FORMAT, "it lists 4 shards, 3");
+    assert_open_error(ch_dataset_shards_open(&ds, d, 1, g_pg), CH_ERR_FORMAT, "it lists 4 shards, 3");
     /* swapped names (reordered shards) */
     snprintf(cmd, sizeof cmd, "mv '%s/x.tmp' '%s/fm-000003.tar' && mv '%s/fm-000001.tar' '%s/x.tmp' && "
              "mv '%s/fm-000002.tar' '%s/fm-000001.tar' && mv '%s/x.tmp' '%s/fm-000002.tar'",
              d, d, d, d, d, d, d, d);
     assert_int_equal(run0(cmd), 0);
-    assert_ch_error(ch_dataset_shards_open(&ds, d, 1, g_pg), CH_ERR_FORMAT, "is stale");
+    assert_open_error(ch_dataset_shards_open(&ds, d, 1, g_pg), CH_ERR_FORMAT, "changed size");
     /* a damaged index */
     if (ch_test_rank() == 0) flip_byte(tmp_path("stale/cohort-shards.index"), 40);
     barrier();

@@ -291,46 +291,91 @@ const ch_shard_index_t *ch_dataset_shards_index(const ch_dataset_t *ds)
 
 /* ------------------------------------------------------------ open */
 
-/* Read the index file and check it against the shards' current stat.
- * *found = 0 when the file does not exist (then CH_OK). */
-static ch_status index_load(const char *index_path, char **paths, int n, const struct stat *sbs,
+static ch_status agree(ch_pg_t *pg, ch_status local)
+{
+    if (!pg || ch_pg_size(pg) == 1) return local;
+    return ch_pg_check_all(pg, local, NULL);
+}
+
+/* Check a parsed index against the shards' current names and stat. */
+static ch_status index_check(const char *index_path, char **paths, int n, const struct stat *sbs,
+                             const ch_shard_index_t *idx)
+{
+    for (int s = 0; s < n && s < idx->nshards; s++) {
+        if (strcmp(idx->shards[s].name, base_name(paths[s])))
+            return CH_ERROR(CH_ERR_FORMAT, "shard index %s is stale: its shard %d is %s but the "
+                            "shards now list %s there (shards added, removed or renamed; delete "
+                            "the index to rebuild it)", index_path, s, idx->shards[s].name, paths[s]);
+        if (!stat_matches(&sbs[s], &idx->shards[s]))
+            return stale_error(index_path, paths[s],
+                               (uint64_t)sbs[s].st_size != idx->shards[s].size
+                                   ? "changed size" : "was modified (mtime)");
+    }
+    if (idx->nshards != n)
+        return CH_ERROR(CH_ERR_FORMAT, "shard index %s is stale: it lists %d shards, %d are there "
+                        "now (delete the index to rebuild it)", index_path, idx->nshards, n);
+    return CH_OK;
+}
+
+/* Rank 0 reads the index file (*len = -1: there is none) and stats every
+ * shard; the bytes go to every rank (one read of the file, not one per
+ * rank), each rank parses them, rank 0 checks them against the shards
+ * (every other rank's first read of a shard checks that shard by fstat). */
+static ch_status index_load(const char *index_path, char **paths, int n, ch_pg_t *pg,
                             ch_shard_index_t *idx, int *found)
 {
+    int rank = pg ? ch_pg_rank(pg) : 0, world = pg ? ch_pg_size(pg) : 1;
     *found = 0;
-    struct stat sb;
-    if (stat(index_path, &sb) != 0 && errno == ENOENT) return CH_OK;
-    uint8_t *buf;
-    size_t len;
-    CH_TRY(ch_dataset_read_file(index_path, &buf, &len));
-    ch_status st = ch_shard_index_parse(buf, len, index_path, idx);
-    free(buf);
-    CH_TRY(st);
-    *found = 1;
-    for (int s = 0; s < n && s < idx->nshards; s++) {
-        if (strcmp(idx->shards[s].name, base_name(paths[s]))) {
-            st = CH_ERROR(CH_ERR_FORMAT, "shard index %s is stale: its shard %d is %s but the "
-                          "shards now list %s there (shards added, removed or renamed; delete the "
-                          "index to rebuild it)", index_path, s, idx->shards[s].name, paths[s]);
-            break;
-        }
-        if (!stat_matches(&sbs[s], &idx->shards[s])) {
-            st = stale_error(index_path, paths[s],
-                             (uint64_t)sbs[s].st_size != idx->shards[s].size
-                                 ? "changed size" : "was modified (mtime)");
-            break;
+    uint8_t *buf = NULL;
+    size_t blen = 0;
+    int64_t len = -1;
+    struct stat *sbs = NULL;
+    ch_status st = CH_OK;
+    if (rank == 0) {
+        sbs = calloc((size_t)n, sizeof *sbs);
+        if (!sbs) st = CH_ERROR(CH_ERR_NOMEM, "shard index %s: out of memory", index_path);
+        for (int s = 0; st == CH_OK && s < n; s++)
+            if (stat(paths[s], &sbs[s]) != 0)
+                st = CH_ERROR(CH_ERR_IO, "shard %s: %s", paths[s], strerror(errno));
+        struct stat sb;
+        if (st == CH_OK && !(stat(index_path, &sb) != 0 && errno == ENOENT)) {
+            st = ch_dataset_read_file(index_path, &buf, &blen);
+            if (st == CH_OK) len = (int64_t)blen;
         }
     }
-    if (st == CH_OK && idx->nshards != n)
-        st = CH_ERROR(CH_ERR_FORMAT, "shard index %s is stale: it lists %d shards, %d are there now "
-                      "(delete the index to rebuild it)", index_path, idx->nshards, n);
-    if (st != CH_OK) ch_shard_index_free(idx);
+    st = agree(pg, st);
+    if (st == CH_OK && world > 1) {
+        st = ch_pg_broadcast(pg, &len, 1, CH_DIST_INT64, 0);
+        if (st == CH_OK && len >= 0 && rank != 0) {
+            buf = malloc(len ? (size_t)len : 1);
+            if (!buf) st = CH_ERROR(CH_ERR_NOMEM, "shard index %s: %lld bytes", index_path,
+                                    (long long)len);
+        }
+        st = agree(pg, st);
+        if (st == CH_OK && len > 0) st = ch_pg_broadcast(pg, buf, len, CH_DIST_UINT8, 0);
+    }
+    if (st == CH_OK && len >= 0) {
+        st = ch_shard_index_parse(buf, (size_t)len, index_path, idx);
+        if (st == CH_OK && rank == 0) st = index_check(index_path, paths, n, sbs, idx);
+        st = agree(pg, st);
+        *found = st == CH_OK;
+        if (st != CH_OK) ch_shard_index_free(idx);
+    }
+    free(buf);
+    free(sbs);
     return st;
 }
 
-static ch_status scan_one(const char *path, const struct stat *sb, ch_shard_entry_t *e)
+static ch_status scan_one(const char *path, ch_shard_entry_t *e)
 {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) return CH_ERROR(CH_ERR_IO, "shard %s: %s", path, strerror(errno));
+    struct stat sbuf, *sb = &sbuf;
+    if (fstat(fd, sb) != 0) {
+        ch_status st = CH_ERROR(CH_ERR_IO, "shard %s: %s", path, strerror(errno));
+        close(fd);
+        return st;
+    }
     fd_ctx_t c = {fd};
     ch_status st = ch_tar_scan(fd_read, &c, (uint64_t)sb->st_size, path, e);
     close(fd);
@@ -375,21 +420,15 @@ static ch_status bcast_entry(ch_pg_t *pg, ch_shard_entry_t *e, int root, const c
     return CH_OK;
 }
 
-static ch_status agree(ch_pg_t *pg, ch_status local)
-{
-    if (!pg || ch_pg_size(pg) == 1) return local;
-    return ch_pg_check_all(pg, local, NULL);
-}
-
 static ch_status index_build(const char *spec, const char *index_path, char **paths, int n,
-                             const struct stat *sbs, ch_pg_t *pg, ch_shard_index_t *idx)
+                             ch_pg_t *pg, ch_shard_index_t *idx)
 {
     int rank = pg ? ch_pg_rank(pg) : 0, world = pg ? ch_pg_size(pg) : 1;
     memset(idx, 0, sizeof *idx);
     idx->shards = calloc((size_t)n, sizeof *idx->shards);
     ch_status st = idx->shards ? CH_OK : CH_ERROR(CH_ERR_NOMEM, "shards %s: out of memory", spec);
     if (st == CH_OK) idx->nshards = n;
-    for (int s = rank; st == CH_OK && s < n; s += world) st = scan_one(paths[s], &sbs[s], &idx->shards[s]);
+    for (int s = rank; st == CH_OK && s < n; s += world) st = scan_one(paths[s], &idx->shards[s]);
     st = agree(pg, st);
     for (int s = 0; st == CH_OK && world > 1 && s < n; s++)
         st = bcast_entry(pg, &idx->shards[s], s % world, base_name(paths[s]));
@@ -421,29 +460,15 @@ ch_status ch_dataset_shards_open(ch_dataset_t **out, const char *spec, int chann
                spec ? spec : "(null)", channels);
     char **paths = NULL, *dir = NULL, *index_path = NULL;
     int n = 0, found = 0;
-    struct stat *sbs = NULL;
     ch_shard_index_t idx;
     memset(&idx, 0, sizeof idx);
     ch_status st = ch_shards_list(spec, &paths, &n, &dir);
     free(dir);
-    if (st == CH_OK) {
-        sbs = calloc((size_t)n, sizeof *sbs);
-        index_path = ch_shards_index_path(spec);
-        if (!sbs || !index_path) st = CH_ERROR(CH_ERR_NOMEM, "shards %s: out of memory", spec);
-    }
-    for (int s = 0; st == CH_OK && s < n; s++)
-        if (stat(paths[s], &sbs[s]) != 0)
-            st = CH_ERROR(CH_ERR_IO, "shard %s: %s", paths[s], strerror(errno));
-    if (st == CH_OK) st = index_load(index_path, paths, n, sbs, &idx, &found);
+    if (st == CH_OK && !(index_path = ch_shards_index_path(spec)))
+        st = CH_ERROR(CH_ERR_NOMEM, "shards %s: out of memory", spec);
     st = agree(pg, st);
-    if (st == CH_OK && pg && ch_pg_size(pg) > 1) { /* all build when any rank found none */
-        int32_t f = found;
-        st = ch_pg_allreduce(pg, &f, &f, 1, CH_DIST_INT32, CH_REDUCE_MIN);
-        if (st == CH_OK && !f && found) ch_shard_index_free(&idx);
-        found = st == CH_OK && f;
-    }
-    if (st == CH_OK && !found) st = index_build(spec, index_path, paths, n, sbs, pg, &idx);
-    free(sbs);
+    if (st == CH_OK) st = index_load(index_path, paths, n, pg, &idx, &found);
+    if (st == CH_OK && !found) st = index_build(spec, index_path, paths, n, pg, &idx);
     free(index_path);
     ch_dataset_t *ds = NULL;
     shards_impl_t *im = NULL;

@@ -19,8 +19,10 @@
  *
  * The index (sample -> shard, offset, size, label, key) is the file
  * DIR/cohort-shards.index for a directory, else the pattern or file name
- * with ".index" appended (train-{000000..000009}.tar.index). If it exists it
- * is read and checked against every shard's current size and mtime; a
+ * with ".index" appended (train-{000000..000009}.tar.index). If it exists,
+ * rank 0 reads it (one read, the bytes broadcast to the other ranks, which
+ * parse them) and checks it against every shard's current size and mtime
+ * (the other ranks check each shard by fstat when they first open it); a
  * shard that changed, is missing, or was not in the index (and an index
  * that does not parse) is one CH_ERR_FORMAT error naming the shard and the
  * index and saying how to rebuild (delete the index). If it does not exist,
