@@ -30,6 +30,7 @@
 #include "io/state/atomic_file.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -71,6 +72,20 @@ typedef struct {
     size_t png_len;
 } source_t;
 
+/* JPEG or PNG by the first bytes, else NULL. */
+static const char *sniff(const uint8_t *b, size_t n)
+{
+    if (n >= 3 && b[0] == 0xFF && b[1] == 0xD8 && b[2] == 0xFF) return "jpg";
+    if (n >= 8 && !memcmp(b, "\x89PNG\r\n\x1a\n", 8)) return "png";
+    return NULL;
+}
+
+static ch_status not_jpeg_png(const char *path)
+{
+    return CH_ERROR(CH_ERR_UNSUPPORTED, "%s: neither JPEG nor PNG (cohort reads only those from "
+                    "shards)", path);
+}
+
 /* Sample i's image bytes (*data, *len: valid until the next call), its
  * extension and label. */
 static ch_status sample_bytes(source_t *src, int64_t i, const uint8_t **data, size_t *len,
@@ -81,11 +96,7 @@ static ch_status sample_bytes(source_t *src, int64_t i, const uint8_t **data, si
         CH_TRY(ch_image_read_file(&src->img, path));
         const uint8_t *b = src->img.raw;
         size_t n = src->img.raw_size;
-        if (n >= 3 && b[0] == 0xFF && b[1] == 0xD8 && b[2] == 0xFF) *ext = "jpg";
-        else if (n >= 8 && !memcmp(b, "\x89PNG\r\n\x1a\n", 8)) *ext = "png";
-        else
-            return CH_ERROR(CH_ERR_UNSUPPORTED, "%s: neither JPEG nor PNG (cohort reads only those "
-                            "from shards)", path);
+        if (!(*ext = sniff(b, n))) return not_jpeg_png(path);
         *data = b;
         *len = n;
         *label = ch_dataset_imagefolder_label(src->ds, i);
@@ -101,13 +112,22 @@ static ch_status sample_bytes(source_t *src, int64_t i, const uint8_t **data, si
     return CH_OK;
 }
 
-/* The image bytes of sample i, for the plan (imagefolder: the file's size). */
+/* The image bytes of sample i, for the plan (imagefolder: the file's size,
+ * and its first bytes say JPEG or PNG: a bad file is found before any
+ * shard is written). */
 static ch_status sample_size(source_t *src, int64_t i, int64_t *size)
 {
     if (src->folder) {
-        struct stat sb;
         const char *path = ch_dataset_sample_path(src->ds, i);
-        if (stat(path, &sb) != 0) return CH_ERROR(CH_ERR_IO, "%s: %s", path, strerror(errno));
+        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0) return CH_ERROR(CH_ERR_IO, "%s: %s", path, strerror(errno));
+        struct stat sb;
+        uint8_t head[8];
+        ssize_t r = fstat(fd, &sb) == 0 ? pread(fd, head, sizeof head, 0) : -1;
+        int e = errno;
+        close(fd);
+        if (r < 0) return CH_ERROR(CH_ERR_IO, "%s: %s", path, strerror(e));
+        if (!sniff(head, (size_t)r)) return not_jpeg_png(path);
         *size = (int64_t)sb.st_size;
         return CH_OK;
     }

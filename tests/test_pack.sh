@@ -7,7 +7,7 @@
 . "${COHORT_SRCDIR:-.}/tests/train_lib.sh"
 need_data
 PACK="$build/jobs/cohort-pack"
-echo "1..15"
+echo "1..16"
 pack() { # pack NP OUT [options...]
   local np=$1 out=$2; shift 2
   "$MPIEXEC" -n "$np" "$PACK" --format idx "$DATA" --out "$out" --limit 2000 \
@@ -50,6 +50,15 @@ pack 1 "$out" --shard_bytes 400000
 rc=$?
 check "another plan into the same directory is refused (exit $rc == 2)" \
   eval 'test "$rc" = 2 && grep -q "holds shards of another pack" "$out.log"'
+
+# an ImageFolder file that is neither JPEG nor PNG: exit 2 naming it, before any shard
+mkdir -p "$tmp/badif/a" "$tmp/badif/b"
+printf '\377\330\377\340' > "$tmp/badif/a/x.jpg"
+printf 'BM......' > "$tmp/badif/b/y.bmp"
+"$MPIEXEC" -n 2 "$PACK" "$tmp/badif" --out "$tmp/badout" > "$tmp/badout.log" 2>&1
+rc=$?
+check "a BMP in the ImageFolder: exit $rc == 2, one line naming it, no output directory" \
+  eval 'test "$rc" = 2 && grep -q "b/y.bmp: neither JPEG nor PNG" "$tmp/badout.log" && test ! -e "$tmp/badout"'
 
 # training: IDX (first 2000) vs the same samples packed
 "$MPIEXEC" -n 1 "$PACK" --format idx --split test "$DATA" --out "$tmp/val" --limit 200 \
