@@ -689,6 +689,16 @@ static int setup_all(void **state)
     return run0(cmd) == 0 ? 0 : -1;
 }
 
+/* After the last test: the scratch tree goes (the shards are a few MB). */
+static int teardown_all(void **state)
+{
+    (void)state;
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp_root);
+    barrier();
+    return run0(cmd) == 0 ? 0 : -1;
+}
+
 int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
@@ -701,7 +711,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_stale_index),
         cmocka_unit_test(test_index_file_round_trip),
         cmocka_unit_test(test_stage),
-        cmocka_unit_test(test_shard_window_order),
+        cmocka_unit_test_teardown(test_shard_window_order, teardown_all),
     };
     return ch_test_main_mpi(argc, argv, tests, sizeof tests / sizeof tests[0]);
 }
