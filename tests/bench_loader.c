@@ -1,13 +1,16 @@
 /* cohort: data loader throughput benchmark (images/s).
  *
  *   tests/bench_loader --dataset fmnist [--root DIR] | --dataset imagefolder --root DIR
+ *                   | --dataset shards --root SHARDS (io/data/shards.h)
  *                   [--workers N] [--batch B] [--epochs E] [--limit N]
- *                   [--pipeline train|val] [--channels C] [--prefetch P]
+ *                   [--pipeline train|val|imagenet] [--channels C] [--prefetch P]
  *
  * fmnist, train pipeline: RandomCrop(28, padding=4), RandomHorizontalFlip,
  * ToTensor + Normalize((0.2860,), (0.3530,)). imagefolder: the same on the
  * decoded JPEGs (channels 1, as the Fashion-MNIST pictures are gray).
- * val pipeline: Normalize only. Each epoch is timed from start_epoch to the
+ * val pipeline: Normalize only. imagenet pipeline: RandomResizedCrop(224),
+ * RandomHorizontalFlip, ToTensor + Normalize (torchvision's ImageNet train
+ * recipe). Each epoch is timed from start_epoch to the
  * last batch (the consumer only touches every batch); one line per epoch
  * and the median. tests/bench_loader_torch.py does the same with
  * PyTorch's DataLoader.
@@ -22,6 +25,7 @@
 #include "framework/core/log.h"
 #include "io/data/dataset.h"
 #include "io/data/loader.h"
+#include "io/data/shards.h"
 
 static double now_s(void)
 {
@@ -38,8 +42,8 @@ static int cmp_d(const void *a, const void *b)
 
 static void usage(void)
 {
-    fprintf(stderr, "usage: bench_loader --dataset fmnist|imagefolder [--root DIR] [--workers N] "
-                    "[--batch B] [--epochs E] [--limit N] [--pipeline train|val] [--channels C] "
+    fprintf(stderr, "usage: bench_loader --dataset fmnist|imagefolder|shards [--root DIR] [--workers N] "
+                    "[--batch B] [--epochs E] [--limit N] [--pipeline train|val|imagenet] [--channels C] "
                     "[--prefetch P]\n");
     exit(2);
 }
@@ -70,6 +74,8 @@ int main(int argc, char **argv)
         st = ch_dataset_fashion_mnist_open(&ds, root ? root : "/usr/share/datasets/fashion-mnist", 1);
     else if (!strcmp(dataset, "imagefolder") && root)
         st = ch_dataset_imagefolder_open(&ds, root, channels);
+    else if (!strcmp(dataset, "shards") && root)
+        st = ch_dataset_shards_open(&ds, root, channels, NULL);
     else
         usage();
     ch_check_fatal(st, "opening the dataset");
@@ -87,6 +93,9 @@ int main(int argc, char **argv)
     int nops = 0;
     if (!strcmp(pipeline, "train")) {
         ops[nops++] = ch_tf_random_crop(28, 4);
+        ops[nops++] = ch_tf_random_hflip(0.5);
+    } else if (!strcmp(pipeline, "imagenet")) {
+        ops[nops++] = ch_tf_random_resized_crop(224);
         ops[nops++] = ch_tf_random_hflip(0.5);
     } else if (strcmp(pipeline, "val") != 0) {
         usage();

@@ -101,7 +101,7 @@ version=$(sed -n 's/^Version: *//p' "$libdir/pkgconfig/cohort.pc" 2>/dev/null)
 
 # ---- layout
 missing=
-programs="cohort-train cohort-bench cohort-farm cohort-farm-example cohort-reduce"
+programs="cohort-train cohort-bench cohort-farm cohort-farm-example cohort-reduce cohort-pack"
 for f in $(for p in $programs; do echo "$prefix/bin/$p $datadir/man/man1/$p.1"; done) \
     "$libdir/libcohort.so" "$pkgdatadir/farm.cfg" \
     "$libdir/pkgconfig/cohort.pc" "$pkgdatadir/train.cfg" "$pkgdatadir/slurm/README.md" \

@@ -4,6 +4,8 @@
 #include "io/data/data.h"
 
 #include "framework/reduce/reduce.h"
+#include "io/data/shards.h"
+#include "io/data/stage.h"
 
 #include <errno.h>
 #include <math.h>
@@ -13,13 +15,16 @@
 static const ch_config_key_t ch_data_config_keys[] = {
     {"data.path", CH_CFG_STRING, "/usr/share/datasets/fashion-mnist", CH_CFG_NO_RANGE,
      "Dataset directory (IDX files for idx, data_batch_*.bin for cifar10, class folders "
-     "for imagefolder)."},
+     "for imagefolder); for shards a directory of *.tar, a pattern name-{000000..000099}.tar "
+     "or one .tar file."},
     {"data.format", CH_CFG_STRING, "idx", CH_CFG_NO_RANGE,
-     "Dataset format: idx (MNIST/Fashion-MNIST), cifar10, or imagefolder."},
+     "Dataset format: idx (MNIST/Fashion-MNIST), cifar10, imagefolder, or shards "
+     "(WebDataset tar shards read by index, io/data/shards.h)."},
     {"data.val_path", CH_CFG_STRING, "", CH_CFG_NO_RANGE,
-     "imagefolder only: validation folder; empty splits data.path by data.val_fraction."},
+     "imagefolder and shards: validation folder (shards); empty splits data.path by "
+     "data.val_fraction."},
     {"data.val_fraction", CH_CFG_FLOAT, "0.2", 0, 1,
-     "imagefolder without val_path: fraction held out for validation (random_split)."},
+     "imagefolder or shards without val_path: fraction held out for validation (random_split)."},
     {"data.image_size", CH_CFG_INT, "0", 0, 4096,
      "Resize + center crop images to this size (0: keep the dataset's size)."},
     {"data.train_subset", CH_CFG_INT64, "0", 0, 1e12,
@@ -43,6 +48,20 @@ static const ch_config_key_t ch_data_config_keys[] = {
      "Train augmentation: RandomCrop(size, padding=P); 0 turns it off."},
     {"data.hflip", CH_CFG_BOOL, "false", CH_CFG_NO_RANGE,
      "Train augmentation: RandomHorizontalFlip(0.5)."},
+    {"data.random_resized_crop", CH_CFG_INT, "0", 0, 4096,
+     "The ImageNet recipe at this size S (0: off): train RandomResizedCrop(S, scale=(0.08, 1), "
+     "ratio=(3/4, 4/3)) [+ data.hflip], test Resize(int(S / 0.875)) + CenterCrop(S); "
+     "instead of data.image_size and data.random_crop_padding."},
+    {"data.order", CH_CFG_STRING, "sampler", CH_CFG_NO_RANGE,
+     "Training order: sampler (torch's DistributedSampler, exact) or shard_window (shards "
+     "only, NOT DistributedSampler order: each rank reads its own shards, data.shard_window "
+     "at a time, shuffled within; for disk-based file systems; docs/shards.md)."},
+    {"data.shard_window", CH_CFG_INT, "4", 1, 1e6,
+     "data.order = shard_window: shards per rank whose samples are shuffled together."},
+    {"data.stage", CH_CFG_STRING, "", CH_CFG_NO_RANGE,
+     "shards only: node-local directory (e.g. $SLURM_TMPDIR, /dev/shm/USER) each node copies "
+     "the shards and their index into before the first epoch, verified by CRC-32, reused by a "
+     "later job on the node; empty: read data.path in place."},
 };
 
 ch_config_table_t ch_data_config_table(void)
@@ -79,11 +98,11 @@ static ch_status read_floats(const ch_config_t *cfg, const char *key, float out[
 
 ch_status ch_data_options_from_config(const ch_config_t *cfg, ch_data_options_t *o)
 {
-    static const char *const formats[] = {"idx", "cifar10", "imagefolder"};
+    static const char *const formats[] = {"idx", "cifar10", "imagefolder", "shards"};
     int format;
     memset(o, 0, sizeof *o);
     CH_TRY(ch_config_get_string(cfg, "data.path", &o->path));
-    CH_TRY(ch_config_get_choice(cfg, "data.format", formats, 3, &format));
+    CH_TRY(ch_config_get_choice(cfg, "data.format", formats, 4, &format));
     o->format = (ch_data_format_t)format;
     o->format_name = formats[format];
     CH_TRY(ch_config_get_string(cfg, "data.val_path", &o->val_path));
@@ -96,6 +115,22 @@ ch_status ch_data_options_from_config(const ch_config_t *cfg, ch_data_options_t 
     CH_TRY(ch_config_get_int(cfg, "data.pinned_mb", &o->pinned_mb));
     CH_TRY(ch_config_get_int(cfg, "data.random_crop_padding", &o->random_crop_padding));
     CH_TRY(ch_config_get_bool(cfg, "data.hflip", &o->hflip));
+    CH_TRY(ch_config_get_string(cfg, "data.stage", &o->stage));
+    CH_TRY(ch_config_get_int(cfg, "data.random_resized_crop", &o->random_resized_crop));
+    if (o->random_resized_crop > 0 && (o->image_size > 0 || o->random_crop_padding > 0))
+        return CH_ERROR(CH_ERR_CONFIG, "data.random_resized_crop = %d sets the image size: leave "
+                        "data.image_size and data.random_crop_padding at 0", o->random_resized_crop);
+    static const char *const orders[] = {"sampler", "shard_window"};
+    int order;
+    CH_TRY(ch_config_get_choice(cfg, "data.order", orders, 2, &order));
+    CH_TRY(ch_config_get_int(cfg, "data.shard_window", &o->shard_window));
+    if (order == 0) o->shard_window = 0;
+    if (order == 1 && o->format != CH_DATA_SHARDS)
+        return CH_ERROR(CH_ERR_CONFIG, "data.order = shard_window needs data.format = shards "
+                        "(data.format is %s)", o->format_name);
+    if (o->stage[0] && o->format != CH_DATA_SHARDS)
+        return CH_ERROR(CH_ERR_CONFIG, "data.stage is set but data.format is %s: staging copies "
+                        "shards (data.format = shards)", o->format_name);
     CH_TRY(read_floats(cfg, "data.mean", o->mean, &o->n_mean, &o->mean_auto));
     CH_TRY(read_floats(cfg, "data.std", o->std, &o->n_std, &o->std_auto));
     for (int c = 0; c < o->n_std; c++)
@@ -133,6 +168,18 @@ static ch_status first_n_subset(ch_dataset_t *base, long long n, ch_dataset_t **
     return s;
 }
 
+/* Shards in place, or staged to node-local storage first (data.stage). */
+static ch_status open_shards(const char *spec, const char *stage, const ch_data_setup_t *u,
+                             ch_dataset_t **out)
+{
+    if (!stage || !stage[0]) return ch_dataset_shards_open(out, spec, u->in_channels, u->pg);
+    char *staged;
+    CH_TRY(ch_shards_stage(spec, stage, u->pg, &staged, NULL));
+    ch_status s = ch_dataset_shards_open(out, staged, u->in_channels, u->pg);
+    free(staged);
+    return s;
+}
+
 static ch_status open_datasets(const ch_data_options_t *o, const ch_data_setup_t *u, ch_data_t *d)
 {
     switch (o->format) {
@@ -148,6 +195,14 @@ static ch_status open_datasets(const ch_data_options_t *o, const ch_data_setup_t
         CH_TRY(ch_dataset_imagefolder_open(&d->train_base_, o->path, u->in_channels));
         if (o->val_path[0])
             CH_TRY(ch_dataset_imagefolder_open(&d->test_base_, o->val_path, u->in_channels));
+        else
+            CH_TRY(ch_dataset_random_split(d->train_base_, o->val_fraction, u->seed, &d->train,
+                                           &d->test));
+        break;
+    case CH_DATA_SHARDS:
+        CH_TRY(open_shards(o->path, o->stage, u, &d->train_base_));
+        if (o->val_path[0])
+            CH_TRY(open_shards(o->val_path, o->stage, u, &d->test_base_));
         else
             CH_TRY(ch_dataset_random_split(d->train_base_, o->val_fraction, u->seed, &d->train,
                                            &d->test));
@@ -251,6 +306,13 @@ static ch_status make_loaders(const ch_data_options_t *o, const ch_data_setup_t 
         test_tf[nte++] = cc;
         h = w = o->image_size;
     }
+    if (o->random_resized_crop > 0) { /* torchvision's ImageNet recipe (references/classification) */
+        int sz = o->random_resized_crop;
+        train_tf[ntr++] = ch_tf_random_resized_crop(sz);
+        test_tf[nte++] = ch_tf_resize((int)(sz / 0.875));
+        test_tf[nte++] = ch_tf_center_crop(sz);
+        h = w = sz;
+    }
     if (o->random_crop_padding > 0) {
         ch_transform_t rc = {.kind = CH_TF_RANDOM_CROP, .size = {h, w},
                              .padding = o->random_crop_padding};
@@ -284,7 +346,17 @@ static ch_status make_loaders(const ch_data_options_t *o, const ch_data_setup_t 
     lc.sampler_drop_last = 0;
     lc.transforms = train_tf;
     lc.n_transforms = ntr;
+    if (o->shard_window > 0) { /* the whole shard dataset, in its own index order */
+        const ch_shard_index_t *ix = ch_dataset_shards_index(d->train);
+        if (!ix)
+            return CH_ERROR(CH_ERR_CONFIG, "data.order = shard_window reads whole shards: give "
+                            "data.val_path (no random_split) and no data.train_subset");
+        lc.shard_window = o->shard_window;
+        lc.shard_first = ix->first;
+        lc.n_shards = ix->nshards;
+    }
     CH_TRY(ch_loader_create(&d->train_loader, d->train, &lc));
+    lc.shard_window = 0;
     if (u->eval) {
         lc.shuffle = 0;
         lc.drop_last = 0;

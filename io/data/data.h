@@ -3,18 +3,26 @@
  *
  * What it builds (the seed recipe, SEMANTICS.md "Data order"):
  *   datasets   data.format idx (MNIST/Fashion-MNIST IDX files), cifar10
- *              (CIFAR-10 binary batches) or imagefolder (class folders;
- *              the test set is data.val_path, or a random_split of
- *              data.path by data.val_fraction seeded with the job's seed),
+ *              (CIFAR-10 binary batches), imagefolder (class folders) or
+ *              shards (WebDataset tar shards, io/data/shards.h; the index
+ *              is built collectively over setup->pg on first use); for
+ *              the last two the test set is data.val_path, or a random_split of
+ *              data.path by data.val_fraction seeded with the job's seed
+ *              (shards are first copied to data.stage on every node when
+ *              it is set, io/data/stage.h),
  *              cut to the first data.train_subset / data.test_subset
  *              samples when those are > 0 (not for a random_split);
- *   transforms train: [Resize + CenterCrop(data.image_size)],
+ *   transforms train: [Resize + CenterCrop(data.image_size)] or
+ *              [RandomResizedCrop(data.random_resized_crop)] (test then
+ *              Resize(int(S / 0.875)) + CenterCrop(S), torchvision's
+ *              ImageNet recipe),
  *              [RandomCrop(size, padding=data.random_crop_padding)],
  *              [RandomHorizontalFlip(0.5) with data.hflip],
  *              ToTensor + Normalize(data.mean, data.std);
  *              test: [Resize + CenterCrop], ToTensor + Normalize;
  *   loaders    train: BatchSampler(DistributedSampler(train, shuffle, seed),
- *              batch_size, drop_last=True); test (when asked):
+ *              batch_size, drop_last=True) (or, opt-in, data.order =
+ *              shard_window: ch_sampler_set_shard_window, not that order); test (when asked):
  *              DataLoader(test, batch_size, sampler=DistributedSampler(test,
  *              shuffle=False)): padded to a multiple of the world size, no
  *              batch dropped. data.workers threads and data.prefetch slots
@@ -36,12 +44,17 @@ extern "C" {
 #endif
 
 /* data.format */
-typedef enum { CH_DATA_IDX = 0, CH_DATA_CIFAR10 = 1, CH_DATA_IMAGEFOLDER = 2 } ch_data_format_t;
+typedef enum {
+    CH_DATA_IDX = 0,
+    CH_DATA_CIFAR10 = 1,
+    CH_DATA_IMAGEFOLDER = 2,
+    CH_DATA_SHARDS = 3 /* WebDataset tar shards read by index (io/data/shards.h) */
+} ch_data_format_t;
 
 typedef struct {
     const char *path;          /* data.path (strings point into the config) */
     ch_data_format_t format;   /* data.format */
-    const char *format_name;   /* its text: "idx", "cifar10", "imagefolder" */
+    const char *format_name;   /* its text: "idx", "cifar10", "imagefolder", "shards" */
     const char *val_path;      /* data.val_path ("" = split data.path) */
     double val_fraction;       /* data.val_fraction, [0, 1] */
     int image_size;            /* data.image_size (0: the dataset's size) */
@@ -55,6 +68,9 @@ typedef struct {
     int mean_auto, std_auto;   /* data.mean / data.std = auto: from the training set */
     int random_crop_padding;   /* data.random_crop_padding (0: off) */
     int hflip;                 /* data.hflip */
+    const char *stage;         /* data.stage ("" = read in place; shards only, io/data/stage.h) */
+    int shard_window;          /* data.order = shard_window: data.shard_window; 0: sampler order */
+    int random_resized_crop;   /* data.random_resized_crop (0: off) */
 } ch_data_options_t;
 
 /* The data.* keys (a job lists them as its "data" table). */
@@ -62,7 +78,7 @@ ch_config_table_t ch_data_config_table(void);
 
 /* Options from those keys (PETSc's set-from-options). Errors: CH_ERR_CONFIG
  * naming the source (file:line or option) for data.format not one of idx,
- * cifar10, imagefolder; naming the key for a data.mean / data.std value that
+ * cifar10, imagefolder, shards; naming the key for a data.mean / data.std value that
  * is not a finite number (nor the one word auto), more than 3 values, or a std value <= 0;
  * CH_ERR_INVALID for a key missing from cfg's table. */
 ch_status ch_data_options_from_config(const ch_config_t *cfg, ch_data_options_t *o);
@@ -81,7 +97,8 @@ typedef struct {
     int rank, world_size;
     int pinned;         /* page-locked batch slots (batches go to a GPU) */
     int eval;           /* build the test loader */
-    ch_pg_t *pg;        /* the ranks that share data.mean/std = auto (collective in
+    ch_pg_t *pg;        /* the ranks that share data.mean/std = auto and build a shard
+                           index together (collective in
                            ch_data_create); NULL: this process alone */
 } ch_data_setup_t;
 

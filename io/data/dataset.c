@@ -39,6 +39,22 @@ void ch_dataset_destroy(ch_dataset_t *ds)
     free(ds);
 }
 
+char *ch_dataset_path_join(const char *dir, const char *name)
+{
+    size_t la = strlen(dir), lb = strlen(name);
+    char *p = malloc(la + lb + 2);
+    if (!p) return NULL;
+    memcpy(p, dir, la);
+    p[la] = '/';
+    memcpy(p + la + 1, name, lb + 1);
+    return p;
+}
+
+int ch_dataset_cmp_str(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
 ch_status ch_dataset_read_file(const char *path, uint8_t **buf, size_t *len)
 {
     *buf = NULL;

@@ -115,6 +115,11 @@ ch_status ch_dataset_cifar10_open(ch_dataset_t **out, const char *dir, int train
  * CH_ERR_INVALID (channels), CH_ERR_NOMEM. */
 ch_status ch_dataset_imagefolder_open(ch_dataset_t **out, const char *root, int channels);
 
+/* The class index of ImageFolder sample i without reading its file (what
+ * cohort-pack copies next to the file's bytes); -1 for another kind of
+ * dataset or i out of range. */
+int64_t ch_dataset_imagefolder_label(const ch_dataset_t *ds, int64_t i);
+
 /* ---- Subset / split */
 
 /* A view of base: sample k is base's sample indices[k]. The indices are
@@ -132,6 +137,12 @@ ch_status ch_dataset_random_split(ch_dataset_t *base, double val_fraction, uint6
                                   ch_dataset_t **train, ch_dataset_t **val);
 
 /* ---- for implementers */
+
+/* "dir/name" in a new malloc'd string (NULL when out of memory). */
+char *ch_dataset_path_join(const char *dir, const char *name);
+
+/* qsort comparator of char * elements (byte order, strcmp). */
+int ch_dataset_cmp_str(const void *a, const void *b);
 
 /* Read the whole file at path into a new malloc'd buffer (*buf, *len; free
  * it). CH_ERR_IO naming the path and strerror; CH_ERR_NOMEM. */

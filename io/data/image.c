@@ -294,3 +294,73 @@ ch_status ch_image_decode(const uint8_t *buf, size_t len, int channels, ch_image
     return CH_ERROR(CH_ERR_FORMAT, "%s: not a JPEG or PNG file (first bytes %02x %02x %02x %02x)",
                     name, buf[0], len > 1 ? buf[1] : 0, len > 2 ? buf[2] : 0, len > 3 ? buf[3] : 0);
 }
+
+/* ------------------------------------------------------------ PNG writing */
+
+struct png_out {
+    uint8_t *buf;
+    size_t len, cap;
+    int nomem;
+    char msg[256];
+};
+
+static void png_write_cb(png_structp p, png_bytep data, png_size_t n)
+{
+    struct png_out *o = png_get_io_ptr(p);
+    if (o->len + n > o->cap) {
+        size_t nc = o->cap ? o->cap * 2 : 4096;
+        while (nc < o->len + n) nc *= 2;
+        uint8_t *q = realloc(o->buf, nc);
+        if (!q) {
+            o->nomem = 1;
+            png_error(p, "out of memory");
+        }
+        o->buf = q;
+        o->cap = nc;
+    }
+    memcpy(o->buf + o->len, data, n);
+    o->len += n;
+}
+
+static void png_flush_cb(png_structp p) { (void)p; }
+
+static void png_werr_cb(png_structp p, png_const_charp msg)
+{
+    struct png_out *o = png_get_error_ptr(p);
+    snprintf(o->msg, sizeof o->msg, "%s", msg);
+    png_longjmp(p, 1);
+}
+
+ch_status ch_image_encode_png(const ch_image_t *img, uint8_t **out, size_t *len)
+{
+    *out = NULL;
+    *len = 0;
+    CH_REQUIRE(img && img->data && img->h > 0 && img->w > 0 && (img->c == 1 || img->c == 3),
+               "PNG encode: an image of 1 or 3 channels expected");
+    struct png_out o = {NULL, 0, 0, 0, "unknown error"};
+    png_structp png = png_create_write_struct(PNG_LIBPNG_VER_STRING, &o, png_werr_cb, png_warn_cb);
+    png_infop info = png ? png_create_info_struct(png) : NULL;
+    if (!png || !info) {
+        png_destroy_write_struct(&png, NULL);
+        return CH_ERROR(CH_ERR_NOMEM, "PNG encode: libpng structures");
+    }
+    if (setjmp(png_jmpbuf(png))) {
+        png_destroy_write_struct(&png, &info);
+        free(o.buf);
+        if (o.nomem) return CH_ERROR(CH_ERR_NOMEM, "PNG encode: out of memory");
+        return CH_ERROR(CH_ERR_FORMAT, "PNG encode: %s", o.msg);
+    }
+    png_set_write_fn(png, &o, png_write_cb, png_flush_cb);
+    png_set_compression_level(png, 6);
+    png_set_IHDR(png, info, (png_uint_32)img->w, (png_uint_32)img->h, 8,
+                 img->c == 1 ? PNG_COLOR_TYPE_GRAY : PNG_COLOR_TYPE_RGB, PNG_INTERLACE_NONE,
+                 PNG_COMPRESSION_TYPE_DEFAULT, PNG_FILTER_TYPE_DEFAULT);
+    png_write_info(png, info);
+    for (int y = 0; y < img->h; y++)
+        png_write_row(png, (png_const_bytep)(img->data + (size_t)y * (size_t)img->w * (size_t)img->c));
+    png_write_end(png, NULL);
+    png_destroy_write_struct(&png, &info);
+    *out = o.buf;
+    *len = o.len;
+    return CH_OK;
+}

@@ -73,6 +73,14 @@ ch_status ch_image_read_file(ch_image_t *img, const char *path);
 ch_status ch_image_decode(const uint8_t *buf, size_t len, int channels, ch_image_t *img,
                           const char *name);
 
+/* Encode img (c = 1: grayscale, 3: RGB; 8-bit) as a PNG (lossless: decoding
+ * it gives img's pixels back) into *out (malloc'd, *len bytes; free it).
+ * libpng with fixed settings (zlib level 6, default filters, no time or
+ * text chunks), so the bytes depend only on the pixels (and the libpng/zlib
+ * build). Errors: CH_ERR_INVALID (no pixels, c not 1 or 3), CH_ERR_FORMAT
+ * (libpng's message), CH_ERR_NOMEM. Thread-safe. */
+ch_status ch_image_encode_png(const ch_image_t *img, uint8_t **out, size_t *len);
+
 #ifdef __cplusplus
 }
 #endif

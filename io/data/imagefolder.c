@@ -45,22 +45,6 @@ static void strvec_free(struct strvec *s)
     memset(s, 0, sizeof *s);
 }
 
-static int cmp_str(const void *a, const void *b)
-{
-    return strcmp(*(char *const *)a, *(char *const *)b);
-}
-
-static char *join(const char *a, const char *b)
-{
-    size_t la = strlen(a), lb = strlen(b);
-    char *p = malloc(la + lb + 2);
-    if (!p) return NULL;
-    memcpy(p, a, la);
-    p[la] = '/';
-    memcpy(p + la + 1, b, lb + 1);
-    return p;
-}
-
 static int has_image_extension(const char *name)
 {
     size_t ln = strlen(name);
@@ -81,7 +65,7 @@ static int entry_is_dir(const char *dir, const struct dirent *e)
     if (e->d_type == DT_DIR) return 1;
     if (e->d_type != DT_LNK && e->d_type != DT_UNKNOWN) return 0;
 #endif
-    char *p = join(dir, e->d_name);
+    char *p = ch_dataset_path_join(dir, e->d_name);
     if (!p) return 0;
     struct stat sb;
     int r = stat(p, &sb) == 0 && S_ISDIR(sb.st_mode);
@@ -117,7 +101,7 @@ static int walk_dirs_rec(const char *dir, int depth, struct walk_anc *anc, struc
     while ((e = readdir(d)) != NULL) {
         if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
         if (!entry_is_dir(dir, e)) continue;
-        char *sub = join(dir, e->d_name);
+        char *sub = ch_dataset_path_join(dir, e->d_name);
         if (!sub) {
             rc = -1;
             break;
@@ -158,6 +142,13 @@ static const char *folder_path(const ch_dataset_t *ds, int64_t i)
 {
     const struct folder_impl *f = ds->impl;
     return f->paths[i];
+}
+
+int64_t ch_dataset_imagefolder_label(const ch_dataset_t *ds, int64_t i)
+{
+    if (!ds || !ds->kind || strcmp(ds->kind, "imagefolder") || i < 0 || i >= ds->length) return -1;
+    const struct folder_impl *f = ds->impl;
+    return f->labels[i];
 }
 
 static void folder_destroy(ch_dataset_t *ds)
@@ -202,16 +193,16 @@ ch_status ch_dataset_imagefolder_open(ch_dataset_t **out, const char *root, int 
         st = CH_ERROR(CH_ERR_IO, "ImageFolder: Couldn't find any class folder in %s.", root);
         goto fail;
     }
-    qsort(classes.v, classes.n, sizeof *classes.v, cmp_str);
+    qsort(classes.v, classes.n, sizeof *classes.v, ch_dataset_cmp_str);
     for (size_t c = 0; c < classes.n; c++) {
-        char *cdir = join(root, classes.v[c]);
+        char *cdir = ch_dataset_path_join(root, classes.v[c]);
         if (!cdir || walk_dirs(cdir, &dirs)) {
             free(cdir);
             st = CH_ERROR(CH_ERR_NOMEM, "ImageFolder %s: out of memory", root);
             goto fail;
         }
         free(cdir);
-        if (dirs.n > 1) qsort(dirs.v, dirs.n, sizeof *dirs.v, cmp_str);
+        if (dirs.n > 1) qsort(dirs.v, dirs.n, sizeof *dirs.v, ch_dataset_cmp_str);
         size_t before = files.n;
         for (size_t k = 0; k < dirs.n; k++) {
             DIR *dd = opendir(dirs.v[k]);
@@ -226,9 +217,9 @@ ch_status ch_dataset_imagefolder_open(ch_dataset_t **out, const char *root, int 
                 }
             }
             closedir(dd);
-            if (names.n > 1) qsort(names.v, names.n, sizeof *names.v, cmp_str);
+            if (names.n > 1) qsort(names.v, names.n, sizeof *names.v, ch_dataset_cmp_str);
             for (size_t j = 0; j < names.n; j++) {
-                if (strvec_push(&files, join(dirs.v[k], names.v[j]))) {
+                if (strvec_push(&files, ch_dataset_path_join(dirs.v[k], names.v[j]))) {
                     st = CH_ERROR(CH_ERR_NOMEM, "ImageFolder %s: out of memory", root);
                     goto fail;
                 }

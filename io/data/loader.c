@@ -135,6 +135,9 @@ ch_status ch_loader_create(ch_loader_t **out, ch_dataset_t *ds, const ch_loader_
     atomic_init(&l->stop, 0);
     st = ch_sampler_create(&l->sampler, ds->length, cfg->world_size, cfg->rank, cfg->shuffle,
                            cfg->seed, cfg->sampler_drop_last);
+    if (st == CH_OK && cfg->shard_window > 0)
+        st = ch_sampler_set_shard_window(l->sampler, cfg->shard_first, cfg->n_shards,
+                                         cfg->shard_window);
     if (st) goto fail;
     st = ch_transforms_create(&l->tf, cfg->transforms, cfg->n_transforms, ds->channels, cfg->seed);
     if (st) goto fail;

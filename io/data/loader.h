@@ -64,6 +64,11 @@ typedef struct ch_loader_options {
     int sampler_drop_last;   /* DistributedSampler drop_last */
     const ch_transform_t *transforms; /* ops, ending with Normalize (transforms.h) */
     int n_transforms;
+    int shard_window;          /* > 0: data.order = shard_window over the shards below
+                                  (ch_sampler_set_shard_window; not DistributedSampler
+                                  order); 0: off */
+    const int64_t *shard_first; /* n_shards + 1 sample offsets (read at create) */
+    int n_shards;
 } ch_loader_options_t;
 
 /* Defaults: batch_size 32, drop_last 0, num_workers 2, prefetch 0 (auto),

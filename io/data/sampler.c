@@ -14,20 +14,31 @@ struct ch_sampler {
     int64_t num_samples, total_size;
     int64_t *perm;    /* n */
     int64_t *indices; /* num_samples */
+    /* data.order = shard_window (ch_sampler_set_shard_window); window 0: off */
+    int window, nshards;
+    int64_t *shard_first; /* nshards + 1 */
+    int64_t *shard_perm;  /* nshards */
+    int64_t n_own;        /* this epoch: the rank's samples before padding / cutting */
 };
 
-void ch_randperm(int64_t n, uint64_t seed, int64_t *perm)
+/* Fisher-Yates over a[0..m) with randperm_cpu's draws (ATen
+ * TensorFactories.cpp, PyTorch 1.13: MT19937, 32-bit draws). */
+static void shuffle_segment(int64_t *a, int64_t m, uint64_t seed)
 {
     ch_mt19937_t g;
     ch_mt19937_seed(&g, seed);
-    for (int64_t i = 0; i < n; i++) perm[i] = i;
-    /* randperm_cpu (ATen TensorFactories.cpp, PyTorch 1.13): 32-bit draws. */
-    for (int64_t i = 0; i + 1 < n; i++) {
-        int64_t z = (int64_t)(ch_mt19937_next(&g) % (uint64_t)(n - i));
-        int64_t t = perm[i];
-        perm[i] = perm[i + z];
-        perm[i + z] = t;
+    for (int64_t i = 0; i + 1 < m; i++) {
+        int64_t z = (int64_t)(ch_mt19937_next(&g) % (uint64_t)(m - i));
+        int64_t t = a[i];
+        a[i] = a[i + z];
+        a[i + z] = t;
     }
+}
+
+void ch_randperm(int64_t n, uint64_t seed, int64_t *perm)
+{
+    for (int64_t i = 0; i < n; i++) perm[i] = i;
+    shuffle_segment(perm, n, seed);
 }
 
 ch_status ch_sampler_create(ch_sampler_t **out, int64_t n, int world_size, int rank,
@@ -77,7 +88,68 @@ void ch_sampler_destroy(ch_sampler_t *s)
     if (!s) return;
     free(s->perm);
     free(s->indices);
+    free(s->shard_first);
+    free(s->shard_perm);
     free(s);
+}
+
+/* The window seed of (seed + epoch, rank, window g): a 64-bit mix folded to
+ * the 32 bits MT19937's init uses. */
+static uint32_t window_seed(uint64_t se, int rank, int64_t g)
+{
+    uint64_t x = se * 0x9E3779B97F4A7C15ull ^ ((uint64_t)(uint32_t)rank << 32) ^ (uint64_t)g;
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdull;
+    x ^= x >> 33;
+    return (uint32_t)(x ^ (x >> 32));
+}
+
+/* The rank's list of one epoch in shard_window order (see sampler.h). */
+static void window_order(ch_sampler_t *s)
+{
+    uint64_t se = s->seed + (uint64_t)s->epoch;
+    ch_randperm(s->nshards, se, s->shard_perm);
+    int64_t m = 0, g = 0, w = 0, seg0 = 0;
+    for (int64_t t = s->rank; t < s->nshards; t += s->world_size) {
+        int64_t sh = s->shard_perm[t];
+        for (int64_t i = s->shard_first[sh]; i < s->shard_first[sh + 1]; i++) s->perm[m++] = i;
+        if (++w == s->window || t + s->world_size >= s->nshards) {
+            shuffle_segment(s->perm + seg0, m - seg0, window_seed(se, s->rank, g++));
+            seg0 = m;
+            w = 0;
+        }
+    }
+    s->n_own = m;
+    for (int64_t k = 0; k < s->num_samples; k++) s->indices[k] = m ? s->perm[k % m] : 0;
+}
+
+ch_status ch_sampler_set_shard_window(ch_sampler_t *s, const int64_t *first, int nshards,
+                                      int window)
+{
+    CH_REQUIRE(s && first && window >= 1 && nshards >= 1,
+               "ch_sampler_set_shard_window: bad arguments (window %d, %d shards)", window, nshards);
+    if (first[0] != 0 || first[nshards] != s->n)
+        return CH_ERROR(CH_ERR_INVALID, "data.order = shard_window: the shards hold %lld samples, "
+                        "the sampler's dataset %lld", (long long)(first[nshards] - first[0]),
+                        (long long)s->n);
+    if (nshards < s->world_size)
+        return CH_ERROR(CH_ERR_INVALID, "data.order = shard_window: %d shards for world size %d "
+                        "(each rank reads shards of its own: pack more, smaller shards)", nshards,
+                        s->world_size);
+    int64_t *f = malloc((size_t)(nshards + 1) * sizeof *f), *p = malloc((size_t)nshards * sizeof *p);
+    if (!f || !p) {
+        free(f);
+        free(p);
+        return CH_ERROR(CH_ERR_NOMEM, "sampler: out of memory");
+    }
+    for (int k = 0; k <= nshards; k++) f[k] = first[k];
+    free(s->shard_first);
+    free(s->shard_perm);
+    s->shard_first = f;
+    s->shard_perm = p;
+    s->nshards = nshards;
+    s->window = window;
+    return ch_sampler_set_epoch(s, s->epoch);
 }
 
 ch_status ch_sampler_set_epoch(ch_sampler_t *s, int64_t epoch)
@@ -85,6 +157,10 @@ ch_status ch_sampler_set_epoch(ch_sampler_t *s, int64_t epoch)
     CH_REQUIRE(s != NULL, "ch_sampler_set_epoch: sampler is NULL");
     CH_REQUIRE(epoch >= 0, "sampler: epoch %lld < 0", (long long)epoch);
     s->epoch = epoch;
+    if (s->window) {
+        window_order(s);
+        return CH_OK;
+    }
     if (s->shuffle) {
         ch_randperm(s->n, s->seed + (uint64_t)epoch, s->perm);
     } else {
@@ -109,6 +185,7 @@ const int64_t *ch_sampler_indices(const ch_sampler_t *s) { return s->indices; }
 
 int ch_sampler_is_padding(const ch_sampler_t *s, int64_t k)
 {
+    if (s->window) return k >= s->n_own;
     return s->rank + k * (int64_t)s->world_size >= s->n;
 }
 

@@ -77,6 +77,26 @@ ch_status ch_sampler_batch(const ch_sampler_t *s, int64_t batch_size, int drop_l
  * (PyTorch 1.13) into perm[0..n-1]. */
 void ch_randperm(int64_t n, uint64_t seed, int64_t *perm);
 
+/* data.order = shard_window, an opt-in order for disk-based file systems
+ * that is NOT DistributedSampler's: the dataset's samples lie in nshards
+ * consecutive ranges (shard k = [first[k], first[k+1]), first[0] = 0,
+ * first[nshards] = n, e.g. ch_shard_index_t.first). Each epoch e: the
+ * shards are permuted (torch.randperm(nshards) seeded with seed + e, as
+ * DistributedSampler permutes samples); rank r takes the shards at
+ * positions r, r + W, r + 2W, ... of that permutation, in that order, in
+ * windows of `window` shards; the samples of each window are shuffled
+ * among themselves (MT19937 seeded from seed + e, r and the window number).
+ * So a rank reads at most `window` shards at a time, each shard by one rank
+ * per epoch. Every rank's list is then cut or padded (repeating its own
+ * head; ch_sampler_is_padding tells which) to num_samples, so a rank whose
+ * shards hold more samples skips its last ones that epoch: with unequal
+ * shards a few samples per epoch are skipped or seen twice. Deterministic
+ * for a given seed, epoch and world size, whatever the loader's workers.
+ * Errors: CH_ERR_INVALID when first[nshards] != n or nshards < world size,
+ * CH_ERR_NOMEM. Recomputes the current epoch's list. */
+ch_status ch_sampler_set_shard_window(ch_sampler_t *s, const int64_t *first, int nshards,
+                                      int window);
+
 #ifdef __cplusplus
 }
 #endif
