@@ -153,7 +153,7 @@ static ch_status write_shard(source_t *src, const char *path, int64_t a, int64_t
 {
     ch_atomic_file_t *f;
     CH_TRY(ch_atomic_file_remove_stale(path, NULL)); /* only this rank writes path */
-    CH_TRY(ch_atomic_file_open(&f, path));
+    CH_TRY(ch_atomic_file_open(path, &f));
     uint8_t h[512];
     char name[64], cls[32];
     ch_status st = CH_OK;
@@ -246,9 +246,9 @@ int main(int argc, char **argv)
     ch_image_init(&src.img);
     if (!s) {
         src.folder = fmt == 0;
-        if (fmt == 0) s = ch_dataset_imagefolder_open(&src.ds, input, 3);
-        else if (fmt == 1) s = ch_dataset_fashion_mnist_open(&src.ds, input, sp == 0);
-        else s = ch_dataset_cifar10_open(&src.ds, input, sp == 0);
+        if (fmt == 0) s = ch_dataset_imagefolder_open(input, 3, &src.ds);
+        else if (fmt == 1) s = ch_dataset_fashion_mnist_open(input, sp == 0, &src.ds);
+        else s = ch_dataset_cifar10_open(input, sp == 0, &src.ds);
     }
     if (src.ds && (s = ch_job_on_finalize(job, (void (*)(void *))ch_dataset_destroy, src.ds)) != CH_OK)
         ch_dataset_destroy(src.ds);
@@ -349,7 +349,7 @@ int main(int argc, char **argv)
     if (rank == 0 && sums[0] > 0) unlink(index); /* shards (re)written: an old index is stale */
     if (world > 1 && (rc = ch_job_check_collective(job, ch_pg_barrier(pg), "index")))
         return ch_job_finalize(job, rc);
-    s = ch_dataset_shards_open(&ds, out, 3, pg);
+    s = ch_dataset_shards_open(out, 3, pg, &ds);
     if (!s && ds->length != n)
         s = CH_ERROR(CH_ERR_FORMAT, "%s: the index counts %lld samples, %lld were packed (other .tar "
                      "files in the directory?)", out, (long long)ds->length, (long long)n);

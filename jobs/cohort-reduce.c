@@ -75,7 +75,7 @@ static int step_hook(void *arg, const ch_reduce_step_t *st)
 static ch_status probe_output(const char *path)
 {
     ch_atomic_file_t *f;
-    ch_status s = ch_atomic_file_open(&f, path);
+    ch_status s = ch_atomic_file_open(path, &f);
     if (s == CH_OK) ch_atomic_file_abort(f);
     return s;
 }

@@ -95,7 +95,7 @@ int main(void)
     ch_compute_options_default(&o);
     o.num_threads = 2;
     ch_compute_t *cx;
-    TRY(ch_compute_create(&cx, &o));
+    TRY(ch_compute_create(&o, &cx));
     int rc = ops(cx) || step(cx);
     char line[256];
     printf("act_step: %s\n", ch_compute_describe(cx, line, sizeof line));

@@ -60,7 +60,7 @@ int main(int argc, char **argv)
     t = calloc((size_t)reps, sizeof *t);
     snprintf(model, sizeof model, "%s/bench-model.safetensors", argv[2]);
     snprintf(resume, sizeof resume, "%s/bench-resume.safetensors", argv[2]);
-    if (ch_safetensors_open(&st, argv[1])) die(argv[1]);
+    if (ch_safetensors_open(argv[1], &st)) die(argv[1]);
     n = ch_safetensors_count(st);
     state = calloc(n, sizeof *state);
     mom = calloc(n, sizeof *mom);
@@ -79,7 +79,7 @@ int main(int argc, char **argv)
     for (int r = 0; r < reps; r++) {
         ch_safetensors_t *x;
         double t0 = bench_now();
-        if (ch_safetensors_open(&x, argv[1])) die("open");
+        if (ch_safetensors_open(argv[1], &x)) die("open");
         t[r] = bench_now() - t0;
         ch_safetensors_destroy(x);
     }
@@ -91,7 +91,7 @@ int main(int argc, char **argv)
             ch_safetensors_t *x;
             size_t off = 0;
             double t0 = bench_now();
-            if (ch_safetensors_open(&x, argv[1])) die("open");
+            if (ch_safetensors_open(argv[1], &x)) die("open");
             for (size_t i = 0; i < n; i++) {
                 const ch_st_view_t *v = ch_safetensors_at(x, i);
                 memcpy(dst + off, v->data, v->nbytes);

@@ -100,7 +100,7 @@ int main(int argc, char **argv)
     ch_compute_options_t o;
     ch_compute_options_default(&o);
     o.num_threads = threads;
-    DIE(ch_compute_create(&cx, &o));
+    DIE(ch_compute_create(&o, &cx));
     char desc[256];
     printf("# %s\n", ch_compute_describe(cx, desc, sizeof desc));
     printf("# batch %lld, median of %d trials, ms per forward + backward\n", (long long)N, trials);

@@ -71,11 +71,11 @@ int main(int argc, char **argv)
     ch_dataset_t *ds = NULL, *sub = NULL;
     ch_status st;
     if (!strcmp(dataset, "fmnist"))
-        st = ch_dataset_fashion_mnist_open(&ds, root ? root : "/usr/share/datasets/fashion-mnist", 1);
+        st = ch_dataset_fashion_mnist_open(root ? root : "/usr/share/datasets/fashion-mnist", 1, &ds);
     else if (!strcmp(dataset, "imagefolder") && root)
-        st = ch_dataset_imagefolder_open(&ds, root, channels);
+        st = ch_dataset_imagefolder_open(root, channels, &ds);
     else if (!strcmp(dataset, "shards") && root)
-        st = ch_dataset_shards_open(&ds, root, channels, NULL);
+        st = ch_dataset_shards_open(root, channels, NULL, &ds);
     else
         usage();
     ch_check_fatal(st, "opening the dataset");
@@ -83,7 +83,7 @@ int main(int argc, char **argv)
     if (limit > 0 && limit < ds->length) {
         int64_t *idx = malloc(sizeof *idx * (size_t)limit);
         for (long long k = 0; k < limit; k++) idx[k] = k;
-        ch_check_fatal(ch_dataset_subset_create(&sub, ds, idx, limit), "subset");
+        ch_check_fatal(ch_dataset_subset_create(ds, idx, limit, &sub), "subset");
         free(idx);
         use = sub;
     }
@@ -110,7 +110,7 @@ int main(int argc, char **argv)
     cfg.transforms = ops;
     cfg.n_transforms = nops;
     ch_loader_t *l;
-    ch_check_fatal(ch_loader_create(&l, use, &cfg), "creating the loader");
+    ch_check_fatal(ch_loader_create(use, &cfg, &l), "creating the loader");
     double *rate = calloc((size_t)epochs, sizeof *rate);
     double checksum = 0;
     for (int e = 0; e < epochs; e++) {

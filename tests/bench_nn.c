@@ -83,7 +83,7 @@ int main(int argc, char **argv)
     ch_sgd_options_t so = {0.01, 0.9, 0.0, 0.005, 0};
     ch_tensor_t x, y;
     int64_t xs[4] = {batch, channels, size, size}, ys[1] = {batch};
-    if (ch_compute_create(&cx, &co) || ch_model_create(arch, &mo, &m) || ch_sgd_create(&so, &sgd) ||
+    if (ch_compute_create(&co, &cx) || ch_model_create(arch, &mo, &m) || ch_sgd_create(&so, &sgd) ||
         ch_sgd_add_model(sgd, m) || ch_tensor_alloc_f32(&x, 4, xs) ||
         ch_tensor_alloc(&y, CH_I64, 1, ys, CH_LAYOUT_PLAIN, CH_DEV_CPU, 0)) {
         fprintf(stderr, "bench_nn: %s\n", ch_error_message());

@@ -228,7 +228,7 @@ int main(int argc, char **argv)
     else if (!strcmp(lay, "nhwc")) o.cpu_layout = CH_LAYOUT_NHWC;
     else if (!strcmp(lay, "8c")) o.cpu_layout = CH_LAYOUT_NCHW8C;
     else if (!strcmp(lay, "16c")) o.cpu_layout = CH_LAYOUT_NCHW16C;
-    DIE(ch_compute_create(&cx, &o));
+    DIE(ch_compute_create(&o, &cx));
     char desc[256];
     printf("# %s\n", ch_compute_describe(cx, desc, sizeof desc));
 

@@ -217,7 +217,7 @@ int main(int argc, char **argv)
     ch_compute_options_t o;
     ch_compute_options_default(&o);
     o.num_threads = threads;
-    DIE(ch_compute_create(&cx, &o));
+    DIE(ch_compute_create(&o, &cx));
     char d[256];
     printf("# %s\n", ch_compute_describe(cx, d, sizeof d));
 

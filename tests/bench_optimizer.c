@@ -34,7 +34,7 @@ int main(int argc, char **argv)
     ch_compute_options_default(&co);
     co.num_threads = threads;
     ch_compute_t *cx;
-    if (ch_compute_create(&cx, &co)) return 1;
+    if (ch_compute_create(&co, &cx)) return 1;
     for (int k = 0; k < 3; k++) {
         ch_optimizer_options_t o;
         ch_optimizer_options_default((ch_optimizer_kind_t)k, &o);

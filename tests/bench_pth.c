@@ -70,12 +70,12 @@ int main(int argc, char **argv)
             double t1 = bench_now();
             if (f == 0) {
                 ch_pth_t *p = NULL;
-                if (ch_pth_open(&p, argv[3], NULL)) return 1;
+                if (ch_pth_open(argv[3], NULL, &p)) return 1;
                 for (size_t i = 0; i < ch_pth_count(p); i++) sink += touch(ch_pth_at(p, i));
                 ch_pth_destroy(p);
             } else {
                 ch_safetensors_t *s = NULL;
-                if (ch_safetensors_open(&s, argv[4])) return 1;
+                if (ch_safetensors_open(argv[4], &s)) return 1;
                 for (size_t i = 0; i < ch_safetensors_count(s); i++)
                     sink += touch(ch_safetensors_at(s, i));
                 ch_safetensors_destroy(s);

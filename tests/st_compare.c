@@ -47,7 +47,7 @@ int main(int argc, char **argv)
         return 2;
     }
     ch_safetensors_t *a = NULL, *b = NULL;
-    if (ch_safetensors_open(&a, pa) || ch_safetensors_open(&b, pb)) {
+    if (ch_safetensors_open(pa, &a) || ch_safetensors_open(pb, &b)) {
         fprintf(stderr, "st_compare: %s\n", ch_error_message());
         ch_safetensors_destroy(a);
         return 2;

@@ -164,7 +164,7 @@ static void test_resume_roundtrip(void **state)
     /* A model file is a plain state dict and not a resume file. */
     p = path_in("model-3.safetensors");
     assert_ch_ok(ch_checkpoint_write_model(p, m.state, 8));
-    assert_ch_ok(ch_safetensors_open(&st, p));
+    assert_ch_ok(ch_safetensors_open(p, &st));
     assert_int_equal(ch_safetensors_count(st), 8);
     assert_int_equal(ch_safetensors_meta_count(st), 1);
     check_model_equal(st, &m);
@@ -290,7 +290,7 @@ static void test_atomic_file_basics(void **state)
 
     for (size_t i = 0; i < sizeof buf; i++) buf[i] = (char)(i * 31 + 7);
     assert_ch_ok(ch_atomic_file_write_all(p, "old", 3));
-    assert_ch_ok(ch_atomic_file_open(&f, p));
+    assert_ch_ok(ch_atomic_file_open(p, &f));
     assert_non_null(strstr(ch_atomic_file_temp_path(f), "/.plain.bin.tmp."));
     assert_int_equal(count_temps(), 1);
     /* small, large (bypassing the buffer), small writes */
@@ -315,7 +315,7 @@ static void test_atomic_file_basics(void **state)
     assert_int_equal(count_temps(), 0);
 
     /* abort leaves the target alone */
-    assert_ch_ok(ch_atomic_file_open(&f, p));
+    assert_ch_ok(ch_atomic_file_open(p, &f));
     assert_ch_ok(ch_atomic_file_write(f, "xyz", 3));
     ch_atomic_file_abort(f);
     assert_int_equal(stat(p, &sb), 0);
@@ -332,9 +332,9 @@ static void test_atomic_file_basics(void **state)
         assert_int_equal(access(path_in("rel.bin"), R_OK), 0);
     }
 
-    assert_ch_error(ch_atomic_file_open(&f, dir), CH_ERR_INVALID, "is a directory");
-    assert_ch_error(ch_atomic_file_open(&f, "dir/"), CH_ERR_INVALID, "ends with '/'");
-    assert_ch_error(ch_atomic_file_open(&f, ""), CH_ERR_INVALID, "empty file name");
+    assert_ch_error(ch_atomic_file_open(dir, &f), CH_ERR_INVALID, "is a directory");
+    assert_ch_error(ch_atomic_file_open("dir/", &f), CH_ERR_INVALID, "ends with '/'");
+    assert_ch_error(ch_atomic_file_open("", &f), CH_ERR_INVALID, "empty file name");
     assert_ch_ok(ch_atomic_file_remove_stale(p, &removed));
     assert_int_equal(removed, 0);
     umask(old);
@@ -374,7 +374,7 @@ static void test_unwritable_destination(void **state)
         rmdir(ro);
     }
     /* A read-only file system (/proc refuses new files even for root). */
-    assert_ch_error(ch_atomic_file_open(&f, "/proc/cohort-test.safetensors"), CH_ERR_IO,
+    assert_ch_error(ch_atomic_file_open("/proc/cohort-test.safetensors", &f), CH_ERR_IO,
                     "cannot write '/proc/cohort-test.safetensors'");
 }
 
@@ -432,7 +432,7 @@ static void test_killed_writer_keeps_old_file(void **state)
         static char chunk[1 << 16];
         close(fds[0]);
         memset(chunk, 0x5a, sizeof chunk);
-        CHILD_CHECK(ch_atomic_file_open(&f, p) == CH_OK, "open");
+        CHILD_CHECK(ch_atomic_file_open(p, &f) == CH_OK, "open");
         for (int i = 0; i < 40; i++) CHILD_CHECK(ch_atomic_file_write(f, chunk, sizeof chunk) == CH_OK, "write");
         CHILD_CHECK(write(fds[1], "w", 1) == 1, "pipe");
         for (int i = 0; i < 1000; i++) { /* keep writing until killed (at most ~10 s) */

@@ -171,7 +171,7 @@ static void test_argmax_order(void **state)
 {
     (void)state;
     ch_compute_t *cx = NULL;
-    assert_ch_ok(ch_compute_create(&cx, NULL));
+    assert_ch_ok(ch_compute_create(NULL, &cx));
     uint64_t x = 12345;
     const int64_t Ks[] = {1, 2, 5, 31, 32, 33, 100, 1000};
     int nontrivial = 0;

@@ -357,7 +357,7 @@ static void test_batchnorm(void **state)
         {2, 33, 7, 1, 1, CH_LAYOUT_PLAIN, 0},
         {4, 2, 520, 2, 2, CH_LAYOUT_NHWC, 0},    /* C > 512: several channel groups */
     };
-    assert_ch_ok(ch_compute_create(&cx, NULL));
+    assert_ch_ok(ch_compute_create(NULL, &cx));
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) bn_one(&cases[i]);
     if (DEV == CH_DEV_CUDA) {
         /* blocked layouts never reach the GPU kernels */
@@ -380,7 +380,7 @@ static void test_gather_stats(void **state)
 {
     (void)state;
     need_dev();
-    assert_ch_ok(ch_compute_create(&cx, NULL));
+    assert_ch_ok(ch_compute_create(NULL, &cx));
     const int R = 4;
     const int64_t C = 37, s[2] = {R, C};
     int64_t counts[2][4] = {{5, 0, 7, 1}, {100, 3, 0, 9}};
@@ -419,7 +419,7 @@ static void test_loss(void **state)
 {
     (void)state;
     need_dev();
-    assert_ch_ok(ch_compute_create(&cx, NULL));
+    assert_ch_ok(ch_compute_create(NULL, &cx));
     const int64_t shapes[][2] = {{64, 10}, {3, 1000}, {7, 1}, {33, 37}};
     for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
         const int64_t N = shapes[si][0], K = shapes[si][1], s[2] = {N, K}, one = 1;
@@ -495,7 +495,7 @@ static void test_sgd(void **state)
 {
     (void)state;
     need_dev();
-    assert_ch_ok(ch_compute_create(&cx, NULL));
+    assert_ch_ok(ch_compute_create(NULL, &cx));
     enum { NP = 4 };
     const int64_t sizes[NP] = {1, 5000, 0, 40000}; /* 40000: several chunks */
     const ch_sgd_hparams_t hs[] = {

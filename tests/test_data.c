@@ -113,7 +113,7 @@ static void test_data_auto_stats(void **state)
     uint8_t *px;
     int64_t *lab;
     const int n = 5, hw = 6;
-    assert_ch_ok(ch_dataset_memory_create(&ds, "idx", "mem", n, 2, 3, 3, 2, &px, &lab));
+    assert_ch_ok(ch_dataset_memory_create("idx", "mem", n, 2, 3, 3, 2, &px, &lab, &ds));
     double sum[3] = {0}, sq[3] = {0};
     for (int i = 0; i < n; i++) {
         lab[i] = i % 2;
@@ -291,7 +291,7 @@ static void test_batch_feed_cpu(void **state)
     char d[1024];
     ch_data_t *data = cifar_data(d, sizeof d, 1);
     ch_compute_t *cx = NULL;
-    assert_ch_ok(ch_compute_create(&cx, NULL));
+    assert_ch_ok(ch_compute_create(NULL, &cx));
     ch_loader_t *loaders[2] = {data->train_loader, data->test_loader};
     ch_batch_feed_t *feed = NULL;
     assert_ch_ok(ch_batch_feed_create(cx, CH_DEV_CPU, 0, loaders, 2, &feed));
@@ -368,7 +368,7 @@ static void test_batch_feed_gpu(void **state)
     ch_compute_options_default(&co);
     co.gpu_device = 0;
     ch_compute_t *cx = NULL;
-    assert_ch_ok(ch_compute_create(&cx, &co));
+    assert_ch_ok(ch_compute_create(&co, &cx));
     ch_batch_feed_t *feed = NULL;
     assert_ch_ok(ch_batch_feed_create(cx, CH_DEV_CUDA, 0, &data->train_loader, 1, &feed));
     epoch_copy_t ref;

@@ -160,8 +160,8 @@ static void test_fashion_mnist_real(void **state)
     struct stat sb;
     if (stat(FMNIST_DIR, &sb) != 0) ch_test_skip("%s not installed (dataset-fashion-mnist)", FMNIST_DIR);
     ch_dataset_t *tr, *te;
-    assert_ch_ok(ch_dataset_fashion_mnist_open(&tr, FMNIST_DIR, 1));
-    assert_ch_ok(ch_dataset_fashion_mnist_open(&te, FMNIST_DIR, 0));
+    assert_ch_ok(ch_dataset_fashion_mnist_open(FMNIST_DIR, 1, &tr));
+    assert_ch_ok(ch_dataset_fashion_mnist_open(FMNIST_DIR, 0, &te));
     assert_int_equal(tr->length, 60000);
     assert_int_equal(te->length, 10000);
     assert_int_equal(tr->num_classes, 10);
@@ -204,7 +204,7 @@ static void test_fashion_mnist_real(void **state)
     write_bytes(tmp_path("fm/t10k-labels-idx1-ubyte.gz"), gz, gzl);
     free(gz);
     ch_dataset_t *te2;
-    assert_ch_ok(ch_dataset_fashion_mnist_open(&te2, tmp_path("fm"), 0));
+    assert_ch_ok(ch_dataset_fashion_mnist_open(tmp_path("fm"), 0, &te2));
     ch_image_t img2;
     ch_image_init(&img2);
     for (int64_t i = 0; i < te->length; i += 97) {
@@ -231,7 +231,7 @@ static void test_idx_bad_inputs(void **state)
     write_bytes(tmp_path("idx/im"), im, iml);
     write_gz(tmp_path("idx/lb.gz"), lb, lbl);
     ch_dataset_t *ds = NULL;
-    assert_ch_ok(ch_dataset_idx_open(&ds, tmp_path("idx/im"), tmp_path("idx/lb.gz"), 10));
+    assert_ch_ok(ch_dataset_idx_open(tmp_path("idx/im"), tmp_path("idx/lb.gz"), 10, &ds));
     assert_int_equal(ds->length, 5);
     assert_int_equal(ds->height, 4);
     assert_int_equal(ds->width, 3);
@@ -245,35 +245,35 @@ static void test_idx_bad_inputs(void **state)
     ch_dataset_destroy(ds);
 
     /* missing file / directory */
-    assert_ch_error(ch_dataset_idx_open(&ds, tmp_path("idx/nope"), tmp_path("idx/lb.gz"), 10),
+    assert_ch_error(ch_dataset_idx_open(tmp_path("idx/nope"), tmp_path("idx/lb.gz"), 10, &ds),
                     CH_ERR_IO, "idx/nope");
     assert_null(ds);
-    assert_ch_error(ch_dataset_fashion_mnist_open(&ds, tmp_path("no-such-dir"), 1), CH_ERR_IO,
+    assert_ch_error(ch_dataset_fashion_mnist_open(tmp_path("no-such-dir"), 1, &ds), CH_ERR_IO,
                     "no-such-dir");
-    assert_ch_error(ch_dataset_fashion_mnist_open(&ds, tmp_path("idx"), 1), CH_ERR_IO,
+    assert_ch_error(ch_dataset_fashion_mnist_open(tmp_path("idx"), 1, &ds), CH_ERR_IO,
                     "train-images-idx3-ubyte.gz");
     /* wrong magic: labels file given as images */
-    assert_ch_error(ch_dataset_idx_open(&ds, tmp_path("idx/lb.gz"), tmp_path("idx/lb.gz"), 10),
+    assert_ch_error(ch_dataset_idx_open(tmp_path("idx/lb.gz"), tmp_path("idx/lb.gz"), 10, &ds),
                     CH_ERR_FORMAT, "wrong magic number 0x00000801 (expected 0x00000803");
     /* truncated raw and truncated gzip */
     write_bytes(tmp_path("idx/im_trunc"), im, iml - 5);
-    assert_ch_error(ch_dataset_idx_open(&ds, tmp_path("idx/im_trunc"), tmp_path("idx/lb.gz"), 10),
+    assert_ch_error(ch_dataset_idx_open(tmp_path("idx/im_trunc"), tmp_path("idx/lb.gz"), 10, &ds),
                     CH_ERR_FORMAT, "im_trunc: truncated: 60 bytes of data expected");
     write_bytes(tmp_path("idx/im_hdr"), im, 10);
-    assert_ch_error(ch_dataset_idx_open(&ds, tmp_path("idx/im_hdr"), tmp_path("idx/lb.gz"), 10),
+    assert_ch_error(ch_dataset_idx_open(tmp_path("idx/im_hdr"), tmp_path("idx/lb.gz"), 10, &ds),
                     CH_ERR_FORMAT, "truncated IDX header");
     write_gz(tmp_path("idx/im.gz"), im, iml);
     uint8_t *gz;
     size_t gzl;
     assert_ch_ok(ch_dataset_read_file(tmp_path("idx/im.gz"), &gz, &gzl));
     write_bytes(tmp_path("idx/im_gztrunc.gz"), gz, gzl / 2);
-    assert_ch_error(ch_dataset_idx_open(&ds, tmp_path("idx/im_gztrunc.gz"), tmp_path("idx/lb.gz"), 10),
+    assert_ch_error(ch_dataset_idx_open(tmp_path("idx/im_gztrunc.gz"), tmp_path("idx/lb.gz"), 10, &ds),
                     CH_ERR_FORMAT, "im_gztrunc.gz: gzip stream is truncated");
     gz[gzl / 2] ^= 0x55;
     gz[gzl / 2 + 1] ^= 0xff;
     write_bytes(tmp_path("idx/im_gzbad.gz"), gz, gzl);
     ch_error_clear();
-    assert_int_equal(ch_dataset_idx_open(&ds, tmp_path("idx/im_gzbad.gz"), tmp_path("idx/lb.gz"), 10),
+    assert_int_equal(ch_dataset_idx_open(tmp_path("idx/im_gzbad.gz"), tmp_path("idx/lb.gz"), 10, &ds),
                      CH_ERR_FORMAT);
     assert_non_null(strstr(ch_error_message(), "im_gzbad.gz"));
     free(gz);
@@ -281,22 +281,22 @@ static void test_idx_bad_inputs(void **state)
     ldims[0] = 4;
     lbl = make_idx(tmp, CH_IDX_MAGIC_LABELS, 1, ldims, 1);
     write_bytes(tmp_path("idx/lb4"), tmp, lbl);
-    assert_ch_error(ch_dataset_idx_open(&ds, tmp_path("idx/im"), tmp_path("idx/lb4"), 10),
+    assert_ch_error(ch_dataset_idx_open(tmp_path("idx/im"), tmp_path("idx/lb4"), 10, &ds),
                     CH_ERR_FORMAT, "has 5 images but");
     /* label out of range */
-    assert_ch_error(ch_dataset_idx_open(&ds, tmp_path("idx/im"), tmp_path("idx/lb.gz"), 4),
+    assert_ch_error(ch_dataset_idx_open(tmp_path("idx/im"), tmp_path("idx/lb.gz"), 4, &ds),
                     CH_ERR_FORMAT, "label 4 at index 4 is out of range for 4 classes");
     /* extra bytes */
     memcpy(tmp, im, iml);
     write_bytes(tmp_path("idx/im_long"), tmp, iml + 3);
-    assert_ch_error(ch_dataset_idx_open(&ds, tmp_path("idx/im_long"), tmp_path("idx/lb.gz"), 10),
+    assert_ch_error(ch_dataset_idx_open(tmp_path("idx/im_long"), tmp_path("idx/lb.gz"), 10, &ds),
                     CH_ERR_FORMAT, "3 unexpected bytes");
     /* a directory where a file should be */
-    assert_ch_error(ch_dataset_idx_open(&ds, tmp_path("idx"), tmp_path("idx/lb.gz"), 10), CH_ERR_IO,
+    assert_ch_error(ch_dataset_idx_open(tmp_path("idx"), tmp_path("idx/lb.gz"), 10, &ds), CH_ERR_IO,
                     "is a directory");
     /* empty file */
     write_bytes(tmp_path("idx/empty"), im, 0);
-    assert_ch_error(ch_dataset_idx_open(&ds, tmp_path("idx/empty"), tmp_path("idx/lb.gz"), 10),
+    assert_ch_error(ch_dataset_idx_open(tmp_path("idx/empty"), tmp_path("idx/lb.gz"), 10, &ds),
                     CH_ERR_FORMAT, "empty");
     assert_null(ds);
 }
@@ -314,7 +314,7 @@ static void test_cifar(void **state)
     mkdirs(tmp_path("cifar"));
     write_bytes(tmp_path("cifar/test_batch.bin"), buf, 3 * R);
     ch_dataset_t *ds;
-    assert_ch_ok(ch_dataset_cifar10_open(&ds, tmp_path("cifar"), 0));
+    assert_ch_ok(ch_dataset_cifar10_open(tmp_path("cifar"), 0, &ds));
     assert_int_equal(ds->length, 3);
     assert_int_equal(ds->channels, 3);
     assert_int_equal(ds->num_classes, 10);
@@ -331,16 +331,16 @@ static void test_cifar(void **state)
     ch_image_free(&img);
     ch_dataset_destroy(ds);
     /* missing train files */
-    assert_ch_error(ch_dataset_cifar10_open(&ds, tmp_path("cifar"), 1), CH_ERR_IO, "data_batch_1.bin");
+    assert_ch_error(ch_dataset_cifar10_open(tmp_path("cifar"), 1, &ds), CH_ERR_IO, "data_batch_1.bin");
     /* truncated */
     write_bytes(tmp_path("cifar/trunc.bin"), buf, 2 * R - 1);
     const char *p1[1] = {tmp_path("cifar/trunc.bin")};
-    assert_ch_error(ch_dataset_cifar10_open_files(&ds, p1, 1), CH_ERR_FORMAT, "trunc.bin: size 6145");
+    assert_ch_error(ch_dataset_cifar10_open_files(p1, 1, &ds), CH_ERR_FORMAT, "trunc.bin: size 6145");
     /* label out of range */
     buf[R] = 10;
     write_bytes(tmp_path("cifar/badlabel.bin"), buf, 3 * R);
     const char *p2[1] = {tmp_path("cifar/badlabel.bin")};
-    assert_ch_error(ch_dataset_cifar10_open_files(&ds, p2, 1), CH_ERR_FORMAT,
+    assert_ch_error(ch_dataset_cifar10_open_files(p2, 1, &ds), CH_ERR_FORMAT,
                     "label 10 of record 1 is out of range");
 }
 
@@ -393,7 +393,7 @@ static void test_imagefolder_layout(void **state)
      * (torchvision would list cat/sub/loop/sub/loop/... until ELOOP) */
     assert_int_equal(symlink("..", tmp_path("folder/cat/sub/loop")), 0);
     ch_dataset_t *ds;
-    assert_ch_ok(ch_dataset_imagefolder_open(&ds, root, 3));
+    assert_ch_ok(ch_dataset_imagefolder_open(root, 3, &ds));
     assert_int_equal(ds->num_classes, 4);
     assert_string_equal(ds->class_names[0], ".hidden");
     assert_string_equal(ds->class_names[1], "Zebra");
@@ -429,7 +429,7 @@ static void check_golden_folder(const char *root, int channels)
     FILE *f = fopen(out, "r");
     assert_non_null(f);
     ch_dataset_t *ds;
-    assert_ch_ok(ch_dataset_imagefolder_open(&ds, root, channels));
+    assert_ch_ok(ch_dataset_imagefolder_open(root, channels, &ds));
     char line[8192];
     assert_non_null(fgets(line, sizeof line, f));
     int nc;
@@ -476,16 +476,16 @@ static void test_imagefolder_bad_inputs(void **state)
     const char *root = make_folder();
     ch_dataset_t *ds = NULL;
     /* missing directory, a file as root, no class folder */
-    assert_ch_error(ch_dataset_imagefolder_open(&ds, tmp_path("nowhere"), 3), CH_ERR_IO, "nowhere");
-    assert_ch_error(ch_dataset_imagefolder_open(&ds, tmp_path("folder/readme.jpg"), 3), CH_ERR_IO,
+    assert_ch_error(ch_dataset_imagefolder_open(tmp_path("nowhere"), 3, &ds), CH_ERR_IO, "nowhere");
+    assert_ch_error(ch_dataset_imagefolder_open(tmp_path("folder/readme.jpg"), 3, &ds), CH_ERR_IO,
                     "is not a directory");
-    assert_ch_error(ch_dataset_imagefolder_open(&ds, tmp_path("folder/cat/sub"), 3), CH_ERR_IO,
+    assert_ch_error(ch_dataset_imagefolder_open(tmp_path("folder/cat/sub"), 3, &ds), CH_ERR_IO,
                     "Couldn't find any class folder in");
     /* a class folder with no images: torchvision raises for the whole dataset */
     mkdirs(tmp_path("folder/empty1"));
     mkdirs(tmp_path("folder/aempty"));
     write_bytes(tmp_path("folder/aempty/x.txt"), "x", 1);
-    assert_ch_error(ch_dataset_imagefolder_open(&ds, root, 3), CH_ERR_FORMAT,
+    assert_ch_error(ch_dataset_imagefolder_open(root, 3, &ds), CH_ERR_FORMAT,
                     "Found no valid file for the classes aempty, empty1. Supported extensions are: "
                     ".jpg, .jpeg");
     assert_null(ds);
@@ -511,7 +511,7 @@ static void test_imagefolder_bad_inputs(void **state)
     assert_ch_ok(ch_dataset_read_file(tmp_path("folder/cat/sub/c.png"), &jp, &jl));
     write_bytes(tmp_path("bad/k/6_truncated.png"), jp, jl - 20);
     free(jp);
-    assert_ch_ok(ch_dataset_imagefolder_open(&ds, tmp_path("bad"), 3));
+    assert_ch_ok(ch_dataset_imagefolder_open(tmp_path("bad"), 3, &ds));
     assert_int_equal(ds->length, 7);
     ch_image_t img;
     ch_image_init(&img);
@@ -549,13 +549,13 @@ static void test_subset_and_split(void **state)
     uint8_t *px;
     int64_t *lab;
     ch_dataset_t *base, *a, *b;
-    assert_ch_ok(ch_dataset_memory_create(&base, "idx", "mem", 103, 2, 2, 1, 103, &px, &lab));
+    assert_ch_ok(ch_dataset_memory_create("idx", "mem", 103, 2, 2, 1, 103, &px, &lab, &base));
     for (int i = 0; i < 103; i++) {
         lab[i] = i;
         memset(px + 4 * i, i, 4);
     }
     int64_t idx[3] = {5, 0, 102};
-    assert_ch_ok(ch_dataset_subset_create(&a, base, idx, 3));
+    assert_ch_ok(ch_dataset_subset_create(base, idx, 3, &a));
     ch_image_t img;
     ch_image_init(&img);
     int64_t label;
@@ -564,7 +564,7 @@ static void test_subset_and_split(void **state)
     assert_ch_error(ch_dataset_get(a, 3, &img, &label), CH_ERR_RANGE, "subset");
     ch_dataset_destroy(a);
     idx[1] = 103;
-    assert_ch_error(ch_dataset_subset_create(&a, base, idx, 3), CH_ERR_RANGE, "index 103 at position 1");
+    assert_ch_error(ch_dataset_subset_create(base, idx, 3, &a), CH_ERR_RANGE, "index 103 at position 1");
 
     assert_ch_ok(ch_dataset_random_split(base, 0.2, 42, &a, &b));
     assert_int_equal(a->length + b->length, 103);

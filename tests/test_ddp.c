@@ -48,7 +48,7 @@ static int setup(void **state)
     o.num_classes = 10;
     o.in_channels = 1;
     o.seed = 7;
-    if (ch_pg_create_mpi(MPI_COMM_WORLD, &f->pg) || ch_compute_create(&f->cx, NULL) ||
+    if (ch_pg_create_mpi(MPI_COMM_WORLD, &f->pg) || ch_compute_create(NULL, &f->cx) ||
         ch_model_create("smallcnn", &o, &f->model))
         return -1;
     *state = f;

@@ -622,7 +622,7 @@ static void test_nccl(void **state)
             ch_compute_options_t co;
             ch_compute_options_default(&co);
             co.gpu_device = rank;
-            s = ch_compute_create(&cx, &co);
+            s = ch_compute_create(&co, &cx);
         }
         if (s == CH_OK) {
             void *stream = ch_compute_stream(cx, CH_DEV_CUDA);

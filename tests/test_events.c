@@ -195,7 +195,7 @@ static void test_event_file(void **state)
     double before = ch_events_now();
 
     snprintf(logdir, sizeof logdir, "%s/a/b/tb", dir); /* parents are created */
-    assert_ch_ok(ch_events_open(&ev, logdir));
+    assert_ch_ok(ch_events_open(logdir, &ev));
     base = strrchr(ch_events_path(ev), '/') + 1;
     gethostname(host, sizeof host);
     snprintf(expect_prefix, sizeof expect_prefix, "events.out.tfevents.");
@@ -247,13 +247,13 @@ static void test_event_file(void **state)
     /* a second writer in the same directory gets its own file */
     {
         ch_events_t *e2;
-        assert_ch_ok(ch_events_open(&e2, logdir));
-        assert_ch_ok(ch_events_open(&ev, logdir));
+        assert_ch_ok(ch_events_open(logdir, &e2));
+        assert_ch_ok(ch_events_open(logdir, &ev));
         assert_string_not_equal(ch_events_path(e2), ch_events_path(ev));
         assert_ch_ok(ch_events_destroy(ev));
         assert_ch_ok(ch_events_destroy(e2));
     }
-    assert_ch_error(ch_events_open(&ev, "/proc/cohort-events"), CH_ERR_IO, "/proc/cohort-events");
+    assert_ch_error(ch_events_open("/proc/cohort-events", &ev), CH_ERR_IO, "/proc/cohort-events");
 }
 
 static char *read_text(const char *path)
@@ -277,7 +277,7 @@ static void test_metrics_csv_and_resume(void **state)
     char csv[700];
     event_t evs[64];
 
-    assert_ch_ok(ch_metrics_open(&m, dir, "metrics.csv", cols, 4, 0));
+    assert_ch_ok(ch_metrics_open(dir, "metrics.csv", cols, 4, 0, &m));
     snprintf(csv, sizeof csv, "%s/metrics.csv", dir);
     assert_string_equal(ch_metrics_csv_path(m), csv);
     assert_string_equal(read_text(csv), "epoch,step,wall_time,loss,accuracy,learning_rate,images_per_sec\n");
@@ -316,7 +316,7 @@ static void test_metrics_csv_and_resume(void **state)
         fclose(f);
     }
     /* resume at epoch 2: rows 0 and 1 kept, 2 and the torn line dropped */
-    assert_ch_ok(ch_metrics_open(&m, dir, "metrics.csv", cols, 4, 2));
+    assert_ch_ok(ch_metrics_open(dir, "metrics.csv", cols, 4, 2, &m));
     v[0] = 0.25;
     assert_ch_ok(ch_metrics_log_epoch(m, 2, 2814, 1700000009.0, v));
     {
@@ -333,12 +333,12 @@ static void test_metrics_csv_and_resume(void **state)
                         "2,2814,1700000009.000,0.25,0.9,0.01,529.25\n");
 
     /* other columns: refused, file untouched */
-    assert_ch_error(ch_metrics_open(&m, dir, "metrics.csv", cols, 3, 1), CH_ERR_FORMAT,
+    assert_ch_error(ch_metrics_open(dir, "metrics.csv", cols, 3, 1, &m), CH_ERR_FORMAT,
                     "has header 'epoch,step,wall_time,loss,accuracy,learning_rate,images_per_sec', expected "
                     "'epoch,step,wall_time,loss,accuracy,learning_rate'");
     assert_non_null(strstr(read_text(csv), "2,2814,1700000009.000"));
     /* a fresh run starts the CSV anew */
-    assert_ch_ok(ch_metrics_open(&m, dir, "metrics.csv", cols, 4, 0));
+    assert_ch_ok(ch_metrics_open(dir, "metrics.csv", cols, 4, 0, &m));
     assert_ch_ok(ch_metrics_destroy(m));
     assert_string_equal(read_text(csv), "epoch,step,wall_time,loss,accuracy,learning_rate,images_per_sec\n");
     /* a malformed row */
@@ -347,7 +347,7 @@ static void test_metrics_csv_and_resume(void **state)
         fputs("x,1,2,3,4,5,6\n", f);
         fclose(f);
     }
-    assert_ch_error(ch_metrics_open(&m, dir, "metrics.csv", cols, 4, 1), CH_ERR_FORMAT, "line 2: expected an epoch");
+    assert_ch_error(ch_metrics_open(dir, "metrics.csv", cols, 4, 1, &m), CH_ERR_FORMAT, "line 2: expected an epoch");
 }
 
 static void test_metrics_rejects(void **state)
@@ -356,13 +356,13 @@ static void test_metrics_rejects(void **state)
     const char *bad1[2] = {"loss", "loss"};
     const char *bad2[1] = {"a,b"};
     const char *bad3[1] = {""};
-    assert_ch_error(ch_metrics_open(&m, dir, "m.csv", bad1, 2, 0), CH_ERR_INVALID, "column 'loss' given twice");
-    assert_ch_error(ch_metrics_open(&m, dir, "m.csv", bad2, 1, 0), CH_ERR_INVALID, "column 0 'a,b'");
-    assert_ch_error(ch_metrics_open(&m, dir, "m.csv", bad3, 1, 0), CH_ERR_INVALID, "column 0 ''");
-    assert_ch_error(ch_metrics_open(&m, dir, "m.csv", cols, 0, 0), CH_ERR_INVALID, "0 columns");
-    assert_ch_error(ch_metrics_open(&m, dir, "sub/m.csv", cols, 4, 0), CH_ERR_INVALID, "plain CSV file name");
-    assert_ch_error(ch_metrics_open(&m, dir, "m.csv", cols, 4, -1), CH_ERR_INVALID, "first epoch -1");
-    assert_ch_error(ch_metrics_open(&m, "/proc/cohort-metrics", "m.csv", cols, 4, 0), CH_ERR_IO,
+    assert_ch_error(ch_metrics_open(dir, "m.csv", bad1, 2, 0, &m), CH_ERR_INVALID, "column 'loss' given twice");
+    assert_ch_error(ch_metrics_open(dir, "m.csv", bad2, 1, 0, &m), CH_ERR_INVALID, "column 0 'a,b'");
+    assert_ch_error(ch_metrics_open(dir, "m.csv", bad3, 1, 0, &m), CH_ERR_INVALID, "column 0 ''");
+    assert_ch_error(ch_metrics_open(dir, "m.csv", cols, 0, 0, &m), CH_ERR_INVALID, "0 columns");
+    assert_ch_error(ch_metrics_open(dir, "sub/m.csv", cols, 4, 0, &m), CH_ERR_INVALID, "plain CSV file name");
+    assert_ch_error(ch_metrics_open(dir, "m.csv", cols, 4, -1, &m), CH_ERR_INVALID, "first epoch -1");
+    assert_ch_error(ch_metrics_open("/proc/cohort-metrics", "m.csv", cols, 4, 0, &m), CH_ERR_IO,
                     "/proc/cohort-metrics");
     /* a failed open leaves no event file behind */
     {
@@ -376,7 +376,7 @@ static void test_metrics_rejects(void **state)
         f = fopen(p, "w");
         fputs("other,header\n", f);
         fclose(f);
-        assert_ch_error(ch_metrics_open(&m, dir, "m.csv", cols, 4, 1), CH_ERR_FORMAT, "has header 'other,header'");
+        assert_ch_error(ch_metrics_open(dir, "m.csv", cols, 4, 1, &m), CH_ERR_FORMAT, "has header 'other,header'");
         d = opendir(dir);
         while ((e = readdir(d)))
             if (strstr(e->d_name, "tfevents")) events++;
@@ -403,11 +403,11 @@ static void test_tensorboard_reads_files(void **state)
     if (!py || !py[0]) ch_test_skip("PYTHON3 not set");
     snprintf(logdir, sizeof logdir, "%s/tests/golden-out/tensorboard", ch_test_builddir());
     rm_rf(logdir);
-    assert_ch_ok(ch_metrics_open(&m, logdir, "metrics.csv", cols, 4, 0));
+    assert_ch_ok(ch_metrics_open(logdir, "metrics.csv", cols, 4, 0, &m));
     for (int e = 0; e < 3; e++) assert_ch_ok(ch_metrics_log_epoch(m, e, 100 * (e + 1), -1, e == 2 ? first2 : vals[e]));
     assert_ch_ok(ch_metrics_destroy(m));
     sleep(1); /* TensorBoard reads event files in name order (timestamp first) */
-    assert_ch_ok(ch_metrics_open(&m, logdir, "metrics.csv", cols, 4, 2));
+    assert_ch_ok(ch_metrics_open(logdir, "metrics.csv", cols, 4, 2, &m));
     for (int e = 2; e < 4; e++) assert_ch_ok(ch_metrics_log_epoch(m, e, 100 * (e + 1), -1, vals[e]));
     assert_ch_ok(ch_metrics_destroy(m));
 

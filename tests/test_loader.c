@@ -25,7 +25,7 @@ static ch_dataset_t *synthetic(int64_t n)
     ch_dataset_t *ds;
     uint8_t *px;
     int64_t *lab;
-    assert_ch_ok(ch_dataset_memory_create(&ds, "idx", "synthetic", n, 28, 28, 1, 10, &px, &lab));
+    assert_ch_ok(ch_dataset_memory_create("idx", "synthetic", n, 28, 28, 1, 10, &px, &lab, &ds));
     for (int64_t i = 0; i < n; i++) {
         lab[i] = i % 10;
         for (int p = 0; p < 784; p++) px[i * 784 + p] = (uint8_t)((i * 13 + p) % 256);
@@ -89,7 +89,7 @@ static void test_order_and_content_independent_of_workers(void **state)
         cfg.num_workers = workers[t];
         cfg.prefetch = prefetch[t];
         ch_loader_t *l;
-        assert_ch_ok(ch_loader_create(&l, ds, &cfg));
+        assert_ch_ok(ch_loader_create(ds, &cfg, &l));
         assert_int_equal(ch_loader_num_batches(l), (334 + 15) / 16);
         int64_t k = run_epoch(l, 2, img[t], lab[t], idx[t]);
         assert_int_equal(k, 334);
@@ -108,7 +108,7 @@ static void test_order_and_content_independent_of_workers(void **state)
     cfg.num_workers = 2;
     cfg.prefetch = 0;
     ch_loader_t *l;
-    assert_ch_ok(ch_loader_create(&l, ds, &cfg));
+    assert_ch_ok(ch_loader_create(ds, &cfg, &l));
     run_epoch(l, 3, img[1], lab[1], idx[1]);
     run_epoch(l, 2, img[2], lab[2], idx[2]);
     assert_memory_equal(img[2], img[0], (size_t)count * 784 * sizeof(float));
@@ -144,7 +144,7 @@ static void test_padding_and_partial_batches(void **state)
     cfg.batch_size = 2;
     cfg.num_workers = 1;
     ch_loader_t *l;
-    assert_ch_ok(ch_loader_create(&l, ds, &cfg));
+    assert_ch_ok(ch_loader_create(ds, &cfg, &l));
     assert_int_equal(ch_loader_num_batches(l), 2); /* 3 samples: 2 + 1 */
     assert_ch_ok(ch_loader_start_epoch(l, 0));
     ch_batch_t *b;
@@ -167,7 +167,7 @@ static void test_padding_and_partial_batches(void **state)
     cfg.world_size = 8;
     cfg.rank = 7;
     cfg.batch_size = 4;
-    assert_ch_ok(ch_loader_create(&l, tiny, &cfg));
+    assert_ch_ok(ch_loader_create(tiny, &cfg, &l));
     assert_ch_ok(ch_loader_start_epoch(l, 0));
     assert_ch_ok(ch_loader_next(l, &b));
     assert_int_equal(b->n, 1);
@@ -176,14 +176,14 @@ static void test_padding_and_partial_batches(void **state)
     ch_loader_destroy(l);
     cfg.sampler_drop_last = 1;
     l = NULL;
-    assert_ch_error(ch_loader_create(&l, tiny, &cfg), CH_ERR_RANGE,
+    assert_ch_error(ch_loader_create(tiny, &cfg, &l), CH_ERR_RANGE,
                     "has 3 samples; with world size 8 (sampler drop_last 1) rank 7 gets 0 samples");
     assert_null(l);
     cfg.sampler_drop_last = 0;
     cfg.drop_last = 1;
     cfg.world_size = 1;
     cfg.rank = 0;
-    assert_ch_error(ch_loader_create(&l, tiny, &cfg), CH_ERR_RANGE, "make no batch of 4");
+    assert_ch_error(ch_loader_create(tiny, &cfg, &l), CH_ERR_RANGE, "make no batch of 4");
     ch_dataset_destroy(tiny);
     ch_dataset_destroy(ds);
 }
@@ -195,17 +195,17 @@ static void test_bad_configs_and_holding(void **state)
     ch_loader_options_t cfg;
     ch_loader_options_default(&cfg);
     ch_loader_t *l = NULL;
-    assert_ch_error(ch_loader_create(&l, ds, &cfg), CH_ERR_INVALID, "no transforms");
+    assert_ch_error(ch_loader_create(ds, &cfg, &l), CH_ERR_INVALID, "no transforms");
     cfg.transforms = ops + 1;
     cfg.n_transforms = 1;
     cfg.batch_size = 0;
-    assert_ch_error(ch_loader_create(&l, ds, &cfg), CH_ERR_INVALID, "batch size 0");
+    assert_ch_error(ch_loader_create(ds, &cfg, &l), CH_ERR_INVALID, "batch size 0");
     cfg.batch_size = 8;
     cfg.rank = 1;
-    assert_ch_error(ch_loader_create(&l, ds, &cfg), CH_ERR_INVALID, "invalid rank 1");
+    assert_ch_error(ch_loader_create(ds, &cfg, &l), CH_ERR_INVALID, "invalid rank 1");
     cfg.rank = 0;
     cfg.prefetch = 2;
-    assert_ch_ok(ch_loader_create(&l, ds, &cfg));
+    assert_ch_ok(ch_loader_create(ds, &cfg, &l));
     ch_batch_t *b1, *b2, *b3;
     assert_ch_error(ch_loader_next(l, &b1), CH_ERR_INVALID, "before ch_loader_start_epoch");
     assert_ch_ok(ch_loader_start_epoch(l, 0));
@@ -250,7 +250,7 @@ static void test_worker_error_reaches_consumer(void **state)
         fclose(f);
     }
     ch_dataset_t *ds;
-    assert_ch_ok(ch_dataset_imagefolder_open(&ds, dir, 1));
+    assert_ch_ok(ch_dataset_imagefolder_open(dir, 1, &ds));
     assert_int_equal(ds->length, 40);
     ch_transform_t ops[2] = {ch_tf_resize(4), ch_tf_normalize(1, NULL, NULL)};
     ch_loader_options_t cfg;
@@ -261,11 +261,11 @@ static void test_worker_error_reaches_consumer(void **state)
     cfg.shuffle = 0;
     /* Resize(4) of varying sizes is not fixed: rejected */
     ch_loader_t *l = NULL;
-    assert_ch_error(ch_loader_create(&l, ds, &cfg), CH_ERR_INVALID, "varying size");
+    assert_ch_error(ch_loader_create(ds, &cfg, &l), CH_ERR_INVALID, "varying size");
     ops[0] = ch_tf_resize_hw(4, 4);
     for (int workers = 0; workers <= 2; workers++) {
         cfg.num_workers = workers;
-        assert_ch_ok(ch_loader_create(&l, ds, &cfg));
+        assert_ch_ok(ch_loader_create(ds, &cfg, &l));
         for (int epoch = 0; epoch < 2; epoch++) {
             assert_ch_ok(ch_loader_start_epoch(l, epoch));
             int good = 0;
@@ -298,7 +298,7 @@ static void test_fashion_mnist_epoch(void **state)
     struct stat sb;
     if (stat(FMNIST_DIR, &sb) != 0) ch_test_skip("%s not installed", FMNIST_DIR);
     ch_dataset_t *ds;
-    assert_ch_ok(ch_dataset_fashion_mnist_open(&ds, FMNIST_DIR, 0));
+    assert_ch_ok(ch_dataset_fashion_mnist_open(FMNIST_DIR, 0, &ds));
     ch_transform_t ops[1] = {ch_tf_normalize(1, MEAN1, STD1)};
     ch_loader_options_t cfg;
     ch_loader_options_default(&cfg);
@@ -308,7 +308,7 @@ static void test_fashion_mnist_epoch(void **state)
     cfg.shuffle = 0;
     cfg.pinned = 1;
     ch_loader_t *l;
-    assert_ch_ok(ch_loader_create(&l, ds, &cfg));
+    assert_ch_ok(ch_loader_create(ds, &cfg, &l));
     assert_int_equal(ch_loader_num_batches(l), 40);
     assert_ch_ok(ch_loader_start_epoch(l, 0));
     int64_t counts[10] = {0}, seen = 0;
@@ -344,13 +344,13 @@ static void test_fashion_mnist_helper(void **state)
     cfg.rank = 3;
     ch_loader_t *l = NULL;
     ch_dataset_t *ds = NULL;
-    assert_ch_error(ch_loader_fashion_mnist_create(&l, &ds, "/nonexistent/fmnist", 1, &cfg),
+    assert_ch_error(ch_loader_fashion_mnist_create("/nonexistent/fmnist", 1, &cfg, &l, &ds),
                     CH_ERR_IO, "/nonexistent/fmnist");
     assert_null(l);
     assert_null(ds);
     struct stat sb;
     if (stat(FMNIST_DIR, &sb) != 0) ch_test_skip("%s not installed", FMNIST_DIR);
-    assert_ch_ok(ch_loader_fashion_mnist_create(&l, &ds, FMNIST_DIR, 1, &cfg));
+    assert_ch_ok(ch_loader_fashion_mnist_create(FMNIST_DIR, 1, &cfg, &l, &ds));
     assert_int_equal(ch_loader_num_batches(l), 15000 / 128);
     int c, h, w;
     ch_loader_sample_shape(l, &c, &h, &w);
@@ -385,7 +385,7 @@ static void test_ranks_cover_dataset(void **state)
     cfg.world_size = W;
     cfg.rank = r;
     ch_loader_t *l;
-    ch_status st = ch_loader_create(&l, ds, &cfg);
+    ch_status st = ch_loader_create(ds, &cfg, &l);
     int64_t mine[N], all[N];
     int64_t k = 0;
     if (st == CH_OK && ch_loader_start_epoch(l, 1) == CH_OK) {
@@ -445,7 +445,7 @@ static void test_pinned_cap(void **state)
         cfg.pinned = cases[c].pinned;
         cfg.pinned_max_bytes = cases[c].cap;
         ch_loader_t *l;
-        assert_ch_ok(ch_loader_create(&l, ds, &cfg));
+        assert_ch_ok(ch_loader_create(ds, &cfg, &l));
         int asked = -1, got = -1;
         ch_loader_pinned_slots(l, &asked, &got);
         assert_int_equal(asked, cases[c].asked);

@@ -19,7 +19,7 @@ static ch_compute_t *make_cx(void)
     ch_compute_options_default(&o);
     o.num_threads = 1;
     ch_compute_t *cx = NULL;
-    assert_ch_ok(ch_compute_create(&cx, &o));
+    assert_ch_ok(ch_compute_create(&o, &cx));
     return cx;
 }
 
@@ -123,7 +123,7 @@ static void golden_step(const char *arch, int batch, int size)
     assert_int_equal(nt_run_golden("resnet_golden.py", "nn", args, dir, sizeof dir), 0);
     snprintf(path, sizeof path, "%s/step_%s.safetensors", dir, arch);
     ch_safetensors_t *st;
-    assert_ch_ok(ch_safetensors_open(&st, path));
+    assert_ch_ok(ch_safetensors_open(path, &st));
     ch_model_t *m = make(arch, 99);
     golden_sd_t g;
     golden_sd(st, m, &g);
@@ -209,7 +209,7 @@ static void test_golden_convpool_modules(void **state)
     assert_int_equal(nt_run_golden("convpool_nn_golden.py", "convpool", "", dir, sizeof dir), 0);
     snprintf(path, sizeof path, "%s/convpool_step.safetensors", dir);
     ch_safetensors_t *st;
-    assert_ch_ok(ch_safetensors_open(&st, path));
+    assert_ch_ok(ch_safetensors_open(path, &st));
 
     ch_model_t *m = NULL;
     assert_ch_ok(ch_model_new("convpool", &m));
@@ -354,7 +354,7 @@ static void test_golden_resnet50_summary(void **state)
     assert_int_equal(nt_run_golden("resnet_golden.py", "nn50", "stepcheck resnet50", dir, sizeof dir), 0);
     snprintf(path, sizeof path, "%s/resnet50_ref.safetensors", dir);
     ch_safetensors_t *st;
-    assert_ch_ok(ch_safetensors_open(&st, path));
+    assert_ch_ok(ch_safetensors_open(path, &st));
 
     ch_compute_t *cx = make_cx();
     ch_sgd_options_t so = {0.01, 0.9, 0.0, 0.005, 0};

@@ -63,7 +63,7 @@ static ch_compute_t *make_cx(int threads)
     ch_compute_options_default(&o);
     o.num_threads = threads;
     ch_compute_t *cx = NULL;
-    assert_ch_ok(ch_compute_create(&cx, &o));
+    assert_ch_ok(ch_compute_create(&o, &cx));
     return cx;
 }
 
@@ -74,7 +74,7 @@ static ch_safetensors_t *golden(void)
     assert_int_equal(nt_run_golden("act_golden.py", "act", "", dir, sizeof dir), 0);
     snprintf(path, sizeof path, "%s/act.safetensors", dir);
     ch_safetensors_t *st;
-    assert_ch_ok(ch_safetensors_open(&st, path));
+    assert_ch_ok(ch_safetensors_open(path, &st));
     return st;
 }
 
@@ -510,8 +510,8 @@ static void test_modules_gpu(void **state)
     o.gpu_device = 0;
     o.allow_tf32 = 0;
     ch_compute_t *cc, *cg;
-    assert_ch_ok(ch_compute_create(&cc, &o));
-    assert_ch_ok(ch_compute_create(&cg, &o));
+    assert_ch_ok(ch_compute_create(&o, &cc));
+    assert_ch_ok(ch_compute_create(&o, &cg));
     ch_model_t *mc = NULL, *mg = NULL;
     assert_ch_ok(act_chain(11, &mc));
     assert_ch_ok(act_chain(11, &mg));

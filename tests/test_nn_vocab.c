@@ -19,7 +19,7 @@ static ch_compute_t *make_cx(int threads)
     ch_compute_options_default(&o);
     o.num_threads = threads;
     ch_compute_t *cx = NULL;
-    assert_ch_ok(ch_compute_create(&cx, &o));
+    assert_ch_ok(ch_compute_create(&o, &cx));
     return cx;
 }
 
@@ -91,7 +91,7 @@ static void golden(const char *net)
 
     snprintf(path, sizeof path, "%s/vocab_%s.safetensors", dir, net);
     ch_safetensors_t *st;
-    assert_ch_ok(ch_safetensors_open(&st, path));
+    assert_ch_ok(ch_safetensors_open(path, &st));
     int k = 0;
     ch_nn_view_t *views = nt_golden_sd(st, ch_model_num_entries(m), &k);
     assert_ch_ok(ch_model_load_state_dict(m, views, k, 1, NULL, NULL, NULL));

@@ -176,7 +176,7 @@ static ch_compute_t *new_cx(void)
     ch_compute_options_t o;
     ch_compute_options_default(&o);
     o.num_threads = 1;
-    assert_ch_ok(ch_compute_create(&cx, &o));
+    assert_ch_ok(ch_compute_create(&o, &cx));
     return cx;
 }
 
@@ -303,7 +303,7 @@ static void test_arena(void **state)
 {
     (void)state;
     ch_arena_t *a = NULL;
-    assert_ch_ok(ch_arena_create(&a, CH_DEV_CPU, 0));
+    assert_ch_ok(ch_arena_create(CH_DEV_CPU, 0, &a));
     ch_tensor_t t1, t2;
     int64_t s1[4] = {2, 16, 3, 3}, s2[1] = {5};
     assert_ch_ok(ch_tensor_init(&t1, CH_F32, 4, s1, CH_LAYOUT_NCHW16C, CH_DEV_CPU, 0));
@@ -652,7 +652,7 @@ static void test_conv_algorithms(void **state)
         ch_compute_options_default(&o);
         o.num_threads = 1;
         o.cpu_conv_algorithm = a;
-        assert_ch_ok(ch_compute_create(&cxs[a], &o));
+        assert_ch_ok(ch_compute_create(&o, &cxs[a]));
     }
     char desc[256];
     ch_compute_describe(cxs[0], desc, sizeof desc);
@@ -751,7 +751,7 @@ static void test_conv_algorithms(void **state)
     ch_compute_options_default(&o);
     o.cpu_conv_algorithm = 3;
     ch_compute_t *bad = NULL;
-    assert_ch_error(ch_compute_create(&bad, &o), CH_ERR_INVALID, "cpu_conv_algorithm 3");
+    assert_ch_error(ch_compute_create(&o, &bad), CH_ERR_INVALID, "cpu_conv_algorithm 3");
     assert_null(bad);
 }
 

@@ -236,7 +236,7 @@ static void check_layout(ch_layout_t L)
     ch_compute_options_t opt;
     ch_compute_options_default(&opt);
     opt.num_threads = 1;
-    assert_ch_ok(ch_compute_create(&cx, &opt));
+    assert_ch_ok(ch_compute_create(&opt, &cx));
     const int64_t shapes[][4] = {{9, 48, 19, 17}, {11, 24, 23, 23}};
     for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
         const int64_t *s = shapes[si];

@@ -134,7 +134,7 @@ static void test_sgd_golden(void **state)
     assert_int_equal(nt_run_golden("optim_golden.py", "optim", "", dir, sizeof dir), 0);
     snprintf(path, sizeof path, "%s/sgd.safetensors", dir);
     ch_safetensors_t *st;
-    assert_ch_ok(ch_safetensors_open(&st, path));
+    assert_ch_ok(ch_safetensors_open(path, &st));
     size_t n0, n1, nl;
     float *init0 = nt_read_f32(st, "init.p0", &n0), *init1 = nt_read_f32(st, "init.p1", &n1);
     float *lrs = nt_read_f32(st, "lr", &nl);

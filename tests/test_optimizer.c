@@ -102,7 +102,7 @@ static ch_safetensors_t *open_golden(void)
     char path[1200];
     snprintf(path, sizeof path, "%s/optimizer.safetensors", golden_dir());
     ch_safetensors_t *st;
-    assert_ch_ok(ch_safetensors_open(&st, path));
+    assert_ch_ok(ch_safetensors_open(path, &st));
     return st;
 }
 
@@ -248,7 +248,7 @@ static void run_threads(const ch_optimizer_options_t *o, int threads, float *p, 
     ch_compute_options_default(&co);
     co.num_threads = threads;
     ch_compute_t *cx;
-    assert_ch_ok(ch_compute_create(&cx, &co));
+    assert_ch_ok(ch_compute_create(&co, &cx));
     ch_optimizer_t *opt;
     assert_ch_ok(ch_optimizer_create(o, &opt));
     ch_optimizer_set_compute(opt, cx);
@@ -444,7 +444,7 @@ static void test_label_smoothing(void **state)
     assert_ch_ok(ch_tensor_wrap(&td1, d1, CH_F32, 2, sx, CH_LAYOUT_PLAIN, CH_DEV_CPU, 0));
     assert_ch_ok(ch_tensor_wrap(&td2, d2, CH_F32, 2, sx, CH_LAYOUT_PLAIN, CH_DEV_CPU, 0));
     ch_compute_t *cx;
-    assert_ch_ok(ch_compute_create(&cx, NULL));
+    assert_ch_ok(ch_compute_create(NULL, &cx));
     assert_ch_ok(ch_op_cross_entropy(cx, &tx, &tl, &tloss1, &td1));
     ch_loss_options_t lo = {0.0};
     assert_ch_ok(ch_loss_cross_entropy(cx, &lo, &tx, &tl, &tloss2, &td2));
@@ -458,7 +458,7 @@ static void test_label_smoothing(void **state)
     ch_compute_destroy(cx); /* before the golden part, which may skip */
 
     ch_safetensors_t *st = open_golden();
-    assert_ch_ok(ch_compute_create(&cx, NULL));
+    assert_ch_ok(ch_compute_create(NULL, &cx));
     size_t nx, nl;
     float *lx = nt_read_f32(st, "ls.logits", &nx);
     const ch_st_view_t *lv = ch_safetensors_find(st, "ls.labels");

@@ -153,10 +153,10 @@ static void test_roundtrip_memory_and_file(void **state)
 
     assert_ch_ok(ch_safetensors_serialize(sd, 5, meta2, 2, &buf, &size));
     assert_int_equal((8 + (size_t)((unsigned char *)buf)[0] + ((size_t)((unsigned char *)buf)[1] << 8)) % 8, 0);
-    assert_ch_ok(ch_safetensors_from_memory(&st, buf, size, "rt", 0));
+    assert_ch_ok(ch_safetensors_from_memory(buf, size, "rt", 0, &st));
     check_state(st);
     ch_safetensors_destroy(st);
-    assert_ch_ok(ch_safetensors_from_memory(&st, buf, size, "rt", 1));
+    assert_ch_ok(ch_safetensors_from_memory(buf, size, "rt", 1, &st));
     memset(buf, 0, size); /* copy=1: independent of buf */
     check_state(st);
     ch_safetensors_destroy(st);
@@ -165,12 +165,12 @@ static void test_roundtrip_memory_and_file(void **state)
     assert_ch_ok(ch_safetensors_write(path, sd, 5, meta2, 2));
     /* the read() path (used where mmap fails) */
     setenv("COHORT_SAFETENSORS_NO_MMAP", "1", 1);
-    assert_ch_ok(ch_safetensors_open(&st, path));
+    assert_ch_ok(ch_safetensors_open(path, &st));
     unsetenv("COHORT_SAFETENSORS_NO_MMAP");
     check_state(st);
     ch_safetensors_destroy(st);
     /* the mmap path (default) */
-    assert_ch_ok(ch_safetensors_open(&st, path));
+    assert_ch_ok(ch_safetensors_open(path, &st));
     assert_string_equal(ch_safetensors_source(st), path);
     check_state(st);
 
@@ -196,7 +196,7 @@ static void test_roundtrip_memory_and_file(void **state)
 
     /* Overwrite with fewer tensors: the file is replaced, no temporaries left. */
     assert_ch_ok(ch_safetensors_write(path, sd, 1, NULL, 0));
-    assert_ch_ok(ch_safetensors_open(&st, path));
+    assert_ch_ok(ch_safetensors_open(path, &st));
     assert_int_equal(ch_safetensors_count(st), 1);
     assert_int_equal(ch_safetensors_meta_count(st), 0);
     ch_safetensors_destroy(st);
@@ -262,7 +262,7 @@ static void test_writer_rejects(void **state)
         v[1].nbytes = 3;
         assert_ch_error(ch_safetensors_write(p, v, 2, NULL, 0), CH_ERR_INVALID, p);
         v[1].nbytes = 16;
-        assert_ch_ok(ch_safetensors_open(&st, p));
+        assert_ch_ok(ch_safetensors_open(p, &st));
         assert_int_equal(ch_safetensors_count(st), 1);
         ch_safetensors_destroy(st);
         unlink(p);
@@ -334,7 +334,7 @@ static void test_reader_rejects(void **state)
         ch_status s;
         b = make_file(c->header, zeros, c->dlen, &size);
         ch_error_clear();
-        s = ch_safetensors_from_memory(&st, b, size, "bad.safetensors", 0);
+        s = ch_safetensors_from_memory(b, size, "bad.safetensors", 0, &st);
         if (s != c->code || !strstr(ch_error_message(), c->needle) ||
             !strstr(ch_error_message(), "bad.safetensors"))
             fail_msg("case %zu (%s): got %s '%s', expected %s containing '%s'", i, c->header,
@@ -346,22 +346,22 @@ static void test_reader_rejects(void **state)
     {
         unsigned char h[16] = {0};
         h[0] = 1;
-        assert_ch_error(ch_safetensors_from_memory(&st, h, 5, "x", 0), CH_ERR_FORMAT, "x: 5 bytes, too short");
-        assert_ch_error(ch_safetensors_from_memory(&st, h, 9, "x", 0), CH_ERR_FORMAT, "header length 1 is too small");
+        assert_ch_error(ch_safetensors_from_memory(h, 5, "x", 0, &st), CH_ERR_FORMAT, "x: 5 bytes, too short");
+        assert_ch_error(ch_safetensors_from_memory(h, 9, "x", 0, &st), CH_ERR_FORMAT, "header length 1 is too small");
         h[0] = 9;
-        assert_ch_error(ch_safetensors_from_memory(&st, h, 16, "x", 0), CH_ERR_FORMAT,
+        assert_ch_error(ch_safetensors_from_memory(h, 16, "x", 0, &st), CH_ERR_FORMAT,
                         "header length 9 exceeds the 8 bytes after the length field");
         h[0] = 0;
         h[7] = 0x80;
-        assert_ch_error(ch_safetensors_from_memory(&st, h, 16, "x", 0), CH_ERR_FORMAT, "exceeds the limit");
+        assert_ch_error(ch_safetensors_from_memory(h, 16, "x", 0, &st), CH_ERR_FORMAT, "exceeds the limit");
         h[7] = 0;
         h[3] = 0x10; /* 268 MB: above the limit even if the file were that big */
-        assert_ch_error(ch_safetensors_from_memory(&st, h, 16, "x", 0), CH_ERR_FORMAT, "exceeds the limit");
+        assert_ch_error(ch_safetensors_from_memory(h, 16, "x", 0, &st), CH_ERR_FORMAT, "exceeds the limit");
     }
     /* Files: missing, a directory, truncated on disk. */
-    assert_ch_error(ch_safetensors_open(&st, "/nonexistent/model.safetensors"), CH_ERR_IO,
+    assert_ch_error(ch_safetensors_open("/nonexistent/model.safetensors", &st), CH_ERR_IO,
                     "cannot open '/nonexistent/model.safetensors': No such file or directory");
-    assert_ch_error(ch_safetensors_open(&st, tmpdir[0] ? tmpdir : "."), CH_ERR_IO, "not a regular file");
+    assert_ch_error(ch_safetensors_open(tmpdir[0] ? tmpdir : ".", &st), CH_ERR_IO, "not a regular file");
     {
         void *buf;
         const char *p = tmp_path("trunc.safetensors");
@@ -372,15 +372,15 @@ static void test_reader_rejects(void **state)
         assert_non_null(f);
         fwrite(buf, 1, size - 3, f);
         fclose(f);
-        assert_ch_error(ch_safetensors_open(&st, p), CH_ERR_FORMAT, "truncated file?");
+        assert_ch_error(ch_safetensors_open(p, &st), CH_ERR_FORMAT, "truncated file?");
         assert_non_null(strstr(ch_error_message(), p));
         setenv("COHORT_SAFETENSORS_NO_MMAP", "1", 1);
-        assert_ch_error(ch_safetensors_open(&st, p), CH_ERR_FORMAT, "truncated file?");
+        assert_ch_error(ch_safetensors_open(p, &st), CH_ERR_FORMAT, "truncated file?");
         unsetenv("COHORT_SAFETENSORS_NO_MMAP");
         f = fopen(p, "wb");
         fwrite(buf, 1, 20, f);
         fclose(f);
-        assert_ch_error(ch_safetensors_open(&st, p), CH_ERR_FORMAT, "exceeds the 12 bytes after the length field");
+        assert_ch_error(ch_safetensors_open(p, &st), CH_ERR_FORMAT, "exceeds the 12 bytes after the length field");
         unlink(p);
         free(buf);
     }
@@ -399,12 +399,12 @@ static void test_every_truncation(void **state)
         void *copy = malloc(n ? n : 1); /* exact-size heap block: ASan sees overreads */
         memcpy(copy, buf, n);
         ch_error_clear();
-        if (ch_safetensors_from_memory(&st, copy, n, "cut", 0) == CH_OK)
+        if (ch_safetensors_from_memory(copy, n, "cut", 0, &st) == CH_OK)
             fail_msg("truncation to %zu of %zu bytes loaded", n, size);
         assert_true(ch_error_message()[0] != 0);
         free(copy);
     }
-    assert_ch_ok(ch_safetensors_from_memory(&st, buf, size, "whole", 0));
+    assert_ch_ok(ch_safetensors_from_memory(buf, size, "whole", 0, &st));
     ch_safetensors_destroy(st);
     free(buf);
 }
@@ -465,7 +465,7 @@ static void test_fuzz_corpus_replay(void **state)
         assert_non_null(b);
         files++;
         LLVMFuzzerTestOneInput(b, size);
-        if (ch_safetensors_from_memory(&st, b, size, e->d_name, 0) == CH_OK) {
+        if (ch_safetensors_from_memory(b, size, e->d_name, 0, &st) == CH_OK) {
             loaded++;
             ch_safetensors_destroy(st);
         }
@@ -518,7 +518,7 @@ static void check_against_manifest(const char *path, const json_t *tensors, int 
     ch_safetensors_t *st;
     size_t i;
     const json_t *t;
-    assert_ch_ok(ch_safetensors_open(&st, path));
+    assert_ch_ok(ch_safetensors_open(path, &st));
     assert_int_equal(ch_safetensors_count(st), json_array_size(tensors));
     assert_string_equal(ch_safetensors_meta_get(st, "format"), "pt");
     json_array_foreach(tensors, i, t) {
@@ -587,7 +587,7 @@ static void test_pytorch_interop(void **state)
 
     /* cohort -> torch: write the state dict back in reverse order. */
     snprintf(path, sizeof path, "%s/torch_hand.safetensors", out);
-    assert_ch_ok(ch_safetensors_open(&st, path));
+    assert_ch_ok(ch_safetensors_open(path, &st));
     n = ch_safetensors_count(st);
     views = calloc(n, sizeof *views);
     for (size_t i = 0; i < n; i++) views[i] = *ch_safetensors_at(st, n - 1 - i);

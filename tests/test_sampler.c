@@ -34,11 +34,11 @@ static void test_mt19937_reference_outputs(void **state)
 static void test_invalid_arguments(void **state)
 {
     ch_sampler_t *s = NULL;
-    assert_ch_error(ch_sampler_create(&s, 10, 2, 2, 1, 0, 0), CH_ERR_INVALID, "invalid rank 2");
+    assert_ch_error(ch_sampler_create(10, 2, 2, 1, 0, 0, &s), CH_ERR_INVALID, "invalid rank 2");
     assert_null(s);
-    assert_ch_error(ch_sampler_create(&s, 10, 0, 0, 1, 0, 0), CH_ERR_INVALID, "world size 0");
-    assert_ch_error(ch_sampler_create(&s, -1, 1, 0, 1, 0, 0), CH_ERR_INVALID, "length -1");
-    assert_ch_ok(ch_sampler_create(&s, 10, 2, 1, 1, 0, 0));
+    assert_ch_error(ch_sampler_create(10, 0, 0, 1, 0, 0, &s), CH_ERR_INVALID, "world size 0");
+    assert_ch_error(ch_sampler_create(-1, 1, 0, 1, 0, 0, &s), CH_ERR_INVALID, "length -1");
+    assert_ch_ok(ch_sampler_create(10, 2, 1, 1, 0, 0, &s));
     assert_ch_error(ch_sampler_set_epoch(s, -1), CH_ERR_INVALID, "epoch -1");
     const int64_t *first;
     int64_t count;
@@ -53,16 +53,16 @@ static void test_invalid_arguments(void **state)
 static void test_dataset_smaller_than_world_size(void **state)
 {
     ch_sampler_t *s;
-    assert_ch_ok(ch_sampler_create(&s, 3, 8, 6, 0, 0, 0));
+    assert_ch_ok(ch_sampler_create(3, 8, 6, 0, 0, 0, &s));
     assert_int_equal(ch_sampler_num_samples(s), 1);
     assert_int_equal(ch_sampler_total_size(s), 8);
     assert_int_equal(ch_sampler_indices(s)[0], 0); /* position 6 -> 6 % 3 */
     assert_true(ch_sampler_is_padding(s, 0));
     ch_sampler_destroy(s);
-    assert_ch_ok(ch_sampler_create(&s, 3, 8, 2, 0, 0, 0));
+    assert_ch_ok(ch_sampler_create(3, 8, 2, 0, 0, 0, &s));
     assert_false(ch_sampler_is_padding(s, 0));
     ch_sampler_destroy(s);
-    assert_ch_ok(ch_sampler_create(&s, 3, 8, 0, 1, 0, 1));
+    assert_ch_ok(ch_sampler_create(3, 8, 0, 1, 0, 1, &s));
     assert_int_equal(ch_sampler_num_samples(s), 0);
     assert_int_equal(ch_sampler_num_batches(s, 1, 0), 0);
     ch_sampler_destroy(s);
@@ -72,7 +72,7 @@ static void test_epochs_repeat_and_differ(void **state)
 {
     ch_sampler_t *s;
     int64_t a[100], b[100];
-    assert_ch_ok(ch_sampler_create(&s, 200, 2, 1, 1, 3, 0));
+    assert_ch_ok(ch_sampler_create(200, 2, 1, 1, 3, 0, &s));
     assert_ch_ok(ch_sampler_set_epoch(s, 4));
     memcpy(a, ch_sampler_indices(s), sizeof a);
     assert_ch_ok(ch_sampler_set_epoch(s, 5));
@@ -135,7 +135,7 @@ static void test_golden_against_pytorch(void **state)
                          9);
         int64_t k = parse_list(&p, want, 70000);
         ch_sampler_t *s;
-        assert_ch_ok(ch_sampler_create(&s, n, W, rank, shuffle, (uint64_t)seed, drop_last));
+        assert_ch_ok(ch_sampler_create(n, W, rank, shuffle, (uint64_t)seed, drop_last, &s));
         assert_ch_ok(ch_sampler_set_epoch(s, epoch));
         if (ch_sampler_num_samples(s) != k)
             fail_msg("n=%lld W=%d rank=%d drop_last=%d: num_samples %lld, torch %lld", n, W,

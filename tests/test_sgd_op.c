@@ -184,7 +184,7 @@ static void test_matches_optim(void **state)
         {0.1, 0.9, 0.0, 0.0, 1, "nesterov"},
     };
     ch_compute_t *cx = NULL;
-    assert_ch_ok(ch_compute_create(&cx, NULL));
+    assert_ch_ok(ch_compute_create(NULL, &cx));
     for (size_t i = 0; i < sizeof cfgs / sizeof cfgs[0]; i++) run_cfg(cx, &cfgs[i]);
     ch_compute_destroy(cx);
 }
@@ -218,7 +218,7 @@ static void test_mixed_started(void **state)
     }
     ch_sgd_hparams_t h = {0.1f, 0.9f, 0.0f, 1e-4f, 1};
     ch_compute_t *cx = NULL;
-    assert_ch_ok(ch_compute_create(&cx, NULL));
+    assert_ch_ok(ch_compute_create(NULL, &cx));
     assert_ch_ok(ch_sgd_step(sgd));
     assert_ch_ok(ch_op_sgd_step(cx, CH_DEV_CPU, 0, ts, NP, &h));
     compare(&b, sgd, 0, "mixed");
@@ -231,7 +231,7 @@ static void test_errors(void **state)
 {
     (void)state;
     ch_compute_t *cx = NULL;
-    assert_ch_ok(ch_compute_create(&cx, NULL));
+    assert_ch_ok(ch_compute_create(NULL, &cx));
     float w[4] = {0}, g[4] = {0};
     ch_sgd_tensor_t t = {w, g, NULL, 4, 0};
     ch_sgd_hparams_t h = {0.1f, 0.9f, 0.0f, 0.0f, 0};

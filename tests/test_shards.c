@@ -118,12 +118,12 @@ static void test_fmnist_shards_equal_idx(void **state)
     if (access(FMNIST_DIR, R_OK) != 0) ch_test_skip("no %s", FMNIST_DIR);
     const char *dir = fm_shards();
     ch_dataset_t *idx = NULL, *sub = NULL, *sh = NULL;
-    assert_ch_ok(ch_dataset_fashion_mnist_open(&idx, FMNIST_DIR, 1));
+    assert_ch_ok(ch_dataset_fashion_mnist_open(FMNIST_DIR, 1, &idx));
     int64_t *first = malloc(N_FM * sizeof *first);
     for (int64_t i = 0; i < N_FM; i++) first[i] = i;
-    assert_ch_ok(ch_dataset_subset_create(&sub, idx, first, N_FM));
+    assert_ch_ok(ch_dataset_subset_create(idx, first, N_FM, &sub));
     free(first);
-    assert_ch_ok(ch_dataset_shards_open(&sh, dir, 1, g_pg));
+    assert_ch_ok(ch_dataset_shards_open(dir, 1, g_pg, &sh));
     assert_string_equal(sh->kind, "shards");
     assert_int_equal(sh->num_classes, 10);
     assert_int_equal(access(tmp_path("fm/cohort-shards.index"), R_OK), 0);
@@ -151,7 +151,7 @@ static void test_fmnist_shards_equal_idx(void **state)
     struct stat before, after;
     assert_int_equal(stat(tmp_path("fm/cohort-shards.index"), &before), 0);
     barrier();
-    assert_ch_ok(ch_dataset_shards_open(&sh, dir, 1, g_pg));
+    assert_ch_ok(ch_dataset_shards_open(dir, 1, g_pg, &sh));
     assert_int_equal(stat(tmp_path("fm/cohort-shards.index"), &after), 0);
     assert_int_equal(before.st_mtim.tv_nsec, after.st_mtim.tv_nsec);
     assert_int_equal(before.st_ino, after.st_ino);
@@ -185,16 +185,16 @@ static void test_pattern_and_file(void **state)
     assert_string_equal(ip, tmp_path("fm/fm-{000001..000003}.tar.index"));
     free(ip);
     ch_dataset_t *sh;
-    assert_ch_ok(ch_dataset_shards_open(&sh, pat, 1, g_pg));
+    assert_ch_ok(ch_dataset_shards_open(pat, 1, g_pg, &sh));
     assert_int_equal(sh->length, 3 * PER_SHARD);
     ch_dataset_destroy(sh);
-    assert_ch_ok(ch_dataset_shards_open(&sh, tmp_path("fm/fm-000002.tar"), 1, g_pg));
+    assert_ch_ok(ch_dataset_shards_open(tmp_path("fm/fm-000002.tar"), 1, g_pg, &sh));
     assert_int_equal(sh->length, PER_SHARD);
     ch_dataset_destroy(sh);
     snprintf(pat, sizeof pat, "%s/fm-{000001..000004}.tar", dir); /* one too many */
-    assert_ch_error(ch_dataset_shards_open(&sh, pat, 1, g_pg), CH_ERR_IO, "fm-000004.tar is missing");
+    assert_ch_error(ch_dataset_shards_open(pat, 1, g_pg, &sh), CH_ERR_IO, "fm-000004.tar is missing");
     snprintf(pat, sizeof pat, "%s/fm-{000001-000004}.tar", dir);
-    assert_ch_error(ch_dataset_shards_open(&sh, pat, 1, g_pg), CH_ERR_CONFIG, "{A..B}");
+    assert_ch_error(ch_dataset_shards_open(pat, 1, g_pg, &sh), CH_ERR_CONFIG, "{A..B}");
     barrier();
 }
 
@@ -213,8 +213,8 @@ static void test_imagefolder_packed_equal(void **state)
     assert_int_equal(run0(cmd), 0);
     for (int c = 1; c <= 3; c += 2) {
         ch_dataset_t *f, *sh;
-        assert_ch_ok(ch_dataset_imagefolder_open(&f, tmp_path("if"), c));
-        assert_ch_ok(ch_dataset_shards_open(&sh, tmp_path("ifsh"), c, g_pg));
+        assert_ch_ok(ch_dataset_imagefolder_open(tmp_path("if"), c, &f));
+        assert_ch_ok(ch_dataset_shards_open(tmp_path("ifsh"), c, g_pg, &sh));
         assert_int_equal(sh->num_classes, f->num_classes);
         assert_same_samples(f, sh);
         ch_dataset_destroy(sh);
@@ -248,7 +248,7 @@ static void test_order_vs_torch_sampler(void **state)
              ch_test_srcdir(), dir, out);
     assert_int_equal(run0(cmd), 0);
     ch_dataset_t *sh;
-    assert_ch_ok(ch_dataset_shards_open(&sh, dir, 1, g_pg));
+    assert_ch_ok(ch_dataset_shards_open(dir, 1, g_pg, &sh));
     const ch_shard_index_t *ix = ch_dataset_shards_index(sh);
     FILE *f = fopen(out, "r");
     assert_non_null(f);
@@ -259,7 +259,7 @@ static void test_order_vs_torch_sampler(void **state)
         int e, r, pos;
         assert_int_equal(sscanf(line, "%d %d %n", &e, &r, &pos), 2);
         ch_sampler_t *smp;
-        assert_ch_ok(ch_sampler_create(&smp, sh->length, 3, r, 1, 0, 0));
+        assert_ch_ok(ch_sampler_create(sh->length, 3, r, 1, 0, 0, &smp));
         assert_ch_ok(ch_sampler_set_epoch(smp, e));
         const int64_t *ind = ch_sampler_indices(smp);
         int64_t k = 0;
@@ -407,7 +407,7 @@ static void test_bad_shards(void **state)
     }
     barrier();
     /* the good one reads, labels and all; no end blocks is accepted */
-    assert_ch_ok(ch_dataset_shards_open(&ds, tmp_path("bad/good.tar"), 1, g_pg));
+    assert_ch_ok(ch_dataset_shards_open(tmp_path("bad/good.tar"), 1, g_pg, &ds));
     assert_int_equal(ds->length, 2);
     assert_int_equal(ds->num_classes, 3);
     assert_int_equal(ch_dataset_shards_index(ds)->shards[0].samples[1].label, 2);
@@ -418,27 +418,27 @@ static void test_bad_shards(void **state)
     assert_ch_error(ch_dataset_get(ds, 1, &img, &lab), CH_ERR_FORMAT, "good.tar:b.png");
     ch_image_free(&img);
     ch_dataset_destroy(ds);
-    assert_ch_ok(ch_dataset_shards_open(&ds, tmp_path("bad/noend.tar"), 1, g_pg));
+    assert_ch_ok(ch_dataset_shards_open(tmp_path("bad/noend.tar"), 1, g_pg, &ds));
     ch_dataset_destroy(ds);
-    assert_open_error(ch_dataset_shards_open(&ds, tmp_path("bad/reordered.tar"), 1, g_pg),
+    assert_open_error(ch_dataset_shards_open(tmp_path("bad/reordered.tar"), 1, g_pg, &ds),
                     CH_ERR_FORMAT, "'a' are not adjacent");
-    assert_open_error(ch_dataset_shards_open(&ds, tmp_path("bad/nocls.tar"), 1, g_pg), CH_ERR_FORMAT,
+    assert_open_error(ch_dataset_shards_open(tmp_path("bad/nocls.tar"), 1, g_pg, &ds), CH_ERR_FORMAT,
                     "sample 'b' has no .cls member (its image data at byte 2560");
-    assert_open_error(ch_dataset_shards_open(&ds, tmp_path("bad/badcls.tar"), 1, g_pg), CH_ERR_FORMAT,
+    assert_open_error(ch_dataset_shards_open(tmp_path("bad/badcls.tar"), 1, g_pg, &ds), CH_ERR_FORMAT,
                     "'one' is not a class index");
-    assert_open_error(ch_dataset_shards_open(&ds, tmp_path("bad/corrupt.tar"), 1, g_pg), CH_ERR_FORMAT,
+    assert_open_error(ch_dataset_shards_open(tmp_path("bad/corrupt.tar"), 1, g_pg, &ds), CH_ERR_FORMAT,
                     "corrupt: the tar header at byte 1024 has a bad checksum");
-    assert_open_error(ch_dataset_shards_open(&ds, tmp_path("bad/trunc.tar"), 1, g_pg), CH_ERR_FORMAT,
+    assert_open_error(ch_dataset_shards_open(tmp_path("bad/trunc.tar"), 1, g_pg, &ds), CH_ERR_FORMAT,
                     "trunc.tar: truncated");
-    assert_open_error(ch_dataset_shards_open(&ds, tmp_path("bad/trunc2.tar"), 1, g_pg), CH_ERR_FORMAT,
+    assert_open_error(ch_dataset_shards_open(tmp_path("bad/trunc2.tar"), 1, g_pg, &ds), CH_ERR_FORMAT,
                     "truncated: member at byte 0 has 2 data bytes");
-    assert_open_error(ch_dataset_shards_open(&ds, tmp_path("bad/notar.tar"), 1, g_pg), CH_ERR_FORMAT,
+    assert_open_error(ch_dataset_shards_open(tmp_path("bad/notar.tar"), 1, g_pg, &ds), CH_ERR_FORMAT,
                     "bad checksum");
-    assert_ch_error(ch_dataset_shards_open(&ds, tmp_path("bad/none.tar"), 1, g_pg), CH_ERR_IO,
+    assert_ch_error(ch_dataset_shards_open(tmp_path("bad/none.tar"), 1, g_pg, &ds), CH_ERR_IO,
                     "none.tar");
     snprintf(cmd, sizeof cmd, "mkdir -p '%s/empty'", d);
     assert_int_equal(run0(cmd), 0);
-    assert_ch_error(ch_dataset_shards_open(&ds, tmp_path("bad/empty"), 1, g_pg), CH_ERR_IO,
+    assert_ch_error(ch_dataset_shards_open(tmp_path("bad/empty"), 1, g_pg, &ds), CH_ERR_IO,
                     "holds no .tar file");
     /* nothing half-written: no index beside a failed build */
     assert_int_equal(access(tmp_path("bad/reordered.tar.index"), F_OK), -1);
@@ -454,34 +454,34 @@ static void test_stale_index(void **state)
     snprintf(d, sizeof d, "%s", tmp_path("stale"));
     copy_dir(fm_shards(), d);
     ch_dataset_t *ds;
-    assert_ch_ok(ch_dataset_shards_open(&ds, d, 1, g_pg));
+    assert_ch_ok(ch_dataset_shards_open(d, 1, g_pg, &ds));
     ch_dataset_destroy(ds);
     barrier();
     char cmd[16384];
     /* modified (same size, new mtime) */
     snprintf(cmd, sizeof cmd, "touch -d '2001-01-01' '%s/fm-000001.tar'", d);
     assert_int_equal(run0(cmd), 0);
-    assert_open_error(ch_dataset_shards_open(&ds, d, 1, g_pg), CH_ERR_FORMAT,
+    assert_open_error(ch_dataset_shards_open(d, 1, g_pg, &ds), CH_ERR_FORMAT,
                       "fm-000001.tar was modified (mtime) since it was built");
     /* removed: rebuild, then take one away */
     snprintf(cmd, sizeof cmd, "rm '%s/cohort-shards.index'", d);
     assert_int_equal(run0(cmd), 0);
-    assert_ch_ok(ch_dataset_shards_open(&ds, d, 1, g_pg));
+    assert_ch_ok(ch_dataset_shards_open(d, 1, g_pg, &ds));
     ch_dataset_destroy(ds);
     barrier();
     snprintf(cmd, sizeof cmd, "mv '%s/fm-000003.tar' '%s/x.tmp'", d, d);
     assert_int_equal(run0(cmd), 0);
-    assert_open_error(ch_dataset_shards_open(&ds, d, 1, g_pg), CH_ERR_FORMAT, "it lists 4 shards, 3");
+    assert_open_error(ch_dataset_shards_open(d, 1, g_pg, &ds), CH_ERR_FORMAT, "it lists 4 shards, 3");
     /* swapped names (reordered shards) */
     snprintf(cmd, sizeof cmd, "mv '%s/x.tmp' '%s/fm-000003.tar' && mv '%s/fm-000001.tar' '%s/x.tmp' && "
              "mv '%s/fm-000002.tar' '%s/fm-000001.tar' && mv '%s/x.tmp' '%s/fm-000002.tar'",
              d, d, d, d, d, d, d, d);
     assert_int_equal(run0(cmd), 0);
-    assert_open_error(ch_dataset_shards_open(&ds, d, 1, g_pg), CH_ERR_FORMAT, "changed size");
+    assert_open_error(ch_dataset_shards_open(d, 1, g_pg, &ds), CH_ERR_FORMAT, "changed size");
     /* a damaged index */
     if (ch_test_rank() == 0) flip_byte(tmp_path("stale/cohort-shards.index"), 40);
     barrier();
-    assert_ch_error(ch_dataset_shards_open(&ds, d, 1, g_pg), CH_ERR_FORMAT, "CRC-32 mismatch");
+    assert_ch_error(ch_dataset_shards_open(d, 1, g_pg, &ds), CH_ERR_FORMAT, "CRC-32 mismatch");
     barrier();
 }
 
@@ -491,7 +491,7 @@ static void test_index_file_round_trip(void **state)
     (void)state;
     if (access(FMNIST_DIR, R_OK) != 0) ch_test_skip("no %s", FMNIST_DIR);
     ch_dataset_t *ds;
-    assert_ch_ok(ch_dataset_shards_open(&ds, fm_shards(), 1, g_pg));
+    assert_ch_ok(ch_dataset_shards_open(fm_shards(), 1, g_pg, &ds));
     uint8_t *buf;
     size_t len;
     assert_ch_ok(ch_shard_index_encode(ch_dataset_shards_index(ds), &buf, &len));
@@ -543,7 +543,7 @@ static void test_stage(void **state)
     char sdir[1200];
     snprintf(sdir, sizeof sdir, "%s", tmp_path("stage"));
     ch_dataset_t *a, *b;
-    assert_ch_ok(ch_dataset_shards_open(&a, src, 1, g_pg)); /* the index exists */
+    assert_ch_ok(ch_dataset_shards_open(src, 1, g_pg, &a)); /* the index exists */
     const int64_t total = dir_bytes(src, "cohort-shards.index");
     char *staged;
     ch_stage_stats_t st;
@@ -553,7 +553,7 @@ static void test_stage(void **state)
     assert_int_equal(st.bytes_reused, 0);
     assert_true(strncmp(staged, sdir, strlen(sdir)) == 0);
     assert_int_equal(dir_bytes(staged, "cohort-shards.index"), total);
-    assert_ch_ok(ch_dataset_shards_open(&b, staged, 1, g_pg)); /* the copied index is valid */
+    assert_ch_ok(ch_dataset_shards_open(staged, 1, g_pg, &b)); /* the copied index is valid */
     assert_same_samples(a, b);
     ch_dataset_destroy(b);
     barrier();
@@ -581,7 +581,7 @@ static void test_stage(void **state)
     assert_ch_ok(ch_shards_stage(src, sdir, g_pg, &staged, &st));
     assert_int_equal(st.bytes_copied, vs.st_size);
     assert_int_equal(st.files_copied, 1);
-    assert_ch_ok(ch_dataset_shards_open(&b, staged, 1, g_pg));
+    assert_ch_ok(ch_dataset_shards_open(staged, 1, g_pg, &b));
     assert_same_samples(a, b);
     ch_dataset_destroy(b);
     ch_dataset_destroy(a);
@@ -591,7 +591,7 @@ static void test_stage(void **state)
     snprintf(pat, sizeof pat, "%s/fm-{000000..000001}.tar", src);
     assert_ch_ok(ch_shards_stage(pat, sdir, g_pg, &staged, &st));
     assert_true(strstr(staged, "/fm-{000000..000001}.tar") != NULL);
-    assert_ch_ok(ch_dataset_shards_open(&b, staged, 1, g_pg));
+    assert_ch_ok(ch_dataset_shards_open(staged, 1, g_pg, &b));
     assert_int_equal(b->length, 2 * PER_SHARD);
     ch_dataset_destroy(b);
     free(staged);
@@ -619,7 +619,7 @@ static void test_shard_window_order(void **state)
         int64_t seen[260] = {0};
         for (int r = 0; r < W; r++) {
             ch_sampler_t *smp;
-            assert_ch_ok(ch_sampler_create(&smp, n, W, r, 1, 7, 0));
+            assert_ch_ok(ch_sampler_create(n, W, r, 1, 7, 0, &smp));
             assert_ch_ok(ch_sampler_set_shard_window(smp, first, ns, window));
             assert_ch_ok(ch_sampler_set_epoch(smp, epoch));
             const int64_t *ind = ch_sampler_indices(smp);
@@ -652,7 +652,7 @@ static void test_shard_window_order(void **state)
             }
             /* the epoch's list is a function of (seed, epoch, rank) */
             ch_sampler_t *again;
-            assert_ch_ok(ch_sampler_create(&again, n, W, r, 1, 7, 0));
+            assert_ch_ok(ch_sampler_create(n, W, r, 1, 7, 0, &again));
             assert_ch_ok(ch_sampler_set_shard_window(again, first, ns, window));
             assert_ch_ok(ch_sampler_set_epoch(again, epoch));
             assert_memory_equal(ch_sampler_indices(again), ind, (size_t)m * sizeof *ind);
@@ -668,10 +668,10 @@ static void test_shard_window_order(void **state)
         assert_true(total >= n - 60 && total <= n);
     }
     ch_sampler_t *smp;
-    assert_ch_ok(ch_sampler_create(&smp, n, 16, 0, 1, 7, 0));
+    assert_ch_ok(ch_sampler_create(n, 16, 0, 1, 7, 0, &smp));
     assert_ch_error(ch_sampler_set_shard_window(smp, first, ns, 1), CH_ERR_INVALID, "8 shards for world size 16");
     ch_sampler_destroy(smp);
-    assert_ch_ok(ch_sampler_create(&smp, n + 1, 2, 0, 1, 7, 0));
+    assert_ch_ok(ch_sampler_create(n + 1, 2, 0, 1, 7, 0, &smp));
     assert_ch_error(ch_sampler_set_shard_window(smp, first, ns, 1), CH_ERR_INVALID, "hold 260 samples");
     ch_sampler_destroy(smp);
 }

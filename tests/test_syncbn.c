@@ -126,7 +126,7 @@ static void run_case(const char *arch, int hw, int B, int empty_rank, int use_ga
     ch_compute_options_default(&co);
     co.num_threads = 1;
     ch_compute_t *cx = NULL;
-    RUN(ch_compute_create(&cx, &co));
+    RUN(ch_compute_create(&co, &cx));
     ch_model_options_t o;
     ch_model_options_default(&o);
     o.in_channels = 1;

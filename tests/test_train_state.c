@@ -136,7 +136,7 @@ static void test_model_file_round_trip(void **state)
     assert_int_equal(r.prefix_stripped, 0);
     /* torchvision names and dtypes, in state-dict order */
     ch_safetensors_t *st = NULL;
-    assert_ch_ok(ch_safetensors_open(&st, path_in("model-0.safetensors")));
+    assert_ch_ok(ch_safetensors_open(path_in("model-0.safetensors"), &st));
     assert_int_equal(ch_safetensors_count(st), ch_model_num_entries(a));
     assert_non_null(ch_safetensors_find(st, "bn1.num_batches_tracked"));
     assert_int_equal(ch_safetensors_find(st, "bn1.num_batches_tracked")->dtype, CH_ST_I64);
@@ -457,7 +457,7 @@ static void test_pretrained_pytorch_ddp_file(void **state)
     char path[1100];
     snprintf(path, sizeof path, "%s/ddp_smallcnn.safetensors", gdir);
     ch_safetensors_t *st = NULL;
-    assert_ch_ok(ch_safetensors_open(&st, path));
+    assert_ch_ok(ch_safetensors_open(path, &st));
     assert_non_null(ch_safetensors_find(st, "module.conv1.weight"));
     ch_model_t *m = small(3, 10);
     ch_pretrained_report_t r;

@@ -61,7 +61,7 @@ static void test_golden_against_torchvision(void **state)
         float *want = malloc(n * sizeof *want), *got = malloc(n * sizeof *got);
         assert_int_equal(fread(want, sizeof *want, n, f), n);
         ch_transforms_t *tf;
-        assert_ch_ok(ch_transforms_create(&tf, ops, nops, c, 0));
+        assert_ch_ok(ch_transforms_create(ops, nops, c, 0, &tf));
         int eh, ew;
         ch_transforms_output_size(tf, h, w, &eh, &ew);
         assert_int_equal(eh, oh);
@@ -97,7 +97,7 @@ static void test_random_crop_flip_properties(void **state)
     ch_transform_t ops[3] = {ch_tf_random_crop(28, 4), ch_tf_random_hflip(0.5),
                              ch_tf_normalize(1, NULL, NULL)};
     ch_transforms_t *tf;
-    assert_ch_ok(ch_transforms_create(&tf, ops, 3, 1, 99));
+    assert_ch_ok(ch_transforms_create(ops, 3, 1, 99, &tf));
     ch_transforms_scratch_t s;
     ch_transforms_scratch_init(&s);
     static int seen[9][9][2];
@@ -145,7 +145,7 @@ static void test_streams_are_per_epoch_and_index(void **state)
     ch_transform_t ops[3] = {ch_tf_random_resized_crop(32), ch_tf_random_hflip(0.5),
                              ch_tf_normalize(3, MEAN3, STD3)};
     ch_transforms_t *tf;
-    assert_ch_ok(ch_transforms_create(&tf, ops, 3, 3, 7));
+    assert_ch_ok(ch_transforms_create(ops, 3, 3, 7, &tf));
     ch_transforms_scratch_t s;
     ch_transforms_scratch_init(&s);
     enum { N = 16, SZ = 3 * 32 * 32 };
@@ -173,18 +173,18 @@ static void test_bad_pipelines(void **state)
     ch_transforms_t *tf = NULL;
     ch_transform_t ops[3] = {ch_tf_normalize(1, NULL, NULL), ch_tf_random_hflip(0.5),
                              ch_tf_normalize(1, NULL, NULL)};
-    assert_ch_error(ch_transforms_create(&tf, ops, 3, 1, 0), CH_ERR_INVALID, "must be the last op");
-    assert_ch_error(ch_transforms_create(&tf, ops + 1, 1, 1, 0), CH_ERR_INVALID, "must end with Normalize");
+    assert_ch_error(ch_transforms_create(ops, 3, 1, 0, &tf), CH_ERR_INVALID, "must be the last op");
+    assert_ch_error(ch_transforms_create(ops + 1, 1, 1, 0, &tf), CH_ERR_INVALID, "must end with Normalize");
     ops[1].p = 1.5;
-    assert_ch_error(ch_transforms_create(&tf, ops + 1, 2, 1, 0), CH_ERR_INVALID, "p=1.5");
+    assert_ch_error(ch_transforms_create(ops + 1, 2, 1, 0, &tf), CH_ERR_INVALID, "p=1.5");
     float zero = 0.0f;
     ops[0] = ch_tf_normalize(1, NULL, &zero);
-    assert_ch_error(ch_transforms_create(&tf, ops, 1, 1, 0), CH_ERR_INVALID, "std[0] is 0");
+    assert_ch_error(ch_transforms_create(ops, 1, 1, 0, &tf), CH_ERR_INVALID, "std[0] is 0");
     assert_null(tf);
     /* crop larger than the padded image; result of the wrong size */
     ops[0] = ch_tf_random_crop(40, 4);
     ops[1] = ch_tf_normalize(1, NULL, NULL);
-    assert_ch_ok(ch_transforms_create(&tf, ops, 2, 1, 0));
+    assert_ch_ok(ch_transforms_create(ops, 2, 1, 0, &tf));
     ch_image_t img;
     ch_image_init(&img);
     assert_ch_ok(ch_image_reshape(&img, 28, 28, 1));
@@ -196,7 +196,7 @@ static void test_bad_pipelines(void **state)
                     "required crop size (40, 40) is larger than the padded image size (36, 36)");
     ch_transforms_destroy(tf);
     ops[0] = ch_tf_resize(30);
-    assert_ch_ok(ch_transforms_create(&tf, ops, 2, 1, 0));
+    assert_ch_ok(ch_transforms_create(ops, 2, 1, 0, &tf));
     assert_ch_error(ch_transforms_apply(tf, &img, 0, 0, &s, out, 28, 28), CH_ERR_RANGE,
                     "result is 30x30, the batch expects 28x28");
     int oh, ow;
@@ -233,7 +233,7 @@ static void test_parse(void **state)
     assert_int_equal(ops[2].kind, CH_TF_NORMALIZE);
     assert_true(ops[2].mean[0] == 0.2860f && ops[2].std[0] == 0.3530f);
     ch_transforms_t *tf;
-    assert_ch_ok(ch_transforms_create(&tf, ops, n, 1, 0));
+    assert_ch_ok(ch_transforms_create(ops, n, 1, 0, &tf));
     ch_transforms_destroy(tf);
 
     assert_ch_ok(ch_transforms_parse("Resize(256);center_crop([224,200]);to_tensor()", 3, ops,

@@ -30,7 +30,7 @@ static ch_compute_t *cx_mode(const char *mode)
     ch_compute_options_default(&o);
     o.num_threads = 1;
     ch_compute_t *cx = NULL;
-    assert_ch_ok(ch_compute_create(&cx, &o));
+    assert_ch_ok(ch_compute_create(&o, &cx));
     assert_int_equal(unsetenv("COHORT_WEIGHT_CACHE"), 0);
     return cx;
 }
@@ -258,7 +258,7 @@ static void test_bad_mode(void **state)
     (void)state;
     assert_int_equal(setenv("COHORT_WEIGHT_CACHE", "sometimes", 1), 0);
     ch_compute_t *cx = NULL;
-    assert_ch_error(ch_compute_create(&cx, NULL), CH_ERR_INVALID, "COHORT_WEIGHT_CACHE=sometimes");
+    assert_ch_error(ch_compute_create(NULL, &cx), CH_ERR_INVALID, "COHORT_WEIGHT_CACHE=sometimes");
     assert_null(cx);
     assert_int_equal(unsetenv("COHORT_WEIGHT_CACHE"), 0);
 }

@@ -616,7 +616,7 @@ static int setup(trainer_t *j)
     if (j->rank == 0) {
         const char *cols[] = {"loss", "accuracy", "accuracy_exact", "learning_rate",
                               "images_per_sec", "seconds"};
-        s = ch_metrics_open(&j->metrics, j->out.dir, "metrics.csv", cols, 6, j->start_epoch);
+        s = ch_metrics_open(j->out.dir, "metrics.csv", cols, 6, j->start_epoch, &j->metrics);
     }
     if (ch_job_agree(j->job, s, "metrics files")) return CH_EXIT_BAD_INPUT;
     return CH_JOB_CONTINUE;

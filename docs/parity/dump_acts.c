@@ -11,7 +11,7 @@ static const char *mods[]={"bn1","maxpool","layer1.0.bn1","layer1.0","layer1.1.b
 int main(void) {
   ch_model_options_t o; ch_model_options_default(&o); o.num_classes=10; o.in_channels=1;
   ch_model_t *m; ch_compute_t *cx; ch_safetensors_t *st, *bt;
-  if (ch_model_create("resnet18",&o,&m) || ch_compute_create(&cx,NULL) || ch_safetensors_open(&st,"init.safetensors") || ch_safetensors_open(&bt,"batch.safetensors")) { printf("%s\n", ch_error_message()); return 1;}
+  if (ch_model_create("resnet18",&o,&m) || ch_compute_create(NULL, &cx) || ch_safetensors_open("init.safetensors", &st) || ch_safetensors_open("batch.safetensors", &bt)) { printf("%s\n", ch_error_message()); return 1;}
   int ne=ch_model_num_entries(m);
   for (int i=0;i<ne;i++){ ch_param_t*e=ch_model_entry(m,i); size_t b=e->numel*(e->dtype==CH_I64?8:4);
     if (ch_safetensors_read_into(st,e->name,e->dtype==CH_I64?CH_ST_I64:CH_ST_F32,e->ndim,e->shape,e->data,b)) {printf("%s\n",ch_error_message());return 1;}}

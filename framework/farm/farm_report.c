@@ -37,7 +37,7 @@ ch_status ch_farm_write_status(ch_farm_t *f)
     }
     snprintf(path, pl, "%s/status.tsv", f->o.dir);
     ch_atomic_file_t *af;
-    ch_status s = ch_atomic_file_open(&af, path);
+    ch_status s = ch_atomic_file_open(path, &af);
     if (s) {
         free(path);
         ch_journal_state_destroy(js);

@@ -182,7 +182,7 @@ ch_status ch_model_plan(ch_model_t *M, ch_compute_t *cx, const int64_t shape[4],
         return CH_ERROR(CH_ERR_UNSUPPORTED, "nn: '%s' is on GPU %d but the compute context has no "
                         "GPU backend state (build without CUDA, or GPU set-up failed)", M->arch,
                         M->dev_index);
-    if (!M->arena) CH_TRY(ch_arena_create(&M->arena, M->dev, M->dev_index));
+    if (!M->arena) CH_TRY(ch_arena_create(M->dev, M->dev_index, &M->arena));
     ch_arena_reset(M->arena);
     M->planned = 0;
     M->have_forward = M->have_loss = M->have_loss_value = 0;

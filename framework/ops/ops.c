@@ -33,7 +33,7 @@ void ch_compute_options_default(ch_compute_options_t *o)
     o->cpu_conv_algorithm = CH_CPU_CONV_DIRECT;
 }
 
-ch_status ch_compute_create(ch_compute_t **out, const ch_compute_options_t *opts)
+ch_status ch_compute_create(const ch_compute_options_t *opts, ch_compute_t **out)
 {
     CH_REQUIRE(out, "ch_compute_create: output pointer is NULL");
     *out = NULL;

@@ -151,7 +151,7 @@ ch_status ch_compute_from_config(const ch_config_t *cfg, ch_compute_options_t *o
 /* Create a context: the oneDNN CPU engine and stream, empty primitive cache.
  * opts may be NULL (defaults). Errors: CH_ERR_DNNL, CH_ERR_NOMEM,
  * CH_ERR_INVALID (bad option). */
-ch_status ch_compute_create(ch_compute_t **cx, const ch_compute_options_t *opts);
+ch_status ch_compute_create(const ch_compute_options_t *opts, ch_compute_t **cx);
 
 /* Destroy cached primitives, scratchpad, engine and stream. NULL-safe. */
 void ch_compute_destroy(ch_compute_t *cx);

@@ -246,7 +246,7 @@ ch_status ch_reduce_ckpt_check_dir(const char *dir, int rank)
         snprintf(path, sizeof path, "%s", dir); /* a temporary file beside it */
     }
     ch_atomic_file_t *f;
-    ch_status s = ch_atomic_file_open(&f, path);
+    ch_status s = ch_atomic_file_open(path, &f);
     if (s == CH_OK) ch_atomic_file_abort(f);
     else ch_error_context("resume state directory %s", dir);
     return s;

@@ -527,7 +527,7 @@ static int setup_compute(ch_job_t *job, const ch_job_options_t *opt, ch_device_r
     if (ch_job_agree(job, s, "compute device")) return CH_EXIT_BAD_INPUT;
 
     co.gpu_device = job->on_gpu ? job->env.device : -1;
-    s = ch_compute_create(&job->cx, &co);
+    s = ch_compute_create(&co, &job->cx);
     /* GPU state now (streams, handles), so failures show up here */
     if (s == CH_OK && job->on_gpu) {
         ch_error_clear();

@@ -24,7 +24,7 @@ struct ch_arena {
     int committed;
 };
 
-ch_status ch_arena_create(ch_arena_t **a, ch_devkind_t dev, int dev_index)
+ch_status ch_arena_create(ch_devkind_t dev, int dev_index, ch_arena_t **a)
 {
     CH_REQUIRE(a, "ch_arena_create: arena pointer is NULL");
     CH_REQUIRE(dev == CH_DEV_CPU || dev == CH_DEV_CUDA,

@@ -4,7 +4,7 @@
  * Two phases, so the training step never calls malloc:
  *
  *   ch_arena_t *a;
- *   ch_arena_create(&a, CH_DEV_CPU, 0);
+ *   ch_arena_create(CH_DEV_CPU, 0, &a);
  *   // planning: describe each activation tensor, then reserve it
  *   ch_tensor_init(&m->out, CH_F32, 4, shape, layout, CH_DEV_CPU, 0);
  *   ch_arena_reserve_tensor(a, &m->out);       // m->out.data still NULL
@@ -46,7 +46,7 @@ typedef struct ch_arena ch_arena_t;
 
 /* Create an empty arena whose storage will live on (dev, dev_index).
  * Errors: CH_ERR_NOMEM. */
-ch_status ch_arena_create(ch_arena_t **a, ch_devkind_t dev, int dev_index);
+ch_status ch_arena_create(ch_devkind_t dev, int dev_index, ch_arena_t **a);
 
 /* Release storage (tensors' data set to NULL) and the arena. NULL-safe. */
 void ch_arena_destroy(ch_arena_t *a);

@@ -190,7 +190,7 @@ static ch_status write_record(ch_events_t *ev)
     return CH_OK;
 }
 
-ch_status ch_events_open(ch_events_t **out, const char *logdir)
+ch_status ch_events_open(const char *logdir, ch_events_t **out)
 {
     ch_events_t *ev;
     char host[256];

@@ -46,7 +46,7 @@ uint32_t ch_crc32c_mask(uint32_t crc);
 /* Create logdir (and missing parents, mode 0777 & ~umask) and a new event
  * file in it holding the file_version record (flushed). Errors: CH_ERR_IO
  * naming the directory or file and the errno text; CH_ERR_NOMEM. */
-ch_status ch_events_open(ch_events_t **out, const char *logdir);
+ch_status ch_events_open(const char *logdir, ch_events_t **out);
 
 /* Path of the event file. */
 const char *ch_events_path(const ch_events_t *ev);

@@ -117,8 +117,8 @@ static ch_status csv_keep(const char *path, const char *text, size_t size, const
     return CH_OK;
 }
 
-ch_status ch_metrics_open(ch_metrics_t **out, const char *dir, const char *csv_name,
-                          const char *const *columns, size_t ncolumns, int64_t first_epoch)
+ch_status ch_metrics_open(const char *dir, const char *csv_name,
+                          const char *const *columns, size_t ncolumns, int64_t first_epoch, ch_metrics_t **out)
 {
     ch_metrics_t *m;
     char *header = NULL, *text = NULL;
@@ -166,7 +166,7 @@ ch_status ch_metrics_open(ch_metrics_t **out, const char *dir, const char *csv_n
         strcat(header, columns[i]);
     }
 
-    s = ch_events_open(&m->ev, dir); /* also creates dir */
+    s = ch_events_open(dir, &m->ev); /* also creates dir */
     if (s) goto fail;
     /* TensorBoard drops older points of epochs >= first_epoch (see events.h),
      * as the CSV below drops their rows. */

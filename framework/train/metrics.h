@@ -47,8 +47,8 @@ typedef struct ch_metrics ch_metrics_t;
  * Errors: CH_ERR_INVALID (bad columns), CH_ERR_IO naming dir or file,
  * CH_ERR_FORMAT when an existing CSV has another header or a malformed row
  * (message names file and line). */
-ch_status ch_metrics_open(ch_metrics_t **out, const char *dir, const char *csv_name,
-                          const char *const *columns, size_t ncolumns, int64_t first_epoch);
+ch_status ch_metrics_open(const char *dir, const char *csv_name,
+                          const char *const *columns, size_t ncolumns, int64_t first_epoch, ch_metrics_t **out);
 
 /* Log one epoch: values[0..ncolumns) in column order. Writes the scalars
  * and the CSV row, then flushes both. wall_time: seconds since the Unix

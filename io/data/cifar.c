@@ -7,8 +7,8 @@
 
 #define PLANE (CH_CIFAR_SIDE * CH_CIFAR_SIDE)
 
-ch_status ch_dataset_cifar10_from_memory(ch_dataset_t **out, const uint8_t *const *bufs,
-                                         const size_t *lens, const char *const *names, int nbufs)
+ch_status ch_dataset_cifar10_from_memory(const uint8_t *const *bufs,
+                                         const size_t *lens, const char *const *names, int nbufs, ch_dataset_t **out)
 {
     *out = NULL;
     CH_REQUIRE(nbufs >= 1, "CIFAR-10: no batch files given");
@@ -28,8 +28,8 @@ ch_status ch_dataset_cifar10_from_memory(ch_dataset_t **out, const uint8_t *cons
     }
     uint8_t *px;
     int64_t *lab;
-    CH_TRY(ch_dataset_memory_create(out, "cifar10", names[0], n, CH_CIFAR_SIDE, CH_CIFAR_SIDE, 3, 10,
-                                    &px, &lab));
+    CH_TRY(ch_dataset_memory_create("cifar10", names[0], n, CH_CIFAR_SIDE, CH_CIFAR_SIDE, 3, 10,
+                                    &px, &lab, out));
     int64_t i = 0;
     for (int f = 0; f < nbufs; f++) {
         for (size_t r = 0; r < lens[f] / CH_CIFAR_RECORD; r++, i++) {
@@ -46,7 +46,7 @@ ch_status ch_dataset_cifar10_from_memory(ch_dataset_t **out, const uint8_t *cons
     return CH_OK;
 }
 
-ch_status ch_dataset_cifar10_open_files(ch_dataset_t **out, const char *const *paths, int npaths)
+ch_status ch_dataset_cifar10_open_files(const char *const *paths, int npaths, ch_dataset_t **out)
 {
     *out = NULL;
     CH_REQUIRE(npaths >= 1 && paths != NULL, "CIFAR-10: no batch files given");
@@ -59,7 +59,7 @@ ch_status ch_dataset_cifar10_open_files(ch_dataset_t **out, const char *const *p
     }
     for (int f = 0; f < npaths && st == CH_OK; f++) st = ch_dataset_read_file(paths[f], &bufs[f], &lens[f]);
     if (st == CH_OK)
-        st = ch_dataset_cifar10_from_memory(out, (const uint8_t *const *)bufs, lens, paths, npaths);
+        st = ch_dataset_cifar10_from_memory((const uint8_t *const *)bufs, lens, paths, npaths, out);
 done:
     if (bufs)
         for (int f = 0; f < npaths; f++) free(bufs[f]);
@@ -68,7 +68,7 @@ done:
     return st;
 }
 
-ch_status ch_dataset_cifar10_open(ch_dataset_t **out, const char *dir, int train)
+ch_status ch_dataset_cifar10_open(const char *dir, int train, ch_dataset_t **out)
 {
     *out = NULL;
     char buf[6][4096];
@@ -81,5 +81,5 @@ ch_status ch_dataset_cifar10_open(ch_dataset_t **out, const char *dir, int train
             snprintf(buf[k], sizeof buf[k], "%s/test_batch.bin", dir);
         paths[k] = buf[k];
     }
-    return ch_dataset_cifar10_open_files(out, paths, n);
+    return ch_dataset_cifar10_open_files(paths, n, out);
 }

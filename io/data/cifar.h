@@ -25,8 +25,8 @@ extern "C" {
  * order); names[k] is used in messages. The buffers are not kept.
  * Errors: CH_ERR_FORMAT (size 0 or not a multiple of 3073 bytes; label
  * >= 10 naming the file and record), CH_ERR_NOMEM. */
-ch_status ch_dataset_cifar10_from_memory(ch_dataset_t **out, const uint8_t *const *bufs,
-                                         const size_t *lens, const char *const *names, int nbufs);
+ch_status ch_dataset_cifar10_from_memory(const uint8_t *const *bufs,
+                                         const size_t *lens, const char *const *names, int nbufs, ch_dataset_t **out);
 
 #ifdef __cplusplus
 }

@@ -163,7 +163,7 @@ static ch_status first_n_subset(ch_dataset_t *base, long long n, ch_dataset_t **
     int64_t *idx = malloc((size_t)n * sizeof *idx);
     if (!idx) return CH_ERROR(CH_ERR_NOMEM, "subset of %lld samples", n);
     for (int64_t i = 0; i < n; i++) idx[i] = i;
-    ch_status s = ch_dataset_subset_create(out, base, idx, n);
+    ch_status s = ch_dataset_subset_create(base, idx, n, out);
     free(idx);
     return s;
 }
@@ -172,10 +172,10 @@ static ch_status first_n_subset(ch_dataset_t *base, long long n, ch_dataset_t **
 static ch_status open_shards(const char *spec, const char *stage, const ch_data_setup_t *u,
                              ch_dataset_t **out)
 {
-    if (!stage || !stage[0]) return ch_dataset_shards_open(out, spec, u->in_channels, u->pg);
+    if (!stage || !stage[0]) return ch_dataset_shards_open(spec, u->in_channels, u->pg, out);
     char *staged;
     CH_TRY(ch_shards_stage(spec, stage, u->pg, &staged, NULL));
-    ch_status s = ch_dataset_shards_open(out, staged, u->in_channels, u->pg);
+    ch_status s = ch_dataset_shards_open(staged, u->in_channels, u->pg, out);
     free(staged);
     return s;
 }
@@ -184,17 +184,17 @@ static ch_status open_datasets(const ch_data_options_t *o, const ch_data_setup_t
 {
     switch (o->format) {
     case CH_DATA_IDX:
-        CH_TRY(ch_dataset_fashion_mnist_open(&d->train_base_, o->path, 1));
-        CH_TRY(ch_dataset_fashion_mnist_open(&d->test_base_, o->path, 0));
+        CH_TRY(ch_dataset_fashion_mnist_open(o->path, 1, &d->train_base_));
+        CH_TRY(ch_dataset_fashion_mnist_open(o->path, 0, &d->test_base_));
         break;
     case CH_DATA_CIFAR10:
-        CH_TRY(ch_dataset_cifar10_open(&d->train_base_, o->path, 1));
-        CH_TRY(ch_dataset_cifar10_open(&d->test_base_, o->path, 0));
+        CH_TRY(ch_dataset_cifar10_open(o->path, 1, &d->train_base_));
+        CH_TRY(ch_dataset_cifar10_open(o->path, 0, &d->test_base_));
         break;
     case CH_DATA_IMAGEFOLDER:
-        CH_TRY(ch_dataset_imagefolder_open(&d->train_base_, o->path, u->in_channels));
+        CH_TRY(ch_dataset_imagefolder_open(o->path, u->in_channels, &d->train_base_));
         if (o->val_path[0])
-            CH_TRY(ch_dataset_imagefolder_open(&d->test_base_, o->val_path, u->in_channels));
+            CH_TRY(ch_dataset_imagefolder_open(o->val_path, u->in_channels, &d->test_base_));
         else
             CH_TRY(ch_dataset_random_split(d->train_base_, o->val_fraction, u->seed, &d->train,
                                            &d->test));
@@ -355,14 +355,14 @@ static ch_status make_loaders(const ch_data_options_t *o, const ch_data_setup_t 
         lc.shard_first = ix->first;
         lc.n_shards = ix->nshards;
     }
-    CH_TRY(ch_loader_create(&d->train_loader, d->train, &lc));
+    CH_TRY(ch_loader_create(d->train, &lc, &d->train_loader));
     lc.shard_window = 0;
     if (u->eval) {
         lc.shuffle = 0;
         lc.drop_last = 0;
         lc.transforms = test_tf;
         lc.n_transforms = nte;
-        CH_TRY(ch_loader_create(&d->test_loader, d->test, &lc));
+        CH_TRY(ch_loader_create(d->test, &lc, &d->test_loader));
     }
     return CH_OK;
 }

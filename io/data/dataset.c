@@ -116,9 +116,9 @@ static void memory_destroy(ch_dataset_t *ds)
     free(m);
 }
 
-ch_status ch_dataset_memory_create(ch_dataset_t **out, const char *kind, const char *name,
+ch_status ch_dataset_memory_create(const char *kind, const char *name,
                                    int64_t n, int h, int w, int c, int num_classes,
-                                   uint8_t **pixels, int64_t **labels)
+                                   uint8_t **pixels, int64_t **labels, ch_dataset_t **out)
 {
     *out = NULL;
     CH_REQUIRE(n >= 0 && h > 0 && w > 0 && c > 0, "%s: bad dataset shape n=%lld %dx%dx%d", name,
@@ -183,8 +183,8 @@ static void subset_destroy(ch_dataset_t *ds)
     free(s);
 }
 
-ch_status ch_dataset_subset_create(ch_dataset_t **out, ch_dataset_t *base,
-                                   const int64_t *indices, int64_t n)
+ch_status ch_dataset_subset_create(ch_dataset_t *base,
+                                   const int64_t *indices, int64_t n, ch_dataset_t **out)
 {
     *out = NULL;
     CH_REQUIRE(base != NULL && n >= 0 && (n == 0 || indices != NULL),
@@ -241,8 +241,8 @@ ch_status ch_dataset_random_split(ch_dataset_t *base, double val_fraction, uint6
     int64_t *perm = malloc(sizeof *perm * (size_t)(n > 0 ? n : 1));
     if (!perm) return CH_ERROR(CH_ERR_NOMEM, "%s: out of memory", base->name);
     ch_randperm(n, seed, perm);
-    ch_status st = ch_dataset_subset_create(train, base, perm, len[0]);
-    if (st == CH_OK) st = ch_dataset_subset_create(val, base, perm + len[0], len[1]);
+    ch_status st = ch_dataset_subset_create(base, perm, len[0], train);
+    if (st == CH_OK) st = ch_dataset_subset_create(base, perm + len[0], len[1], val);
     free(perm);
     if (st != CH_OK) {
         ch_dataset_destroy(*train);

@@ -86,8 +86,8 @@ void ch_dataset_destroy(ch_dataset_t *ds);
  * largest label + 1. Errors (each naming the file): CH_ERR_IO (missing /
  * unreadable), CH_ERR_FORMAT (wrong magic, truncated data or gzip stream,
  * image/label count mismatch, label out of range with its index). */
-ch_status ch_dataset_idx_open(ch_dataset_t **out, const char *images_path,
-                              const char *labels_path, int num_classes);
+ch_status ch_dataset_idx_open(const char *images_path,
+                              const char *labels_path, int num_classes, ch_dataset_t **out);
 
 /* Fashion-MNIST / MNIST in directory dir, as Debian's dataset-fashion-mnist
  * installs it (/usr/share/datasets/fashion-mnist): train = 1 opens
@@ -95,16 +95,16 @@ ch_status ch_dataset_idx_open(ch_dataset_t **out, const char *images_path,
  * t10k-* pair; the raw name is preferred when both exist. 10 classes.
  * Errors as ch_dataset_idx_open; CH_ERR_IO names the directory and the file
  * names tried. */
-ch_status ch_dataset_fashion_mnist_open(ch_dataset_t **out, const char *dir, int train);
+ch_status ch_dataset_fashion_mnist_open(const char *dir, int train, ch_dataset_t **out);
 
 /* ---- CIFAR-10 */
 
 /* Open CIFAR-10 binary batch files (npaths >= 1), concatenated in order.
  * Errors: CH_ERR_IO (missing file), CH_ERR_FORMAT (size not a multiple of
  * 3073 bytes: truncated; label >= 10, with file and record index). */
-ch_status ch_dataset_cifar10_open_files(ch_dataset_t **out, const char *const *paths, int npaths);
+ch_status ch_dataset_cifar10_open_files(const char *const *paths, int npaths, ch_dataset_t **out);
 /* dir/data_batch_{1..5}.bin (train = 1) or dir/test_batch.bin. */
-ch_status ch_dataset_cifar10_open(ch_dataset_t **out, const char *dir, int train);
+ch_status ch_dataset_cifar10_open(const char *dir, int train, ch_dataset_t **out);
 
 /* ---- ImageFolder */
 
@@ -113,7 +113,7 @@ ch_status ch_dataset_cifar10_open(ch_dataset_t **out, const char *dir, int train
  * Errors: CH_ERR_IO (root missing or not a directory; "Couldn't find any
  * class folder"), CH_ERR_FORMAT ("Found no valid file for the classes ..."),
  * CH_ERR_INVALID (channels), CH_ERR_NOMEM. */
-ch_status ch_dataset_imagefolder_open(ch_dataset_t **out, const char *root, int channels);
+ch_status ch_dataset_imagefolder_open(const char *root, int channels, ch_dataset_t **out);
 
 /* The class index of ImageFolder sample i without reading its file (what
  * cohort-pack copies next to the file's bytes); -1 for another kind of
@@ -125,8 +125,8 @@ int64_t ch_dataset_imagefolder_label(const ch_dataset_t *ds, int64_t i);
 /* A view of base: sample k is base's sample indices[k]. The indices are
  * copied; base must outlive the subset. CH_ERR_RANGE for an index outside
  * base. */
-ch_status ch_dataset_subset_create(ch_dataset_t **out, ch_dataset_t *base,
-                                   const int64_t *indices, int64_t n);
+ch_status ch_dataset_subset_create(ch_dataset_t *base,
+                                   const int64_t *indices, int64_t n, ch_dataset_t **out);
 
 /* torch.utils.data.random_split(base, [1 - val_fraction, val_fraction],
  * generator=torch.Generator().manual_seed(seed)): lengths floor(n * frac)
@@ -151,9 +151,9 @@ ch_status ch_dataset_read_file(const char *path, uint8_t **buf, size_t *len);
 /* An in-memory dataset of n images of h x w x c (H,W,C uint8) and n labels;
  * *pixels (n*h*w*c bytes) and *labels (n int64) are for the caller to fill.
  * kind and name are copied (kind must be a string literal). */
-ch_status ch_dataset_memory_create(ch_dataset_t **out, const char *kind, const char *name,
+ch_status ch_dataset_memory_create(const char *kind, const char *name,
                                    int64_t n, int h, int w, int c, int num_classes,
-                                   uint8_t **pixels, int64_t **labels);
+                                   uint8_t **pixels, int64_t **labels, ch_dataset_t **out);
 
 #ifdef __cplusplus
 }

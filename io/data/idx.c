@@ -139,9 +139,9 @@ ch_status ch_idx_gunzip(const uint8_t *buf, size_t len, size_t max_out, const ch
     return CH_OK;
 }
 
-ch_status ch_dataset_idx_from_memory(ch_dataset_t **out, const uint8_t *images, size_t images_len,
+ch_status ch_dataset_idx_from_memory(const uint8_t *images, size_t images_len,
                                      const char *images_name, const uint8_t *labels,
-                                     size_t labels_len, const char *labels_name, int num_classes)
+                                     size_t labels_len, const char *labels_name, int num_classes, ch_dataset_t **out)
 {
     *out = NULL;
     CH_REQUIRE(num_classes >= 0, "IDX dataset: num_classes %d < 0", num_classes);
@@ -187,8 +187,8 @@ ch_status ch_dataset_idx_from_memory(ch_dataset_t **out, const uint8_t *images, 
         goto done;
     }
     snprintf(name, nl, "%s", images_name);
-    st = ch_dataset_memory_create(out, "idx", name, im.dims[0], (int)im.dims[1], (int)im.dims[2], 1,
-                                  num_classes > 0 ? num_classes : maxl + 1, &px, &lab);
+    st = ch_dataset_memory_create("idx", name, im.dims[0], (int)im.dims[1], (int)im.dims[2], 1,
+                                  num_classes > 0 ? num_classes : maxl + 1, &px, &lab, out);
     free(name);
     if (st != CH_OK) goto done;
     memcpy(px, im.data, im.size);
@@ -199,8 +199,8 @@ done:
     return st;
 }
 
-ch_status ch_dataset_idx_open(ch_dataset_t **out, const char *images_path,
-                              const char *labels_path, int num_classes)
+ch_status ch_dataset_idx_open(const char *images_path,
+                              const char *labels_path, int num_classes, ch_dataset_t **out)
 {
     *out = NULL;
     uint8_t *ib = NULL, *lb = NULL;
@@ -208,7 +208,7 @@ ch_status ch_dataset_idx_open(ch_dataset_t **out, const char *images_path,
     ch_status st = ch_dataset_read_file(images_path, &ib, &il);
     if (st == CH_OK) st = ch_dataset_read_file(labels_path, &lb, &ll);
     if (st == CH_OK)
-        st = ch_dataset_idx_from_memory(out, ib, il, images_path, lb, ll, labels_path, num_classes);
+        st = ch_dataset_idx_from_memory(ib, il, images_path, lb, ll, labels_path, num_classes, out);
     free(ib);
     free(lb);
     return st;
@@ -220,7 +220,7 @@ static int file_exists(const char *p)
     return stat(p, &sb) == 0;
 }
 
-ch_status ch_dataset_fashion_mnist_open(ch_dataset_t **out, const char *dir, int train)
+ch_status ch_dataset_fashion_mnist_open(const char *dir, int train, ch_dataset_t **out)
 {
     *out = NULL;
     CH_REQUIRE(dir != NULL, "ch_dataset_fashion_mnist_open: dir is NULL");
@@ -240,5 +240,5 @@ ch_status ch_dataset_fashion_mnist_open(ch_dataset_t **out, const char *dir, int
                                 kinds[k], pre, kinds[k]);
         }
     }
-    return ch_dataset_idx_open(out, paths[0], paths[1], 10);
+    return ch_dataset_idx_open(paths[0], paths[1], 10, out);
 }

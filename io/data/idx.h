@@ -49,9 +49,9 @@ ch_status ch_idx_gunzip(const uint8_t *buf, size_t len, size_t max_out, const ch
 /* Build an IDX dataset from the (raw or gzip) bytes of an images and a
  * labels file; the names are used in messages. The buffers are not kept.
  * Errors as ch_dataset_idx_open. */
-ch_status ch_dataset_idx_from_memory(ch_dataset_t **out, const uint8_t *images, size_t images_len,
+ch_status ch_dataset_idx_from_memory(const uint8_t *images, size_t images_len,
                                      const char *images_name, const uint8_t *labels,
-                                     size_t labels_len, const char *labels_name, int num_classes);
+                                     size_t labels_len, const char *labels_name, int num_classes, ch_dataset_t **out);
 
 #ifdef __cplusplus
 }

@@ -161,7 +161,7 @@ static void folder_destroy(ch_dataset_t *ds)
     free(f);
 }
 
-ch_status ch_dataset_imagefolder_open(ch_dataset_t **out, const char *root, int channels)
+ch_status ch_dataset_imagefolder_open(const char *root, int channels, ch_dataset_t **out)
 {
     *out = NULL;
     CH_REQUIRE(root != NULL, "ImageFolder: root is NULL");

@@ -114,7 +114,7 @@ static void drain(ch_loader_t *l)
     atomic_store(&l->stop, 0);
 }
 
-ch_status ch_loader_create(ch_loader_t **out, ch_dataset_t *ds, const ch_loader_options_t *cfg)
+ch_status ch_loader_create(ch_dataset_t *ds, const ch_loader_options_t *cfg, ch_loader_t **out)
 {
     CH_REQUIRE(out != NULL && ds != NULL && cfg != NULL, "ch_loader_create: NULL argument");
     *out = NULL;
@@ -133,13 +133,13 @@ ch_status ch_loader_create(ch_loader_t **out, ch_dataset_t *ds, const ch_loader_
     l->batch_size = cfg->batch_size;
     l->drop_last = cfg->drop_last != 0;
     atomic_init(&l->stop, 0);
-    st = ch_sampler_create(&l->sampler, ds->length, cfg->world_size, cfg->rank, cfg->shuffle,
-                           cfg->seed, cfg->sampler_drop_last);
+    st = ch_sampler_create(ds->length, cfg->world_size, cfg->rank, cfg->shuffle,
+                           cfg->seed, cfg->sampler_drop_last, &l->sampler);
     if (st == CH_OK && cfg->shard_window > 0)
         st = ch_sampler_set_shard_window(l->sampler, cfg->shard_first, cfg->n_shards,
                                          cfg->shard_window);
     if (st) goto fail;
-    st = ch_transforms_create(&l->tf, cfg->transforms, cfg->n_transforms, ds->channels, cfg->seed);
+    st = ch_transforms_create(cfg->transforms, cfg->n_transforms, ds->channels, cfg->seed, &l->tf);
     if (st) goto fail;
     l->c = ds->channels;
     ch_transforms_output_size(l->tf, ds->height, ds->width, &l->h, &l->w);
@@ -347,15 +347,14 @@ void ch_loader_destroy(ch_loader_t *l)
     free(l);
 }
 
-ch_status ch_loader_fashion_mnist_create(ch_loader_t **loader, ch_dataset_t **dataset,
-                                         const char *dir, int train,
-                                         const ch_loader_options_t *cfg)
+ch_status ch_loader_fashion_mnist_create(const char *dir, int train,
+                                         const ch_loader_options_t *cfg, ch_loader_t **loader, ch_dataset_t **dataset)
 {
     CH_REQUIRE(loader != NULL && dataset != NULL && cfg != NULL,
                "ch_loader_fashion_mnist_create: NULL argument");
     *loader = NULL;
     *dataset = NULL;
-    CH_TRY(ch_dataset_fashion_mnist_open(dataset, dir, train));
+    CH_TRY(ch_dataset_fashion_mnist_open(dir, train, dataset));
     static const float mean[1] = {CH_FASHION_MNIST_MEAN}, std[1] = {CH_FASHION_MNIST_STD};
     ch_transform_t ops[3];
     int n = 0;
@@ -369,7 +368,7 @@ ch_status ch_loader_fashion_mnist_create(ch_loader_t **loader, ch_dataset_t **da
         c.transforms = ops;
         c.n_transforms = n;
     }
-    ch_status st = ch_loader_create(loader, *dataset, &c);
+    ch_status st = ch_loader_create(*dataset, &c, loader);
     if (st != CH_OK) {
         char msg[CH_ERROR_MAX];
         snprintf(msg, sizeof msg, "%s", ch_error_message());

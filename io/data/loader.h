@@ -99,7 +99,7 @@ typedef struct ch_loader ch_loader_t;
  * (slot allocation), CH_ERR_INTERNAL (threads). A dataset smaller than the
  * world size without sampler_drop_last is allowed (PyTorch pads by
  * repeating samples) and logged as a warning. */
-ch_status ch_loader_create(ch_loader_t **out, ch_dataset_t *ds, const ch_loader_options_t *cfg);
+ch_status ch_loader_create(ch_dataset_t *ds, const ch_loader_options_t *cfg, ch_loader_t **out);
 
 /* Stop any epoch in progress, set the sampler's epoch and queue the first
  * batches. Batches of the previous epoch must not be used afterwards. */
@@ -167,9 +167,8 @@ void ch_loader_destroy(ch_loader_t *l);
  * On success the caller owns both: ch_loader_destroy(*loader) then
  * ch_dataset_destroy(*dataset). Errors as ch_dataset_fashion_mnist_open and
  * ch_loader_create; nothing is left allocated on error. */
-ch_status ch_loader_fashion_mnist_create(ch_loader_t **loader, ch_dataset_t **dataset,
-                                         const char *dir, int train,
-                                         const ch_loader_options_t *cfg);
+ch_status ch_loader_fashion_mnist_create(const char *dir, int train,
+                                         const ch_loader_options_t *cfg, ch_loader_t **loader, ch_dataset_t **dataset);
 
 #ifdef __cplusplus
 }

@@ -41,8 +41,8 @@ void ch_randperm(int64_t n, uint64_t seed, int64_t *perm)
     shuffle_segment(perm, n, seed);
 }
 
-ch_status ch_sampler_create(ch_sampler_t **out, int64_t n, int world_size, int rank,
-                            int shuffle, uint64_t seed, int drop_last)
+ch_status ch_sampler_create(int64_t n, int world_size, int rank,
+                            int shuffle, uint64_t seed, int drop_last, ch_sampler_t **out)
 {
     CH_REQUIRE(out != NULL, "ch_sampler_create: out is NULL");
     *out = NULL;

@@ -37,8 +37,8 @@ typedef struct ch_sampler ch_sampler_t;
  * ch_sampler_set_epoch before every epoch.
  * Errors: CH_ERR_INVALID for n < 0, world_size < 1, rank outside
  * [0, world_size - 1] (message names the values); CH_ERR_NOMEM. */
-ch_status ch_sampler_create(ch_sampler_t **out, int64_t n, int world_size, int rank,
-                            int shuffle, uint64_t seed, int drop_last);
+ch_status ch_sampler_create(int64_t n, int world_size, int rank,
+                            int shuffle, uint64_t seed, int drop_last, ch_sampler_t **out);
 void ch_sampler_destroy(ch_sampler_t *s);
 
 /* Fix the order for `epoch` (DistributedSampler.set_epoch); recomputes the

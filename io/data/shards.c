@@ -453,7 +453,7 @@ static ch_status index_build(const char *spec, const char *index_path, char **pa
     return st;
 }
 
-ch_status ch_dataset_shards_open(ch_dataset_t **out, const char *spec, int channels, ch_pg_t *pg)
+ch_status ch_dataset_shards_open(const char *spec, int channels, ch_pg_t *pg, ch_dataset_t **out)
 {
     *out = NULL;
     CH_REQUIRE(channels == 1 || channels == 3, "shards %s: channels %d (expected 1 or 3)",

@@ -77,7 +77,7 @@ char *ch_shards_index_path(const char *spec);
  * io/formats/shards.h (each naming the shard); CH_ERR_REMOTE on the other
  * ranks when one rank failed (ch_pg_check_all), so all ranks fail
  * together; CH_ERR_INVALID for channels; CH_ERR_NOMEM. */
-ch_status ch_dataset_shards_open(ch_dataset_t **out, const char *spec, int channels, ch_pg_t *pg);
+ch_status ch_dataset_shards_open(const char *spec, int channels, ch_pg_t *pg, ch_dataset_t **out);
 
 /* Shard files this dataset has opened so far (a count, for the "files
  * opened per epoch" measurement); 0 for another kind of dataset. */

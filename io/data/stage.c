@@ -60,7 +60,7 @@ static ch_status copy_file(const char *src, const struct stat *sb, const char *d
     int fd = open(src, O_RDONLY | O_CLOEXEC);
     if (fd < 0) return CH_ERROR(CH_ERR_IO, "staging %s: %s", src, strerror(errno));
     ch_atomic_file_t *f;
-    ch_status st = ch_atomic_file_open(&f, dst);
+    ch_status st = ch_atomic_file_open(dst, &f);
     if (st != CH_OK) {
         close(fd);
         return st;

@@ -95,8 +95,8 @@ ch_transform_t ch_tf_normalize(int channels, const float *mean, const float *std
     return t;
 }
 
-ch_status ch_transforms_create(ch_transforms_t **out, const ch_transform_t *ops, int n,
-                               int channels, uint64_t seed)
+ch_status ch_transforms_create(const ch_transform_t *ops, int n,
+                               int channels, uint64_t seed, ch_transforms_t **out)
 {
     *out = NULL;
     CH_REQUIRE(n >= 1 && n <= CH_TRANSFORMS_MAX, "transforms: %d ops (1..%d allowed)", n,

@@ -98,8 +98,8 @@ typedef struct ch_transforms ch_transforms_t;
  * `channels` channels, drawing randomness from `seed`.
  * Errors: CH_ERR_INVALID (no final Normalize, Normalize not last, sizes <=
  * 0, p outside [0,1], std == 0, bad scale/ratio ranges), CH_ERR_NOMEM. */
-ch_status ch_transforms_create(ch_transforms_t **out, const ch_transform_t *ops, int n,
-                               int channels, uint64_t seed);
+ch_status ch_transforms_create(const ch_transform_t *ops, int n,
+                               int channels, uint64_t seed, ch_transforms_t **out);
 void ch_transforms_destroy(ch_transforms_t *tf);
 
 /* Output (H, W) for inputs of in_h x in_w; 0 for a dimension that depends on

@@ -290,7 +290,7 @@ ch_status ch_npy_write(const char *path, const ch_array_desc_t *desc, const void
     uint32_t hl = (uint32_t)len;
     for (int i = 0; i < (major == 1 ? 2 : 4); i++) p[8 + i] = (unsigned char)(hl >> (8 * i));
     ch_atomic_file_t *f = NULL;
-    ch_status s = ch_atomic_file_open(&f, path);
+    ch_status s = ch_atomic_file_open(path, &f);
     if (s == CH_OK) s = ch_atomic_file_write(f, p, (size_t)pre);
     if (s == CH_OK) s = ch_atomic_file_write(f, h, (size_t)len);
     size_t bytes = (size_t)ch_array_desc_count(desc) * ch_array_dtype_size(desc->dtype);

@@ -65,7 +65,7 @@ static void *arena_alloc(ch_pk_t *p, size_t n)
     return r;
 }
 
-ch_status ch_pk_create(ch_pk_t **out, const char *label, const ch_pk_limits_t *l)
+ch_status ch_pk_create(const char *label, const ch_pk_limits_t *l, ch_pk_t **out)
 {
     *out = NULL;
     ch_pk_t *p = calloc(1, sizeof *p);

@@ -116,7 +116,7 @@ typedef struct ch_pk ch_pk_t;
 
 /* Create an empty arena with limits l (NULL: defaults). label names the
  * source in error messages (copied). */
-ch_status ch_pk_create(ch_pk_t **out, const char *label, const ch_pk_limits_t *l);
+ch_status ch_pk_create(const char *label, const ch_pk_limits_t *l, ch_pk_t **out);
 void ch_pk_destroy(ch_pk_t *p);
 
 /* Unpickle one pickle starting at buf[0] (size bytes available; it ends at

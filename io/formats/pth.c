@@ -778,7 +778,7 @@ static ch_status finish(ch_pth_t *p, const char *state_key, ch_pth_t **out)
     if (p->kind == CH_PTH_NOT)
         s = CH_ERROR(CH_ERR_FORMAT, "%s: not a PyTorch .pth/.pt file (neither a zip archive nor "
                      "a legacy torch.save pickle)", p->label);
-    else if ((s = ch_pk_create(&p->pk, p->label, NULL)) == CH_OK)
+    else if ((s = ch_pk_create(p->label, NULL, &p->pk)) == CH_OK)
         s = p->kind == CH_PTH_ZIP ? open_zip(p, state_key) : open_legacy(p, state_key);
     if (s) {
         ch_pth_destroy(p);
@@ -799,8 +799,8 @@ static ch_pth_t *new_pth(const char *label)
     return p;
 }
 
-ch_status ch_pth_from_memory(ch_pth_t **out, const void *buf, size_t size, const char *label,
-                             const char *state_key)
+ch_status ch_pth_from_memory(const void *buf, size_t size, const char *label,
+                             const char *state_key, ch_pth_t **out)
 {
     *out = NULL;
     if (!label) label = "<memory>";
@@ -812,7 +812,7 @@ ch_status ch_pth_from_memory(ch_pth_t **out, const void *buf, size_t size, const
     return finish(p, state_key, out);
 }
 
-ch_status ch_pth_open(ch_pth_t **out, const char *path, const char *state_key)
+ch_status ch_pth_open(const char *path, const char *state_key, ch_pth_t **out)
 {
     *out = NULL;
     int fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -1088,7 +1088,7 @@ ch_status ch_pth_write(const char *path, const ch_st_view_t *views, size_t n)
     op(&o, '.');
     if (!s && o.oom) s = CH_ERROR(CH_ERR_NOMEM, "%s: pickle", path);
     ch_atomic_file_t *af = NULL;
-    if (!s) s = ch_atomic_file_open(&af, path);
+    if (!s) s = ch_atomic_file_open(path, &af);
     if (s) {
         free(o.b);
         return s;

@@ -85,12 +85,12 @@ typedef struct ch_pth ch_pth_t;
  * model.weights_key), CH_ERR_UNSUPPORTED (big-endian file, a dtype other
  * than float32/16/64, bfloat16, int64), CH_ERR_RANGE (an unpickler limit),
  * CH_ERR_NOMEM. */
-ch_status ch_pth_open(ch_pth_t **out, const char *path, const char *state_key);
+ch_status ch_pth_open(const char *path, const char *state_key, ch_pth_t **out);
 
 /* Same from a buffer holding a whole file (not copied: it must stay valid
  * until ch_pth_destroy). label names it in messages. */
-ch_status ch_pth_from_memory(ch_pth_t **out, const void *buf, size_t size, const char *label,
-                             const char *state_key);
+ch_status ch_pth_from_memory(const void *buf, size_t size, const char *label,
+                             const char *state_key, ch_pth_t **out);
 
 void ch_pth_destroy(ch_pth_t *p);
 

@@ -353,7 +353,7 @@ static ch_safetensors_t *new_st(const char *source)
     return st;
 }
 
-ch_status ch_safetensors_open(ch_safetensors_t **out, const char *path)
+ch_status ch_safetensors_open(const char *path, ch_safetensors_t **out)
 {
     ch_safetensors_t *st;
     struct stat sb;
@@ -441,8 +441,8 @@ ch_status ch_safetensors_open(ch_safetensors_t **out, const char *path)
     return finish_open(st, out);
 }
 
-ch_status ch_safetensors_from_memory(ch_safetensors_t **out, const void *buf, size_t size,
-                                     const char *label, int copy)
+ch_status ch_safetensors_from_memory(const void *buf, size_t size,
+                                     const char *label, int copy, ch_safetensors_t **out)
 {
     ch_safetensors_t *st;
     *out = NULL;
@@ -757,7 +757,7 @@ ch_status ch_safetensors_write(const char *path, const ch_st_view_t *views, size
     if (!path) return CH_ERROR(CH_ERR_INVALID, "safetensors write: NULL path");
     s = build_header(views, n, meta, nmeta, &header, &hlen, &data_len);
     if (s) return ch_error_context("writing '%s'", path);
-    s = ch_atomic_file_open(&f, path);
+    s = ch_atomic_file_open(path, &f);
     if (s) {
         free(header);
         return s;

@@ -112,14 +112,14 @@ int64_t ch_st_view_numel(const ch_st_view_t *v);
  * text), CH_ERR_FORMAT (malformed: message names the path, the tensor if any
  * and what is wrong), CH_ERR_UNSUPPORTED (dtype other than F32/I64, or more
  * than CH_ST_MAX_DIMS dimensions: names tensor and dtype), CH_ERR_NOMEM. */
-ch_status ch_safetensors_open(ch_safetensors_t **out, const char *path);
+ch_status ch_safetensors_open(const char *path, ch_safetensors_t **out);
 
 /* Same from a memory buffer holding a whole file. label names the buffer in
  * error messages (e.g. "<broadcast state dict>"). copy != 0: the buffer is
  * copied (the caller may free it at once); copy == 0: views point into buf,
  * which must stay valid and unchanged until ch_safetensors_destroy. */
-ch_status ch_safetensors_from_memory(ch_safetensors_t **out, const void *buf,
-                                     size_t size, const char *label, int copy);
+ch_status ch_safetensors_from_memory(const void *buf,
+                                     size_t size, const char *label, int copy, ch_safetensors_t **out);
 
 /* Free everything (NULL is a no-op). Views and strings obtained from st
  * become invalid. */

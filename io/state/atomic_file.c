@@ -85,7 +85,7 @@ static void destroy(ch_atomic_file_t *f, int remove_tmp)
     free(f);
 }
 
-ch_status ch_atomic_file_open(ch_atomic_file_t **out, const char *path)
+ch_status ch_atomic_file_open(const char *path, ch_atomic_file_t **out)
 {
     ch_atomic_file_t *f;
     char *base = NULL;
@@ -292,7 +292,7 @@ out:
 ch_status ch_atomic_file_write_all(const char *path, const void *buf, size_t size)
 {
     ch_atomic_file_t *f;
-    CH_TRY(ch_atomic_file_open(&f, path));
+    CH_TRY(ch_atomic_file_open(path, &f));
     CH_TRY(ch_atomic_file_write(f, buf, size));
     return ch_atomic_file_commit(f);
 }

@@ -34,7 +34,7 @@ typedef struct ch_atomic_file ch_atomic_file_t;
  * path naming a directory), CH_ERR_IO naming the directory/path and the
  * errno text (e.g. "Permission denied", "No such file or directory"),
  * CH_ERR_NOMEM. */
-ch_status ch_atomic_file_open(ch_atomic_file_t **out, const char *path);
+ch_status ch_atomic_file_open(const char *path, ch_atomic_file_t **out);
 
 /* Append size bytes. On error (CH_ERR_IO naming the path and errno text,
  * e.g. "No space left on device") the temporary file has already been

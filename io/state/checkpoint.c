@@ -222,7 +222,7 @@ ch_status ch_checkpoint_read_resume(const char *path, ch_safetensors_t **st, ch_
     ch_status s;
     ch_resume_info_t tmp;
     *st = NULL;
-    CH_TRY(ch_safetensors_open(st, path));
+    CH_TRY(ch_safetensors_open(path, st));
     memset(&tmp, 0, sizeof tmp);
     s = validate_resume(*st, &tmp);
     if (s) {

@@ -367,9 +367,9 @@ static ch_status weights_open(weights_t *w, const char *path, const char *key)
         if (key && key[0])
             ch_log_info("pretrained weights: %s is a safetensors file: model.weights_key '%s' "
                         "is not used", path, key);
-        return ch_safetensors_open(&w->st, path);
+        return ch_safetensors_open(path, &w->st);
     }
-    CH_TRY(ch_pth_open(&w->pth, path, key));
+    CH_TRY(ch_pth_open(path, key, &w->pth));
     const char *sk = ch_pth_state_key(w->pth);
     ch_log_info("pretrained weights: %s is a PyTorch %s .pth file; state dict %s%s%s", path,
                 kind == CH_PTH_ZIP ? "zip" : "legacy", sk[0] ? "under '" : "at the top level",

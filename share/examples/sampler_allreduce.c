@@ -30,7 +30,7 @@ static ch_status run(ch_pg_t *pg, int64_t n, int *bad)
 {
     int rank = ch_pg_rank(pg), world = ch_pg_size(pg);
     ch_sampler_t *sampler = NULL;
-    ch_status s = ch_sampler_create(&sampler, n, world, rank, 1, 0, 0);
+    ch_status s = ch_sampler_create(n, world, rank, 1, 0, 0, &sampler);
     if (s == CH_OK) s = ch_sampler_set_epoch(sampler, 3);
     int32_t *seen = (int32_t *)calloc((size_t)n, sizeof *seen);
     if (s == CH_OK && !seen)

@@ -17,7 +17,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         n = 2;
     }
     ch_dataset_t *ds = NULL;
-    if (ch_dataset_cifar10_from_memory(&ds, bufs, lens, names, n) == CH_OK) {
+    if (ch_dataset_cifar10_from_memory(bufs, lens, names, n, &ds) == CH_OK) {
         ch_image_t img;
         ch_image_init(&img);
         int64_t label;

@@ -27,8 +27,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     /* a whole dataset */
     ch_dataset_t *ds = NULL;
-    if (ch_dataset_idx_from_memory(&ds, data, split, "fuzz-images", data + split, size - split,
-                                   "fuzz-labels", size & 1 ? 10 : 0) == CH_OK) {
+    if (ch_dataset_idx_from_memory(data, split, "fuzz-images", data + split, size - split,
+                                   "fuzz-labels", size & 1 ? 10 : 0, &ds) == CH_OK) {
         ch_image_t img;
         ch_image_init(&img);
         int64_t label;

@@ -19,7 +19,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     volatile unsigned sink = 0;
     for (int k = 0; k < 2; k++) {
         ch_pth_t *p = NULL;
-        if (ch_pth_from_memory(&p, data, size, "<fuzz input>", keys[k]) != CH_OK) {
+        if (ch_pth_from_memory(data, size, "<fuzz input>", keys[k], &p) != CH_OK) {
             if (!ch_error_message()[0]) abort();
             if (p) abort();
             continue;

@@ -14,7 +14,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     ch_safetensors_t *st = NULL;
     volatile unsigned sink = 0;
-    if (ch_safetensors_from_memory(&st, data, size, "<fuzz input>", 0) != CH_OK) {
+    if (ch_safetensors_from_memory(data, size, "<fuzz input>", 0, &st) != CH_OK) {
         /* A failure must come with a message. */
         if (!ch_error_message()[0]) abort();
         return 0;

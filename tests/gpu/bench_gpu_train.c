@@ -120,7 +120,7 @@ static ch_status run_one(const opts_t *o, const char *arch, const char *prec, do
     const ch_devkind_t dk = gpu ? CH_DEV_CUDA : CH_DEV_CPU;
     const int di = gpu ? o->device : 0;
     if (!gpu) co.gpu_device = -1;
-    T(ch_compute_create(&cx, &co));
+    T(ch_compute_create(&co, &cx));
     T(ch_model_create(arch, &mo, &m));
     if (gpu) T(ch_model_to_device(m, CH_DEV_CUDA, o->device));
     ch_model_train(m, 1);

@@ -139,7 +139,7 @@ static void test_nccl_collectives(void **state)
     ch_compute_options_default(&co);
     co.gpu_device = rank % ndev;
     STEP(&o, set_device(rank % ndev));
-    STEP(&o, ch_compute_create(&cx, &co));
+    STEP(&o, ch_compute_create(&co, &cx));
     STEP(&o, ch_pg_create_mpi(MPI_COMM_WORLD, &mpi));
     if (all_ok(o.st)) STEP(&o, make_nccl(mpi, rank % ndev, &nc));
     void *stream = NULL;
@@ -238,7 +238,7 @@ static void test_nccl_compute_stream_order(void **state)
     ch_compute_options_default(&co);
     co.gpu_device = rank % ndev;
     STEP(&o, set_device(rank % ndev));
-    STEP(&o, ch_compute_create(&cx, &co));
+    STEP(&o, ch_compute_create(&co, &cx));
     STEP(&o, ch_pg_create_mpi(MPI_COMM_WORLD, &mpi));
     if (all_ok(o.st)) STEP(&o, make_nccl(mpi, rank % ndev, &nc));
     void *stream = NULL;
@@ -291,7 +291,7 @@ static void test_nccl_buckets(void **state)
     ch_compute_options_default(&co);
     co.gpu_device = dev;
     STEP(&o, set_device(dev));
-    STEP(&o, ch_compute_create(&cx, &co));
+    STEP(&o, ch_compute_create(&co, &cx));
     STEP(&o, ch_pg_create_mpi(MPI_COMM_WORLD, &mpi));
     if (all_ok(o.st)) STEP(&o, make_nccl(mpi, dev, &nc));
     void *stream = NULL;
@@ -448,7 +448,7 @@ static void test_syncbn_gpu_vs_cpu(void **state)
     co.gpu_device = dev;
     co.allow_tf32 = 0;
     STEP(&o, set_device(dev));
-    STEP(&o, ch_compute_create(&cx, &co));
+    STEP(&o, ch_compute_create(&co, &cx));
     STEP(&o, ch_pg_create_mpi(MPI_COMM_WORLD, &mpi));
     if (all_ok(o.st)) STEP(&o, make_nccl(mpi, dev, &nc));
     void *stream = NULL;

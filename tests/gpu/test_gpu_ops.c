@@ -53,9 +53,9 @@ static void contexts(void)
     o.gpu_device = 0;
     o.allow_tf32 = 0;
     o.bf16 = 0;
-    assert_ch_ok(ch_compute_create(&cx32, &o));
+    assert_ch_ok(ch_compute_create(&o, &cx32));
     o.bf16 = 1;
-    assert_ch_ok(ch_compute_create(&cxbf, &o));
+    assert_ch_ok(ch_compute_create(&o, &cxbf));
 }
 
 static const char *lname(ch_layout_t l) { return ch_layout_name(l); }
@@ -318,7 +318,7 @@ static ch_compute_t *search_context(int deterministic, size_t workspace)
     o.deterministic = deterministic;
     o.gpu_workspace_bytes = workspace;
     ch_compute_t *cs = NULL;
-    assert_ch_ok(ch_compute_create(&cs, &o));
+    assert_ch_ok(ch_compute_create(&o, &cs));
     return cs;
 }
 
@@ -1367,13 +1367,13 @@ static void test_describe(void **state)
     ch_compute_options_default(&o);
     o.num_threads = 1;
     ch_compute_t *cpu = NULL, *gpu = NULL;
-    assert_ch_ok(ch_compute_create(&cpu, &o));
+    assert_ch_ok(ch_compute_create(&o, &cpu));
     ch_compute_describe(cpu, line, sizeof line);
     assert_non_null(strstr(line, "oneDNN"));
     assert_null(strstr(line, "GPU"));
     o.gpu_device = 0;
     o.deterministic = 1;
-    assert_ch_ok(ch_compute_create(&gpu, &o));
+    assert_ch_ok(ch_compute_create(&o, &gpu));
     ch_compute_describe(gpu, line, sizeof line);
     print_message("# compute: %s\n", line);
     int ndev = 0;
@@ -1403,7 +1403,7 @@ static void test_errors(void **state)
     ch_compute_options_t o;
     ch_compute_options_default(&o);
     o.num_threads = 1;
-    assert_ch_ok(ch_compute_create(&cx, &o));
+    assert_ch_ok(ch_compute_create(&o, &cx));
     int64_t s[4] = {2, 3, 4, 4};
     float host[96];
     memset(host, 0, sizeof host);

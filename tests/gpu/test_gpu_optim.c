@@ -23,7 +23,7 @@ static void context(void)
     o.gpu_device = 0;
     o.allow_tf32 = 0;
     o.bf16 = 0;
-    assert_ch_ok(ch_compute_create(&cx, &o));
+    assert_ch_ok(ch_compute_create(&o, &cx));
 }
 
 enum { NT = 4, STEPS = 4 };

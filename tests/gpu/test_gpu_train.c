@@ -186,11 +186,11 @@ static void compare_step(int bf16, double tol_fwd, double tol_grad, int per_tens
     ch_compute_t *ccpu = NULL, *cgpu = NULL;
     ch_compute_options_t o;
     ch_compute_options_default(&o);
-    assert_ch_ok(ch_compute_create(&ccpu, &o));
+    assert_ch_ok(ch_compute_create(&o, &ccpu));
     o.gpu_device = 0;
     o.allow_tf32 = 0; /* full fp32 convolutions for the 1e-4 comparison */
     o.bf16 = bf16;
-    assert_ch_ok(ch_compute_create(&cgpu, &o));
+    assert_ch_ok(ch_compute_create(&o, &cgpu));
 
     ch_model_t *mc = make_resnet18(), *mg = make_resnet18();
     assert_ch_ok(ch_model_copy(mg, mc)); /* same state, whatever the seeds did */
@@ -423,7 +423,7 @@ static void test_device_api_cpu(void **state)
     if (gpu_count() == 0) {
         /* with a context, the op itself refuses: no GPU backend or no GPU */
         ch_compute_t *cx = NULL;
-        assert_ch_ok(ch_compute_create(&cx, NULL));
+        assert_ch_ok(ch_compute_create(NULL, &cx));
         ch_sgd_set_compute(sgd, cx);
         s = ch_sgd_step(sgd);
         assert_true(s == CH_ERR_UNSUPPORTED || s == CH_ERR_RANGE || s == CH_ERR_CUDA);
@@ -434,7 +434,7 @@ static void test_device_api_cpu(void **state)
     /* a host input to a host model is fine; a "device" input is refused
      * before anything runs */
     ch_compute_t *cx = NULL;
-    assert_ch_ok(ch_compute_create(&cx, NULL));
+    assert_ch_ok(ch_compute_create(NULL, &cx));
     int64_t xs[4] = {2, C, 32, 32};
     ch_tensor_t xd;
     assert_ch_ok(ch_tensor_wrap(&xd, fake, CH_F32, 4, xs, CH_LAYOUT_PLAIN, CH_DEV_CUDA, 0));
