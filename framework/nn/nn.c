@@ -119,6 +119,13 @@ ch_module_t *ch_module_child(const ch_module_t *m, const char *name)
     return NULL;
 }
 
+int ch_module_num_children(const ch_module_t *m) { return m ? m->nchild : 0; }
+
+ch_module_t *ch_module_child_at(const ch_module_t *m, int i)
+{
+    return m && i >= 0 && i < m->nchild ? m->child[i] : NULL;
+}
+
 static ch_status add_child(ch_module_t *parent, const char *name, ch_nn_kind_t kind,
                            ch_module_t **out)
 {

@@ -274,6 +274,10 @@ ch_status ch_nn_residual_set_path(ch_module_t *block, ch_module_t *const *main, 
 
 /* Find a child by local name (NULL if absent). */
 ch_module_t *ch_module_child(const ch_module_t *m, const char *name);
+/* The children of m in registration order (torch.nn.Module.children()):
+ * 0 <= i < ch_module_num_children(m); NULL out of range. */
+int ch_module_num_children(const ch_module_t *m);
+ch_module_t *ch_module_child_at(const ch_module_t *m, int i);
 ch_nn_kind_t ch_module_kind(const ch_module_t *m);
 /* Full dotted path of the module ("layer1.0.bn1"; "" for the root). */
 const char *ch_module_path(const ch_module_t *m);

@@ -962,10 +962,34 @@ static void put_tensor(obuf_t *o, const ch_st_view_t *v, size_t key)
     op(o, 'R');
 }
 
-/* The state dict's _metadata: {prefix: {"version": v}} for "" and every
- * module prefix of the names, in first-appearance (pre-)order. */
-static ch_status put_metadata(obuf_t *o, const ch_st_view_t *views, size_t n)
+/* {prefix: {"version": v}} for each of modules[0..nm) (the _metadata dict's items). */
+static void put_module_versions(obuf_t *o, const ch_pth_module_t *modules, size_t nm)
 {
+    if (nm) op(o, '(');
+    for (size_t j = 0; j < nm; j++) {
+        put_str(o, modules[j].prefix);
+        op(o, '}');
+        put_str(o, "version");
+        put_int(o, modules[j].version);
+        op(o, 's');
+    }
+    if (nm) op(o, 'u');
+}
+
+/* The state dict's _metadata: {prefix: {"version": v}} for "" and every
+ * module prefix of the names, in first-appearance (pre-)order; or, when
+ * modules is not NULL, exactly modules[0..n_modules). */
+static ch_status put_metadata(obuf_t *o, const ch_st_view_t *views, size_t n,
+                              const ch_pth_module_t *modules, size_t n_modules)
+{
+    if (modules) {
+        op(o, '}');
+        put_str(o, "_metadata");
+        put_ordered_dict(o);
+        put_module_versions(o, modules, n_modules);
+        op(o, 's');
+        return CH_OK;
+    }
     size_t cap = 64, nm = 0;
     char **mods = calloc(cap, sizeof *mods);
     ch_status s = CH_OK;
@@ -991,10 +1015,8 @@ static ch_status put_metadata(obuf_t *o, const ch_st_view_t *views, size_t n)
             else nm++;
         }
     }
-    op(o, '}');
-    put_str(o, "_metadata");
-    put_ordered_dict(o);
-    if (nm) op(o, '(');
+    ch_pth_module_t *list = s ? NULL : calloc(nm ? nm : 1, sizeof *list);
+    if (!s && !list) s = CH_ERROR(CH_ERR_NOMEM, "pth writer");
     for (size_t j = 0; j < nm && !s; j++) {
         size_t l = strlen(mods[j]);
         int version = 1;
@@ -1004,14 +1026,10 @@ static ch_status put_metadata(obuf_t *o, const ch_st_view_t *views, size_t n)
                   : !strcmp(nm_, "running_mean"))
                 version = 2; /* BatchNorm's _version */
         }
-        put_str(o, mods[j]);
-        op(o, '}');
-        put_str(o, "version");
-        put_int(o, version);
-        op(o, 's');
+        list[j] = (ch_pth_module_t){mods[j], version};
     }
-    if (nm) op(o, 'u');
-    op(o, 's');
+    if (!s) s = put_metadata(o, views, n, list, nm);
+    free(list);
     for (size_t j = 0; j < nm; j++) free(mods[j]);
     free(mods);
     return s;
@@ -1071,7 +1089,15 @@ static int zip_record(zipFile zf, uint64_t *pos, const char *name, const void *d
 
 ch_status ch_pth_write(const char *path, const ch_st_view_t *views, size_t n)
 {
+    return ch_pth_write_modules(path, views, n, NULL, 0);
+}
+
+ch_status ch_pth_write_modules(const char *path, const ch_st_view_t *views, size_t n,
+                               const ch_pth_module_t *modules, size_t n_modules)
+{
     CH_REQUIRE(path && (views || !n), "ch_pth_write: NULL argument");
+    for (size_t j = 0; j < n_modules; j++)
+        CH_REQUIRE(modules[j].prefix, "ch_pth_write_modules: module %zu has no prefix", j);
     CH_TRY(check_views(path, views, n));
     obuf_t o = {0};
     op(&o, 0x80);
@@ -1083,7 +1109,7 @@ ch_status ch_pth_write(const char *path, const ch_st_view_t *views, size_t n)
         put_tensor(&o, &views[i], i);
         if (i % 1000 == 999 || i + 1 == n) op(&o, 'u');
     }
-    ch_status s = put_metadata(&o, views, n);
+    ch_status s = put_metadata(&o, views, n, modules, n_modules);
     op(&o, 'b');
     op(&o, '.');
     if (!s && o.oom) s = CH_ERROR(CH_ERR_NOMEM, "%s: pickle", path);

@@ -123,6 +123,22 @@ ch_pth_kind_t ch_pth_kind(const ch_pth_t *p);
  * CH_ERR_NOMEM. */
 ch_status ch_pth_write(const char *path, const ch_st_view_t *views, size_t n);
 
+/* One module of the state dict's `_metadata`: its dotted prefix ("" for the
+ * root, "layer1.0.relu") and its class's _version (2 for BatchNorm, 1 for
+ * the others). */
+typedef struct {
+    const char *prefix;
+    int version;
+} ch_pth_module_t;
+
+/* ch_pth_write with `_metadata` exactly modules[0..n_modules), in that
+ * order: every module of the model as torch.nn.Module.state_dict() visits
+ * them (pre-order, parameterless ones such as ReLU included), which is what
+ * torch writes. modules NULL: as ch_pth_write. Errors: as ch_pth_write,
+ * CH_ERR_INVALID for a module without prefix. */
+ch_status ch_pth_write_modules(const char *path, const ch_st_view_t *views, size_t n,
+                               const ch_pth_module_t *modules, size_t n_modules);
+
 #ifdef __cplusplus
 }
 #endif

@@ -132,6 +132,22 @@ static ch_status model_views(ch_model_t *m, ch_st_view_t **views, int *n)
     return CH_OK;
 }
 
+/* The modules under m in torch.nn.Module.state_dict()'s visiting order
+ * (pre-order, parameterless ones included) with their classes' _version
+ * (BatchNorm 2, the rest 1), appended to list[*n..); count only when list
+ * is NULL. */
+static void module_versions(ch_module_t *m, ch_pth_module_t *list, size_t *n)
+{
+    if (list) {
+        ch_nn_kind_t k = ch_module_kind(m);
+        list[*n].prefix = ch_module_path(m);
+        list[*n].version = k == CH_NN_BATCHNORM2D || k == CH_NN_SYNC_BATCHNORM ? 2 : 1;
+    }
+    (*n)++;
+    for (int i = 0; i < ch_module_num_children(m); i++)
+        module_versions(ch_module_child_at(m, i), list, n);
+}
+
 ch_status ch_train_state_write_model(ch_model_t *model, const char *path)
 {
     ch_st_view_t *views = NULL;
@@ -139,8 +155,19 @@ ch_status ch_train_state_write_model(ch_model_t *model, const char *path)
     ch_status s = model_views(model, &views, &n);
     size_t pl = strlen(path);
     int pth = (pl > 4 && !strcmp(path + pl - 4, ".pth")) || (pl > 3 && !strcmp(path + pl - 3, ".pt"));
-    if (s == CH_OK)
-        s = pth ? ch_pth_write(path, views, (size_t)n) : ch_checkpoint_write_model(path, views, (size_t)n);
+    if (s == CH_OK && pth) {
+        /* _metadata as torch writes it: every module, ReLU and MaxPool too */
+        size_t nm = 0;
+        module_versions(ch_model_root(model), NULL, &nm);
+        ch_pth_module_t *mods = calloc(nm, sizeof *mods);
+        if (!mods) s = CH_ERROR(CH_ERR_NOMEM, "%s: %zu modules", path, nm);
+        nm = 0;
+        if (!s) module_versions(ch_model_root(model), mods, &nm);
+        if (!s) s = ch_pth_write_modules(path, views, (size_t)n, mods, nm);
+        free(mods);
+    } else if (s == CH_OK) {
+        s = ch_checkpoint_write_model(path, views, (size_t)n);
+    }
     free(views);
     return s;
 }
