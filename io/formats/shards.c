@@ -369,7 +369,16 @@ ch_status ch_tar_scan(ch_tar_read_fn read, void *ctx, uint64_t file_size, const 
     uint64_t pos = 0, next_size = 0;
     int has_next_path = 0, has_next_size = 0;
     for (;;) {
-        if (pos == file_size) break; /* no end-of-archive blocks: accepted (GNU tar warns) */
+        if (pos == file_size) {
+            /* every tar writer (GNU tar, Python's tarfile, cohort-pack) ends
+             * with two zero blocks: a file that stops after a member is one
+             * whose writer was killed or whose copy was cut short, and the
+             * samples after the cut would be lost without a word */
+            st = CH_ERROR(CH_ERR_FORMAT, "shard %s: truncated: the file ends at byte %llu after a "
+                          "member, without the two zero blocks that end a tar file (a cut-short "
+                          "copy or a killed writer)", name, (unsigned long long)pos);
+            break;
+        }
         if (file_size - pos < BLOCK) {
             st = CH_ERROR(CH_ERR_FORMAT, "shard %s: truncated: %llu bytes after the last member "
                           "at byte %llu, less than a 512-byte header", name,

@@ -12,8 +12,9 @@
  * skipped; members without an extension, directories, links and pax global
  * headers are skipped. Errors (CH_ERR_FORMAT, each naming the shard, the
  * member and its byte offset): a header checksum that does not match
- * (corrupt), a member whose data runs past the end of the file or a file
- * that ends inside a header (truncated), a sample with no image or no .cls
+ * (corrupt), a member whose data runs past the end of the file, a file
+ * that ends inside a header or without the two zero blocks that end every
+ * tar file (truncated: the samples after a cut are never silently lost), a sample with no image or no .cls
  * (naming the key), a key whose members are not adjacent (reordered), a bad
  * .cls text, a pax record that does not parse.
  *
