@@ -14,9 +14,11 @@
  * headers (mtime 0, uid 0, mode 0644), so the output is the same bytes for
  * any number of ranks. Each shard is written atomically (temp file, fsync,
  * rename); OUT/cohort-pack.plan records what is being packed. Run again
- * after a kill or a preemption (exit 3) and it goes on: shards already
- * there with their planned size are kept, the others written; a plan for
- * other input is an error. At the end the ranks build the shard index
+ * after a kill or a preemption (exit 3) and it goes on: a shard is kept
+ * when its size is the planned one and its size and mtime are those this
+ * job recorded when it wrote it (OUT/.NAME.done; a shard changed since, by
+ * a copy or a stray write, is written again), the others are written; a
+ * plan for other input is an error. At the end the ranks build the shard index
  * (OUT/cohort-shards.index) together. */
 #include "config.h"
 
@@ -149,6 +151,45 @@ static ch_status write_block(ch_atomic_file_t *f, const void *data, size_t len)
 }
 
 /* Write shard path from samples [a, b), expected to be `bytes` long. */
+/* The record of a finished shard: "size mtime_s mtime_ns\n" in
+ * OUT/.NAME.done (NAME the shard's file name), written after the shard was
+ * renamed into place. */
+static void done_path(const char *shard, char *buf, size_t len)
+{
+    const char *slash = strrchr(shard, '/');
+    size_t dir = slash ? (size_t)(slash - shard + 1) : 0;
+    snprintf(buf, len, "%.*s.%s.done", (int)dir, shard, shard + dir);
+}
+
+static ch_status record_done(const char *shard)
+{
+    struct stat sb;
+    char path[4200], text[96];
+    if (stat(shard, &sb) != 0) return CH_ERROR(CH_ERR_IO, "%s: %s", shard, strerror(errno));
+    done_path(shard, path, sizeof path);
+    int n = snprintf(text, sizeof text, "%lld %lld %ld\n", (long long)sb.st_size,
+                     (long long)sb.st_mtim.tv_sec, (long)sb.st_mtim.tv_nsec);
+    return ch_atomic_file_write_all(path, text, (size_t)n);
+}
+
+/* 1 when shard is there with `bytes` bytes and the size and mtime of its
+ * record (this job wrote it, and nothing changed it since). */
+static int kept_shard(const char *shard, uint64_t bytes)
+{
+    struct stat sb;
+    char path[4200], text[96] = "";
+    if (stat(shard, &sb) != 0 || (uint64_t)sb.st_size != bytes) return 0;
+    done_path(shard, path, sizeof path);
+    FILE *f = fopen(path, "r");
+    if (!f) return 0;
+    long long size = -1, sec = -1;
+    long nsec = -1;
+    int ok = fgets(text, sizeof text, f) && sscanf(text, "%lld %lld %ld", &size, &sec, &nsec) == 3;
+    fclose(f);
+    return ok && size == (long long)sb.st_size && sec == (long long)sb.st_mtim.tv_sec &&
+           nsec == (long)sb.st_mtim.tv_nsec;
+}
+
 static ch_status write_shard(source_t *src, const char *path, int64_t a, int64_t b, uint64_t bytes)
 {
     ch_atomic_file_t *f;
@@ -303,11 +344,11 @@ int main(int argc, char **argv)
             uint64_t bytes = TAR_END;
             for (int64_t i = cut[k]; i < cut[k + 1]; i++) bytes += sample_tar_bytes((uint64_t)sizes[i]);
             snprintf(path, sizeof path, "%s/%s-%06lld.tar", out, prefix, (long long)k);
-            struct stat sb;
-            if (stat(path, &sb) == 0 && (uint64_t)sb.st_size == bytes) {
+            if (kept_shard(path, bytes)) {
                 kept++; /* written by an earlier run (renamed into place only when complete) */
             } else {
                 s = write_shard(&src, path, cut[k], cut[k + 1], bytes);
+                if (!s) s = record_done(path);
                 written++;
                 bytes_written += bytes;
             }

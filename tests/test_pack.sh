@@ -7,7 +7,7 @@
 . "${COHORT_SRCDIR:-.}/tests/train_lib.sh"
 need_data
 PACK="$build/jobs/cohort-pack"
-echo "1..16"
+echo "1..18"
 pack() { # pack NP OUT [options...]
   local np=$1 out=$2; shift 2
   "$MPIEXEC" -n "$np" "$PACK" --format idx "$DATA" --out "$out" --limit 2000 \
@@ -46,6 +46,15 @@ pack 2 "$out" || show "$out.log"
 check "run again, it keeps the 2 shards and writes the rest" grep -q "(14 written, 2 kept from an earlier run)" "$out.log"
 check "killed + resumed == uninterrupted, byte for byte; no temp file left" \
   eval 'same_shards "$tmp/p1" "$out" && test ! -e "$out/.shard-000003.tar.tmp.AbC123"'
+# a kept shard changed since it was written (bytes flipped in place, the
+# index deleted as its stale-index message says): the next run writes it
+# again instead of keeping it, and says nothing of success before
+python3 -c "f=open('$out/shard-000000.tar','r+b');f.seek(512);b=f.read(8);f.seek(512);f.write(bytes(x^255 for x in b))"
+rm -f "$out/cohort-shards.index"
+pack 2 "$out" || show "$out.log"
+check "a shard changed after it was written is written again (1 written, 15 kept)" \
+  grep -q "(1 written, 15 kept from an earlier run)" "$out.log"
+check "... and the shards are the uninterrupted pack's again, byte for byte" same_shards "$tmp/p1" "$out"
 pack 1 "$out" --shard_bytes 400000
 rc=$?
 check "another plan into the same directory is refused (exit $rc == 2)" \
