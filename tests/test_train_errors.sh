@@ -6,7 +6,7 @@
 # without a single training step.
 . "${COHORT_SRCDIR:-.}/tests/train_lib.sh"
 need_data
-echo "1..14"
+echo "1..15"
 small="--model.arch=smallcnn --data.train_subset=256 --train.eval=false --schedule.epochs=1"
 
 # expect_error NAME NEEDLE NP ARGS...: non-zero exit, NEEDLE in the output, no step run
@@ -52,6 +52,10 @@ expect_error "mismatched pretrained file is reported" "no tensor matching" 2 \
   --data.train_subset=256 --train.eval=false
 expect_error "garbage pretrained file names the file" "$tmp/typo.cfg" 2 $small \
   --model.weights="$tmp/typo.cfg"
+# bad input found after the run directory was made: the directory the run
+# made (holding only its lock) is removed again, not left behind
+left=$(for d in "$tmp"/e[0-9]*; do [ -d "$d" ] && echo "${d##*/}"; done)
+check "no run directory left behind by a bad-input exit${left:+ (left: $left)}" test -z "$left"
 # user-facing lines carry no source location; COHORT_LOG_LEVEL=debug adds it
 check "error lines name no source file (file.c:line)" \
   sh -c "! grep -E '[a-z_]+\.(c|cu):[0-9]+\)' '$tmp/e10.log' '$tmp/e3.log' '$tmp/e2.log'"

@@ -53,6 +53,7 @@ struct ch_job {
     const char *out_dir; /* string of cfg */
     char *stop_file;     /* <out_dir>/STOP, or NULL */
     int lock_fd;         /* rank 0: <out_dir>/cohort.lock, locked; else -1 */
+    int made_out_dir;    /* rank 0: out_dir did not exist before this run */
     int warning_signal;
     int requeue;
     int running;         /* ch_job_init returned CH_JOB_CONTINUE */
@@ -561,6 +562,8 @@ static int setup_output_dir(ch_job_t *job, const ch_job_options_t *opt)
     if (!job->stop_file) s = CH_ERROR(CH_ERR_NOMEM, "out of memory");
     else snprintf(job->stop_file, len, "%s/%s", job->out_dir, STOP_FILE_NAME);
     if (s == CH_OK && job->rank == 0) {
+        struct stat sb;
+        job->made_out_dir = stat(job->out_dir, &sb) != 0;
         s = make_dirs(job->out_dir);
         if (s == CH_OK) s = probe_output_dir(job->out_dir);
         if (s == CH_OK) {
@@ -1029,6 +1032,16 @@ int ch_job_finalize(ch_job_t *job, int exit_code)
         ch_pg_destroy(job->pg);
     }
     watchdog_stop(job);
+    if (exit_code == CH_EXIT_BAD_INPUT && job->made_out_dir && job->lock_fd >= 0) {
+        /* bad input found before any work: the run directory this run made
+         * holds nothing but its lock, so it goes too (rmdir leaves it when
+         * anything else was written there) */
+        char lock[4200];
+        snprintf(lock, sizeof lock, "%s/%s", job->out_dir, LOCK_FILE_NAME);
+        unlock_output_dir(job->lock_fd);
+        job->lock_fd = -1;
+        if (unlink(lock) == 0) (void)rmdir(job->out_dir);
+    }
     ch_config_destroy(job->cfg);
     if (job->env_ok) ch_env_finalize(&job->env);
     free(job->stop_file);
