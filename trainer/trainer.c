@@ -6,8 +6,10 @@
  * The recipe (SEMANTICS.md): DistributedSampler + BatchSampler(drop_last)
  * order, the model's init (torchvision's for the built-in ResNets, PyTorch's
  * reset_parameters for registered networks), SyncBatchNorm when asked,
- * SGD(momentum, weight decay) with lr x world size and the cosine LambdaLR
- * schedule, DDP gradient averaging with buckets overlapped with backward,
+ * the optimizer (SGD(momentum, weight decay), AdamW or RMSprop) with lr x
+ * world size and the schedule (the seed's cosine LambdaLR, StepLR,
+ * MultiStepLR, CosineAnnealingLR, after a LinearLR / ConstantLR warmup),
+ * cross-entropy with label smoothing, DDP gradient averaging with buckets overlapped with backward,
  * evaluation with all-reduced correct counts, rank-0 checkpoints
  * (safetensors with torchvision names) and a resume file.
  *
@@ -16,13 +18,14 @@
  * the agreed stop, progress, requeue, exit codes) framework/runtime/job.h;
  * datasets and loaders io/data/data.h, batches on the compute device
  * io/data/batch_feed.h, model and resume files io/state/train_state.h, DDP
- * framework/train/ddp.h, SGD optim.h, schedule lr_schedule.h; each brings
+ * framework/train/ddp.h, optimizers optimizer.h (SGD optim.h), schedules
+ * schedule.h (cosine lr_schedule.h), the loss criterion.h; each brings
  * its own config keys. This file holds the recipe, the epoch loop and the
  * evaluation; jobs/cohort-train.c is ch_trainer_main.
  *
  * GPU ranks (a GPU visible and chosen by dist.device_rule; all ranks or
  * none): the model, its gradients, BN buffers, SyncBN statistics and the
- * SGD momentum live on the device (ch_model_to_device); gradients and
+ * optimizer state live on the device (ch_model_to_device); gradients and
  * SyncBN go over an NCCL group built over MPI whose compute stream is the
  * compute context's; the batch feed copies batches on the copy stream, the
  * next one while the current step computes; checkpoints and resume go
@@ -355,7 +358,7 @@ static int step_failed(trainer_t *j, ch_status s, const char *what)
 }
 
 /* Forward, loss, backward (DDP buckets all-reduced as gradients become
- * ready), the wait for the buckets, and the SGD update, each timed in the
+ * ready), the wait for the buckets, and the optimizer update, each timed in the
  * profile. On a GPU this queues kernels; the loss is read afterwards
  * (ch_model_loss_value), so the step is not stalled. Returns 1 when a peer
  * rank is gone (step_failed); other errors end the whole job (ch_fatal). */
