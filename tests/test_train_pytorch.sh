@@ -18,7 +18,7 @@ if [ "${HAVE_TORCH:-no}" != yes ]; then
   echo "1..0 # SKIP python3-torch/torchvision not available (configure: HAVE_TORCH=no)"
   exit 0
 fi
-echo "1..4"
+echo "1..6"
 steps=3
 py=${PYTHON3:-/usr/bin/python3}
 ref="$tmp/torch" ulp="$tmp/torch_ulp" dn="$tmp/torch_down"
@@ -64,3 +64,27 @@ import argparse
 m = make_model(argparse.Namespace(num_classes=10, in_channels=1))
 m.load_state_dict(load_safetensors('$tmp/cohort/model-0.safetensors'), strict=True)
 "
+
+# AdamW + label smoothing (optimizer.name, loss.label_smoothing) against
+# torch.optim.AdamW + CrossEntropyLoss(label_smoothing): step 1's loss is the
+# forward's (1e-5); AdamW normalises each update, so the later losses get a
+# looser bound (1e-3 relative) than SGD's.
+aw="$tmp/torch_adamw"
+"$py" "$src/tests/golden/ddp_pytorch.py" --out "$aw" --world 2 --steps $steps --batch 16 \
+  --subset 256 --lr 0.0005 --weight-decay 0.01 --optimizer adamw --label-smoothing 0.1 \
+  > "$aw.log" 2>&1 || show "$aw.log"
+train 2 "$tmp/cohort_adamw" --model.arch=resnet18 --model.weights="$ref/init.safetensors" \
+  --model.sync_bn=false --data.train_subset=256 --train.batch_size=16 --optimizer.name=adamw \
+  --optimizer.lr=0.0005 --loss.label_smoothing=0.1 --train.max_steps=$steps \
+  --train.eval=false --schedule.epochs=1 --train.log_every=1 || show "$tmp/cohort_adamw.log"
+sed -n 's/^epoch 0 step [0-9]*\/[0-9]* .* loss \([0-9.e+-]*\) (mean.*/\1/p' "$tmp/cohort_adamw.log" \
+  > "$tmp/cohort_adamw_losses.txt"
+echo "# PyTorch AdamW losses:  $(tr '\n' ' ' < "$aw/losses.txt")" >&2
+echo "# cohort AdamW losses:   $(tr '\n' ' ' < "$tmp/cohort_adamw_losses.txt")" >&2
+paste "$aw/losses.txt" "$tmp/cohort_adamw_losses.txt" > "$tmp/adamw.tsv"
+check "adamw + label smoothing 0.1: step 1 loss equals PyTorch's (relative 1e-5)" \
+  awk 'NR == 1 { d = $2 - $1; if (d < 0) d = -d; exit !(NF == 2 && d <= 1e-5 * $1) }' \
+  "$tmp/adamw.tsv"
+check "adamw + label smoothing 0.1: steps 2..$steps within 1e-3 (relative) of PyTorch DDP's" \
+  awk -v n=$steps '{ d = $2 - $1; if (d < 0) d = -d; if (NF != 2 || d > 1e-3 * $1) bad = 1; m++ }
+      END { exit (bad || m != n) }' "$tmp/adamw.tsv"
