@@ -67,8 +67,12 @@ m.load_state_dict(load_safetensors('$tmp/cohort/model-0.safetensors'), strict=Tr
 
 # AdamW + label smoothing (optimizer.name, loss.label_smoothing) against
 # torch.optim.AdamW + CrossEntropyLoss(label_smoothing): step 1's loss is the
-# forward's (1e-5); AdamW normalises each update, so the later losses get a
-# looser bound (1e-3 relative) than SGD's.
+# forward's (1e-5), step 2's follows one AdamW update (1e-4). AdamW
+# normalises each element's update (its first step is about +-lr for every
+# element, however small its gradient), so rounding is amplified: PyTorch's
+# own step-3 loss moves by 5.3e-4 (2.6e-4 relative) when its input moves one
+# ulp up or down (measured), and cohort's is 7e-4 relative off; step 3's
+# bound is 2e-3 relative.
 aw="$tmp/torch_adamw"
 "$py" "$src/tests/golden/ddp_pytorch.py" --out "$aw" --world 2 --steps $steps --batch 16 \
   --subset 256 --lr 0.0005 --weight-decay 0.01 --optimizer adamw --label-smoothing 0.1 \
@@ -85,6 +89,6 @@ paste "$aw/losses.txt" "$tmp/cohort_adamw_losses.txt" > "$tmp/adamw.tsv"
 check "adamw + label smoothing 0.1: step 1 loss equals PyTorch's (relative 1e-5)" \
   awk 'NR == 1 { d = $2 - $1; if (d < 0) d = -d; exit !(NF == 2 && d <= 1e-5 * $1) }' \
   "$tmp/adamw.tsv"
-check "adamw + label smoothing 0.1: steps 2..$steps within 1e-3 (relative) of PyTorch DDP's" \
-  awk -v n=$steps '{ d = $2 - $1; if (d < 0) d = -d; if (NF != 2 || d > 1e-3 * $1) bad = 1; m++ }
-      END { exit (bad || m != n) }' "$tmp/adamw.tsv"
+check "adamw + label smoothing 0.1: step 2 within 1e-4, step 3 within 2e-3 (relative) of PyTorch's" \
+  awk -v n=$steps '{ d = $2 - $1; if (d < 0) d = -d; tol = NR <= 2 ? 1e-4 : 2e-3;
+      if (NF != 2 || d > tol * $1) bad = 1; m++ } END { exit (bad || m != n) }' "$tmp/adamw.tsv"

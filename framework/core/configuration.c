@@ -1351,9 +1351,14 @@ void ch_config_print_help_tables(const ch_config_table_t *tables, int n_tables, 
     print_usage(out, prog, summary);
     print_aliases(tables, n_tables, out);
     fprintf(out, "Keys (command line > --config file > default), by owner:\n");
+    const char *last = NULL;
     for (int t = 0; t < n_tables; t++) {
         if (tables[t].n_keys <= 0) continue;
-        fprintf(out, "\n%s:\n", tables[t].title && *tables[t].title ? tables[t].title : "other");
+        const char *title = tables[t].title && *tables[t].title ? tables[t].title : "other";
+        /* consecutive tables of one owner (SGD's keys, then the optimizer
+         * interface's) under one heading */
+        if (!last || strcmp(last, title) != 0) fprintf(out, "\n%s:\n", title);
+        last = title;
         print_keys(tables[t].keys, tables[t].n_keys, out);
     }
 }
