@@ -25,15 +25,7 @@ for opt in adamw rmsprop; do
 
   # a STOP file at a held step of epoch 0 (16 steps per epoch): mid-epoch state
   out="$tmp/$opt-stop"
-  new_hold step 5
-  COHORT_TEST_HOLD=$hold_env "$MPIEXEC" -n 2 "$TRAIN" --output.dir="$out" --data.workers=1 \
-    --train.threads=1 $args > "$out.log" 2>&1 &
-  pid=$!
-  hold_wait held 2 $pid
-  : > "$out/STOP"
-  hold_release
-  wait $pid
-  rc=$?
+  stop_file_run 5 "$out" $args
   check "$opt: a STOP file mid-epoch stops with exit 3 (got $rc) and a resume file" \
     test "$rc" = 3 -a -f "$out/resume.safetensors"
   train 2 "$out" $args --resume || show "$out.log"
