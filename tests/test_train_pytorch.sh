@@ -29,12 +29,17 @@ for d in "$ulp" "$dn"; do mkdir -p "$d" && cp "$ref/init.safetensors" "$d/"; don
   || show "$ulp.log"
 "$py" "$src/tests/golden/ddp_pytorch.py" --out "$dn" $common --perturb-ulp down > "$dn.log" 2>&1 \
   || show "$dn.log"
-train 2 "$tmp/cohort" --model.arch=resnet18 --model.weights="$ref/init.safetensors" \
-  --model.sync_bn=false --data.train_subset=256 --train.batch_size=16 --optimizer.lr=0.001 \
-  --optimizer.momentum=0.9 --optimizer.weight_decay=0.005 --train.max_steps=$steps \
-  --train.eval=false --schedule.epochs=1 --train.log_every=1 || show "$tmp/cohort.log"
-sed -n 's/^epoch 0 step [0-9]*\/[0-9]* .* loss \([0-9.e+-]*\) (mean.*/\1/p' "$tmp/cohort.log" \
-  > "$tmp/cohort_losses.txt"
+# cohort_steps NAME [overrides...]: cohort-train's twin of those steps in
+# $tmp/NAME from PyTorch's initial weights; its losses in $tmp/NAME_losses.txt
+cohort_steps() {
+  local name=$1; shift
+  train 2 "$tmp/$name" --model.arch=resnet18 --model.weights="$ref/init.safetensors" \
+    --model.sync_bn=false --data.train_subset=256 --train.batch_size=16 --train.max_steps=$steps \
+    --train.eval=false --schedule.epochs=1 --train.log_every=1 "$@" || show "$tmp/$name.log"
+  sed -n 's/^epoch 0 step [0-9]*\/[0-9]* .* loss \([0-9.e+-]*\) (mean.*/\1/p' "$tmp/$name.log" \
+    > "$tmp/${name}_losses.txt"
+}
+cohort_steps cohort --optimizer.lr=0.001 --optimizer.momentum=0.9 --optimizer.weight_decay=0.005
 echo "# PyTorch losses:        $(tr '\n' ' ' < "$ref/losses.txt")" >&2
 echo "# PyTorch, input +1ulp:  $(tr '\n' ' ' < "$ulp/losses.txt")" >&2
 echo "# PyTorch, input -1ulp:  $(tr '\n' ' ' < "$dn/losses.txt")" >&2
@@ -77,12 +82,7 @@ aw="$tmp/torch_adamw"
 "$py" "$src/tests/golden/ddp_pytorch.py" --out "$aw" --world 2 --steps $steps --batch 16 \
   --subset 256 --lr 0.0005 --weight-decay 0.01 --optimizer adamw --label-smoothing 0.1 \
   > "$aw.log" 2>&1 || show "$aw.log"
-train 2 "$tmp/cohort_adamw" --model.arch=resnet18 --model.weights="$ref/init.safetensors" \
-  --model.sync_bn=false --data.train_subset=256 --train.batch_size=16 --optimizer.name=adamw \
-  --optimizer.lr=0.0005 --loss.label_smoothing=0.1 --train.max_steps=$steps \
-  --train.eval=false --schedule.epochs=1 --train.log_every=1 || show "$tmp/cohort_adamw.log"
-sed -n 's/^epoch 0 step [0-9]*\/[0-9]* .* loss \([0-9.e+-]*\) (mean.*/\1/p' "$tmp/cohort_adamw.log" \
-  > "$tmp/cohort_adamw_losses.txt"
+cohort_steps cohort_adamw --optimizer.name=adamw --optimizer.lr=0.0005 --loss.label_smoothing=0.1
 echo "# PyTorch AdamW losses:  $(tr '\n' ' ' < "$aw/losses.txt")" >&2
 echo "# cohort AdamW losses:   $(tr '\n' ' ' < "$tmp/cohort_adamw_losses.txt")" >&2
 paste "$aw/losses.txt" "$tmp/cohort_adamw_losses.txt" > "$tmp/adamw.tsv"
