@@ -67,8 +67,10 @@ typedef struct ch_trainer ch_trainer_t;
  * train.eval (`cohort-train --help` describes each). */
 ch_config_table_t ch_trainer_config_table(void);
 
-/* Every key table the trainer reads, its own first (then data, optimizer,
- * schedule, ddp, output, runtime, compute), for ch_job_options_t.tables.
+/* Every key table the trainer reads, its own first (then data, optimizer
+ * (SGD's keys, then optimizer.name and AdamW's / RMSprop's), schedule (the
+ * cosine's, then schedule.name and the others'), loss, ddp, output,
+ * runtime, compute), for ch_job_options_t.tables.
  * Fills tables[0 .. min(n, capacity)) and returns n (at most
  * CH_TRAINER_MAX_TABLES). */
 #define CH_TRAINER_MAX_TABLES 16
