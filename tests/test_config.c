@@ -620,6 +620,53 @@ static void test_compare_dump(void **state)
     ch_config_destroy(saved);
 }
 
+/* ch_config_dump_string_quiet: the named keys are left out while they hold
+ * their default (unset or set to it), written otherwise; the rest is
+ * ch_config_dump_string's text; compare_dump takes the left-out keys as
+ * their defaults. */
+static void test_dump_quiet(void **state)
+{
+    (void)state;
+    const char *quiet[] = {"seed", "train.optimizer"};
+    ch_config_t *cfg = NULL;
+    char *full = NULL, *text = NULL;
+    assert_ch_ok(LOAD(&cfg, "--train.lr=0.1", "--seed=0"));
+    assert_ch_ok(ch_config_dump_string(cfg, &full));
+    assert_ch_ok(ch_config_dump_string_quiet(cfg, quiet, 2, &text));
+    assert_non_null(strstr(full, "seed = 0;"));
+    assert_non_null(strstr(full, "optimizer = \"sgd\";"));
+    assert_null(strstr(text, "seed ="));
+    assert_null(strstr(text, "optimizer ="));
+    assert_non_null(strstr(text, "lr = 0.1"));
+    /* the text is the full dump less those two lines */
+    assert_int_equal(strlen(full) - strlen(text),
+                     strlen("seed = 0;  # command line (--seed=0)\n") +
+                         strlen("  optimizer = \"sgd\";  # default\n"));
+    ch_config_change_t *ch = NULL;
+    int n = -1;
+    assert_ch_ok(ch_config_compare_dump(cfg, text, &ch, &n));
+    assert_int_equal(n, 0);
+    ch_config_changes_free(ch, n);
+    free(text);
+    free(full);
+    ch_config_destroy(cfg);
+    /* set to another value: written, and a run with the default differs */
+    assert_ch_ok(LOAD(&cfg, "--train.optimizer=adam"));
+    assert_ch_ok(ch_config_dump_string_quiet(cfg, quiet, 2, &text));
+    assert_non_null(strstr(text, "optimizer = \"adam\";"));
+    ch_config_t *now = NULL;
+    assert_ch_ok(LOAD(&now, "--seed=0"));
+    assert_ch_ok(ch_config_compare_dump(now, text, &ch, &n));
+    assert_int_equal(n, 1);
+    assert_string_equal(ch[0].name, "train.optimizer");
+    assert_string_equal(ch[0].saved, "\"adam\"");
+    ch_config_changes_free(ch, n);
+    free(text);
+    ch_config_destroy(now);
+    assert_ch_error(ch_config_dump_string_quiet(cfg, NULL, 1, &text), CH_ERR_INVALID, "quiet");
+    ch_config_destroy(cfg);
+}
+
 static const ch_config_key_t job_keys[] = {
     {"train.lr", CH_CFG_FLOAT, "0.01", 0, 10, "Base learning rate."},
     {"output.dir", CH_CFG_STRING, "runs", CH_CFG_NO_RANGE, "Output directory."},
@@ -1090,6 +1137,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_dump_round_trip),
         cmocka_unit_test(test_dump_floats_exact),
         cmocka_unit_test(test_compare_dump),
+        cmocka_unit_test(test_dump_quiet),
         cmocka_unit_test(test_tables),
         cmocka_unit_test(test_help_tables),
         cmocka_unit_test(test_alias),

@@ -32,15 +32,7 @@ fi
 
 # STOP at a held step of epoch 0 (16 steps per epoch): exit 3, then resume
 out="$tmp/stop"
-new_hold step 5
-COHORT_TEST_HOLD=$hold_env "$MPIEXEC" -n 2 "$TRAIN" --output.dir="$out" --data.workers=1 \
-  --train.threads=1 $args > "$out.log" 2>&1 &
-pid=$!
-hold_wait held 2 $pid
-: > "$out/STOP"
-hold_release
-wait $pid
-rc=$?
+stop_file_run 5 "$out" $args
 check "a STOP file stops both ranks with exit 3 (got $rc) and a resume file" \
   test "$rc" = 3 -a -f "$out/resume.safetensors"
 train 2 "$out" $args --resume || show "$out.log"

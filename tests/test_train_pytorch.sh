@@ -18,7 +18,7 @@ if [ "${HAVE_TORCH:-no}" != yes ]; then
   echo "1..0 # SKIP python3-torch/torchvision not available (configure: HAVE_TORCH=no)"
   exit 0
 fi
-echo "1..4"
+echo "1..6"
 steps=3
 py=${PYTHON3:-/usr/bin/python3}
 ref="$tmp/torch" ulp="$tmp/torch_ulp" dn="$tmp/torch_down"
@@ -29,12 +29,17 @@ for d in "$ulp" "$dn"; do mkdir -p "$d" && cp "$ref/init.safetensors" "$d/"; don
   || show "$ulp.log"
 "$py" "$src/tests/golden/ddp_pytorch.py" --out "$dn" $common --perturb-ulp down > "$dn.log" 2>&1 \
   || show "$dn.log"
-train 2 "$tmp/cohort" --model.arch=resnet18 --model.weights="$ref/init.safetensors" \
-  --model.sync_bn=false --data.train_subset=256 --train.batch_size=16 --optimizer.lr=0.001 \
-  --optimizer.momentum=0.9 --optimizer.weight_decay=0.005 --train.max_steps=$steps \
-  --train.eval=false --schedule.epochs=1 --train.log_every=1 || show "$tmp/cohort.log"
-sed -n 's/^epoch 0 step [0-9]*\/[0-9]* .* loss \([0-9.e+-]*\) (mean.*/\1/p' "$tmp/cohort.log" \
-  > "$tmp/cohort_losses.txt"
+# cohort_steps NAME [overrides...]: cohort-train's twin of those steps in
+# $tmp/NAME from PyTorch's initial weights; its losses in $tmp/NAME_losses.txt
+cohort_steps() {
+  local name=$1; shift
+  train 2 "$tmp/$name" --model.arch=resnet18 --model.weights="$ref/init.safetensors" \
+    --model.sync_bn=false --data.train_subset=256 --train.batch_size=16 --train.max_steps=$steps \
+    --train.eval=false --schedule.epochs=1 --train.log_every=1 "$@" || show "$tmp/$name.log"
+  sed -n 's/^epoch 0 step [0-9]*\/[0-9]* .* loss \([0-9.e+-]*\) (mean.*/\1/p' "$tmp/$name.log" \
+    > "$tmp/${name}_losses.txt"
+}
+cohort_steps cohort --optimizer.lr=0.001 --optimizer.momentum=0.9 --optimizer.weight_decay=0.005
 echo "# PyTorch losses:        $(tr '\n' ' ' < "$ref/losses.txt")" >&2
 echo "# PyTorch, input +1ulp:  $(tr '\n' ' ' < "$ulp/losses.txt")" >&2
 echo "# PyTorch, input -1ulp:  $(tr '\n' ' ' < "$dn/losses.txt")" >&2
@@ -64,3 +69,26 @@ import argparse
 m = make_model(argparse.Namespace(num_classes=10, in_channels=1))
 m.load_state_dict(load_safetensors('$tmp/cohort/model-0.safetensors'), strict=True)
 "
+
+# AdamW + label smoothing (optimizer.name, loss.label_smoothing) against
+# torch.optim.AdamW + CrossEntropyLoss(label_smoothing): step 1's loss is the
+# forward's (1e-5), step 2's follows one AdamW update (1e-4). AdamW
+# normalises each element's update (its first step is about +-lr for every
+# element, however small its gradient), so rounding is amplified: PyTorch's
+# own step-3 loss moves by 5.3e-4 (2.6e-4 relative) when its input moves one
+# ulp up or down (measured), and cohort's is 7e-4 relative off; step 3's
+# bound is 2e-3 relative.
+aw="$tmp/torch_adamw"
+"$py" "$src/tests/golden/ddp_pytorch.py" --out "$aw" --world 2 --steps $steps --batch 16 \
+  --subset 256 --lr 0.0005 --weight-decay 0.01 --optimizer adamw --label-smoothing 0.1 \
+  > "$aw.log" 2>&1 || show "$aw.log"
+cohort_steps cohort_adamw --optimizer.name=adamw --optimizer.lr=0.0005 --loss.label_smoothing=0.1
+echo "# PyTorch AdamW losses:  $(tr '\n' ' ' < "$aw/losses.txt")" >&2
+echo "# cohort AdamW losses:   $(tr '\n' ' ' < "$tmp/cohort_adamw_losses.txt")" >&2
+paste "$aw/losses.txt" "$tmp/cohort_adamw_losses.txt" > "$tmp/adamw.tsv"
+check "adamw + label smoothing 0.1: step 1 loss equals PyTorch's (relative 1e-5)" \
+  awk 'NR == 1 { d = $2 - $1; if (d < 0) d = -d; exit !(NF == 2 && d <= 1e-5 * $1) }' \
+  "$tmp/adamw.tsv"
+check "adamw + label smoothing 0.1: step 2 within 1e-4, step 3 within 2e-3 (relative) of PyTorch's" \
+  awk -v n=$steps '{ d = $2 - $1; if (d < 0) d = -d; tol = NR <= 2 ? 1e-4 : 2e-3;
+      if (NF != 2 || d > tol * $1) bad = 1; m++ } END { exit (bad || m != n) }' "$tmp/adamw.tsv"

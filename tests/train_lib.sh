@@ -72,3 +72,18 @@ wait_line() {
     sleep 0.05
   done
 }
+# stop_file_run STEP OUTDIR [overrides...]: a 2-rank run that a STOP file in
+# OUTDIR stops while the ranks hold after global step STEP; log in
+# OUTDIR.log; sets rc (its exit status, 3 for the stop)
+stop_file_run() {
+  local at=$1 out=$2 pid; shift 2
+  new_hold step "$at"
+  COHORT_TEST_HOLD=$hold_env "$MPIEXEC" -n 2 "$TRAIN" --output.dir="$out" --data.workers=1 \
+    --train.threads=1 "$@" > "$out.log" 2>&1 &
+  pid=$!
+  hold_wait held 2 $pid
+  : > "$out/STOP"
+  hold_release
+  wait $pid
+  rc=$?
+}

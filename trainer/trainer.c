@@ -6,8 +6,10 @@
  * The recipe (SEMANTICS.md): DistributedSampler + BatchSampler(drop_last)
  * order, the model's init (torchvision's for the built-in ResNets, PyTorch's
  * reset_parameters for registered networks), SyncBatchNorm when asked,
- * SGD(momentum, weight decay) with lr x world size and the cosine LambdaLR
- * schedule, DDP gradient averaging with buckets overlapped with backward,
+ * the optimizer (SGD(momentum, weight decay), AdamW or RMSprop) with lr x
+ * world size and the schedule (the seed's cosine LambdaLR, StepLR,
+ * MultiStepLR, CosineAnnealingLR, after a LinearLR / ConstantLR warmup),
+ * cross-entropy with label smoothing, DDP gradient averaging with buckets overlapped with backward,
  * evaluation with all-reduced correct counts, rank-0 checkpoints
  * (safetensors with torchvision names) and a resume file.
  *
@@ -16,13 +18,14 @@
  * the agreed stop, progress, requeue, exit codes) framework/runtime/job.h;
  * datasets and loaders io/data/data.h, batches on the compute device
  * io/data/batch_feed.h, model and resume files io/state/train_state.h, DDP
- * framework/train/ddp.h, SGD optim.h, schedule lr_schedule.h; each brings
+ * framework/train/ddp.h, optimizers optimizer.h (SGD optim.h), schedules
+ * schedule.h (cosine lr_schedule.h), the loss criterion.h; each brings
  * its own config keys. This file holds the recipe, the epoch loop and the
  * evaluation; jobs/cohort-train.c is ch_trainer_main.
  *
  * GPU ranks (a GPU visible and chosen by dist.device_rule; all ranks or
  * none): the model, its gradients, BN buffers, SyncBN statistics and the
- * SGD momentum live on the device (ch_model_to_device); gradients and
+ * optimizer state live on the device (ch_model_to_device); gradients and
  * SyncBN go over an NCCL group built over MPI whose compute stream is the
  * compute context's; the batch feed copies batches on the copy stream, the
  * next one while the current step computes; checkpoints and resume go
@@ -46,6 +49,9 @@
 #include "framework/train/lr_schedule.h"
 #include "framework/train/metrics.h"
 #include "framework/train/optim.h"
+#include "framework/train/criterion.h"
+#include "framework/train/optimizer.h"
+#include "framework/train/schedule.h"
 #include "io/data/batch_feed.h"
 #include "io/data/data.h"
 #include "io/state/train_state.h"
@@ -131,7 +137,8 @@ struct ch_trainer {
     int batch_size, log_every, stop_after, do_eval;
     long long seed, max_steps;
     ch_data_options_t data_opt;
-    ch_sgd_options_t sgd_opt;
+    ch_optimizer_options_t opt_opt;
+    ch_loss_options_t loss_opt;
     ch_ddp_options_t ddp_opt;
     ch_train_output_options_t out;
     /* the runtime's (ch_job accessors, cached). GPU ranks: the model,
@@ -147,9 +154,9 @@ struct ch_trainer {
     ch_data_t *data;
     ch_batch_feed_t *feed;
     ch_model_t *model;
-    ch_sgd_t *sgd;
+    ch_optimizer_t *opt;
     ch_ddp_t *ddp;
-    ch_lr_cosine_t sched;
+    ch_lr_schedule_t sched;
     ch_metrics_t *metrics;
     char resume_path[4096];
     int start_epoch;
@@ -178,7 +185,8 @@ static ch_status read_config(trainer_t *j)
     CH_TRY(ch_config_get_bool(c, "train.eval", &j->do_eval));
     CH_TRY(ch_data_options_from_config(c, &j->data_opt));
     CH_TRY(ch_data_options_check_channels(&j->data_opt, j->in_channels));
-    CH_TRY(ch_sgd_options_from_config(c, &j->sgd_opt));
+    CH_TRY(ch_optimizer_options_from_config(c, &j->opt_opt));
+    CH_TRY(ch_loss_options_from_config(c, &j->loss_opt));
     CH_TRY(ch_ddp_options_from_config(c, &j->ddp_opt));
     CH_TRY(ch_train_output_options_from_config(c, &j->out));
     CH_TRY(ch_train_output_resume_path(&j->out, j->resume_path, sizeof j->resume_path));
@@ -188,7 +196,8 @@ static ch_status read_config(trainer_t *j)
 /* ------------------------------------------------------------------ model */
 
 /* The model (pretrained weights, freezing, device, SyncBN), its DDP, the
- * SGD with lr x world size and the cosine schedule. */
+ * optimizer (optimizer.name) with lr x world size, its loss's label
+ * smoothing and the schedule (schedule.name). */
 static ch_status build_model(trainer_t *j)
 {
     ch_model_options_t mo;
@@ -223,12 +232,15 @@ static ch_status build_model(trainer_t *j)
     dopt.broadcast_buffers = dopt.broadcast_buffers && !j->converted_sync_bn;
     CH_TRY(ch_ddp_create(j->model, grad_pg, &dopt, &j->ddp));
     CH_TRY(ch_ddp_set_compute(j->ddp, j->cx));
-    ch_sgd_options_t so = j->sgd_opt;
-    so.lr = j->sgd_opt.lr * j->world; /* linear scaling rule */
-    CH_TRY(ch_sgd_create(&so, &j->sgd));
-    ch_sgd_set_compute(j->sgd, j->cx);
-    CH_TRY(ch_sgd_add_model(j->sgd, j->model));
-    return ch_lr_cosine_from_config(j->cfg, so.lr, &j->sched);
+    CH_TRY(ch_model_set_label_smoothing(j->model, j->loss_opt.label_smoothing));
+    ch_optimizer_options_t oo = j->opt_opt;
+    oo.lr = j->opt_opt.lr * j->world; /* linear scaling rule */
+    CH_TRY(ch_optimizer_create(&oo, &j->opt));
+    ch_optimizer_set_compute(j->opt, j->cx);
+    CH_TRY(ch_optimizer_add_model(j->opt, j->model));
+    ch_lr_schedule_options_t so;
+    CH_TRY(ch_lr_schedule_options_from_config(j->cfg, oo.lr, &so));
+    return ch_lr_schedule_init(&j->sched, &so);
 }
 
 /* Keys that may differ between a run and the one it resumes: they do not
@@ -257,7 +269,7 @@ static ch_status resume(trainer_t *j, const char *path)
     free(saved_cfg);
     CH_TRY(s);
     ch_train_progress_t saved;
-    CH_TRY(ch_train_state_read_resume(j->model, j->sgd, path, &saved));
+    CH_TRY(ch_train_state_read_resume_optimizer(j->model, j->opt, path, &saved));
     CH_TRY(ch_train_resume_check(path, &saved, j->world, j->steps_per_epoch, (uint64_t)j->seed,
                                  &j->start_step_in_epoch));
     j->start_epoch = saved.epoch;
@@ -269,9 +281,26 @@ static ch_status resume(trainer_t *j, const char *path)
                     "its data order for %d rank%s, learning rate rescaled to the new world "
                     "(%g x %d = %g, was %g)", path, saved.world_size,
                     saved.world_size == 1 ? "" : "s", j->world, j->start_epoch, j->world,
-                    j->world == 1 ? "" : "s", j->sgd_opt.lr, j->world,
-                    j->sgd_opt.lr * j->world, j->sgd_opt.lr * saved.world_size);
+                    j->world == 1 ? "" : "s", j->opt_opt.lr, j->world,
+                    j->opt_opt.lr * j->world, j->opt_opt.lr * saved.world_size);
     return CH_OK;
+}
+
+/* The effective configuration for the resume file. The keys of the tables
+ * newer than resume files (optimizer.name and AdamW's / RMSprop's keys,
+ * schedule.name and its keys, loss.*) are written only when they differ
+ * from their defaults: a run that does not use them writes the file of
+ * old, byte for byte, and ch_config_compare_dump takes a key the file
+ * lacks as its default. */
+static ch_status dump_config(const ch_config_t *cfg, char **text)
+{
+    const ch_config_table_t t[] = {ch_optimizer_config_table(), ch_lr_schedule_config_table(),
+                                   ch_loss_config_table()};
+    const char *names[64];
+    int n = 0;
+    for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
+        for (int k = 0; k < t[i].n_keys && n < 64; k++) names[n++] = t[i].keys[k].name;
+    return ch_config_dump_string_quiet(cfg, names, n, text);
 }
 
 /* Rank 0 writes, then everyone learns the verdict (readers may follow). A
@@ -289,12 +318,14 @@ static int checkpoint(trainer_t *j, int model_epoch, int resume_epoch, int64_t e
             s = ch_train_output_model_path(&j->out, model_epoch, path, sizeof path);
             if (s == CH_OK) s = ch_train_state_write_model(j->model, path);
         }
-        if (s == CH_OK) s = ch_config_dump_string(j->cfg, &cfg_text);
+        if (s == CH_OK) s = dump_config(j->cfg, &cfg_text);
         ch_train_progress_t p = {.epoch = resume_epoch, .global_step = j->global_step,
                                  .epoch_step = epoch_step, .epoch_steps = j->steps_per_epoch,
                                  .seed = (uint64_t)j->seed, .world_size = j->world,
                                  .epoch_loss_sum = loss_sum, .epoch_loss_steps = loss_steps};
-        if (s == CH_OK) s = ch_train_state_write_resume(j->model, j->sgd, j->resume_path, &p, cfg_text);
+        if (s == CH_OK)
+            s = ch_train_state_write_resume_optimizer(j->model, j->opt, j->resume_path, &p,
+                                                      cfg_text);
         free(cfg_text);
     }
     int failed = ch_job_agree(j->job, s, "writing checkpoint");
@@ -327,7 +358,7 @@ static int step_failed(trainer_t *j, ch_status s, const char *what)
 }
 
 /* Forward, loss, backward (DDP buckets all-reduced as gradients become
- * ready), the wait for the buckets, and the SGD update, each timed in the
+ * ready), the wait for the buckets, and the optimizer update, each timed in the
  * profile. On a GPU this queues kernels; the loss is read afterwards
  * (ch_model_loss_value), so the step is not stalled. Returns 1 when a peer
  * rank is gone (step_failed); other errors end the whole job (ch_fatal). */
@@ -352,7 +383,7 @@ static int train_step(trainer_t *j, const ch_tensor_t *x, const ch_tensor_t *y)
     if ((s = ch_ddp_finish(j->ddp, &wait))) return step_failed(j, s, "gradient all-reduce");
     ch_prof_add(j->prof, PH_ALLREDUCE, wait);
     ch_prof_begin(j->prof, PH_OPTIM);
-    ch_check_fatal(ch_sgd_step(j->sgd), "optimizer");
+    ch_check_fatal(ch_optimizer_step(j->opt), "optimizer");
     ch_prof_end(j->prof, PH_OPTIM);
     return 0;
 }
@@ -512,10 +543,10 @@ static void evaluate(trainer_t *j, int epoch, double *acc_seed, double *acc_exac
  * (CH_EXIT_OK after train.stop_after epochs). */
 static int run_epoch(trainer_t *j, int epoch)
 {
-    int epochs = j->sched.epochs;
-    ch_check_fatal(ch_lr_cosine_set_epoch(&j->sched, epoch), "schedule");
-    double lr = ch_lr_cosine_get(&j->sched);
-    ch_sgd_set_lr(j->sgd, lr);
+    int epochs = j->sched.o.epochs;
+    ch_check_fatal(ch_lr_schedule_set_epoch(&j->sched, epoch), "schedule");
+    double lr = ch_lr_schedule_get(&j->sched);
+    ch_optimizer_set_lr(j->opt, lr);
     if (epoch == j->start_epoch) ch_log_info("epoch %d: learning rate %.8g", epoch, lr);
     epoch_result_t r;
     train_epoch(j, epoch, epoch == j->start_epoch ? j->start_step_in_epoch : 0, &r);
@@ -622,6 +653,61 @@ static int setup(trainer_t *j)
     return CH_JOB_CONTINUE;
 }
 
+/* "SGD lr 0.01 x 2 ranks = 0.02, momentum 0.9, weight decay 0.005", and
+ * AdamW's / RMSprop's own hyper-parameters. */
+static void describe_optimizer(const trainer_t *j, char *buf, size_t len)
+{
+    const ch_optimizer_options_t *o = &j->opt_opt;
+    int n = snprintf(buf, len, "%s lr %g x %d rank%s = %g",
+                     o->kind == CH_OPTIM_ADAMW ? "AdamW" : o->kind == CH_OPTIM_RMSPROP ? "RMSprop"
+                                                                                     : "SGD",
+                     o->lr, j->world, j->world == 1 ? "" : "s", o->lr * j->world);
+    if (n < 0 || (size_t)n >= len) return;
+    if (o->kind == CH_OPTIM_SGD)
+        snprintf(buf + n, len - (size_t)n, ", momentum %g, weight decay %g%s", o->momentum,
+                 o->weight_decay, o->nesterov ? ", nesterov" : "");
+    else if (o->kind == CH_OPTIM_ADAMW)
+        snprintf(buf + n, len - (size_t)n, ", betas (%g, %g), eps %g, weight decay %g%s", o->beta1,
+                 o->beta2, o->eps, o->weight_decay, o->amsgrad ? ", amsgrad" : "");
+    else
+        snprintf(buf + n, len - (size_t)n, ", alpha %g, eps %g, momentum %g, weight decay %g%s",
+                 o->alpha, o->eps, o->momentum, o->weight_decay, o->centered ? ", centered" : "");
+}
+
+/* "cosine schedule over 5 epochs, lrf 0.1" (SGD's line of old), the other
+ * schedules with their parameters, and the warmup. */
+static void describe_schedule(const ch_lr_schedule_options_t *o, char *buf, size_t len)
+{
+    char ms[256] = "";
+    int m = 0;
+    for (int i = 0; i < o->n_milestones && m >= 0 && (size_t)m < sizeof ms; i++)
+        m += snprintf(ms + m, sizeof ms - (size_t)m, "%s%d", i ? "," : "", o->milestones[i]);
+    int n;
+    switch (o->kind) {
+    case CH_LR_STEP:
+        n = snprintf(buf, len, "step schedule (StepLR step_size %d, gamma %g)", o->step_size,
+                     o->gamma);
+        break;
+    case CH_LR_MULTISTEP:
+        n = snprintf(buf, len, "multistep schedule (MultiStepLR milestones %s, gamma %g)", ms,
+                     o->gamma);
+        break;
+    case CH_LR_COSINE_ANNEALING:
+        n = snprintf(buf, len, "cosine_annealing schedule (eta_min %g)", o->lr_min);
+        break;
+    default: n = snprintf(buf, len, "cosine schedule"); break;
+    }
+    if (n < 0 || (size_t)n >= len) return;
+    n += snprintf(buf + n, len - (size_t)n, " over %d epoch%s", o->epochs, o->epochs == 1 ? "" : "s");
+    if (n < 0 || (size_t)n >= len) return;
+    if (o->kind == CH_LR_COSINE) n += snprintf(buf + n, len - (size_t)n, ", lrf %g", o->lrf);
+    if (n < 0 || (size_t)n >= len) return;
+    if (o->warmup_epochs > 0)
+        snprintf(buf + n, len - (size_t)n, ", after %d epoch%s of %s warmup from factor %g",
+                 o->warmup_epochs, o->warmup_epochs == 1 ? "" : "s",
+                 o->warmup_method == CH_LR_WARMUP_LINEAR ? "linear" : "constant", o->warmup_factor);
+}
+
 static void describe(trainer_t *j)
 {
     if (j->rank != 0) return;
@@ -666,11 +752,12 @@ static void describe(trainer_t *j)
                 ch_model_param_numel(j->model), ch_model_trainable_numel(j->model),
                 j->converted_sync_bn ? "on" : "off", ch_ddp_num_buckets(j->ddp),
                 ch_ddp_num_buckets(j->ddp) == 1 ? "" : "s");
-    ch_log_info("optimizer: SGD lr %g x %d rank%s = %g, momentum %g, weight decay %g%s; cosine "
-                "schedule over %d epoch%s, lrf %g",
-                j->sgd_opt.lr, j->world, j->world == 1 ? "" : "s", j->sgd_opt.lr * j->world,
-                j->sgd_opt.momentum, j->sgd_opt.weight_decay, j->sgd_opt.nesterov ? ", nesterov" : "",
-                j->sched.epochs, j->sched.epochs == 1 ? "" : "s", j->sched.lrf);
+    char od[256], sd[512];
+    describe_optimizer(j, od, sizeof od);
+    describe_schedule(&j->sched.o, sd, sizeof sd);
+    ch_log_info("optimizer: %s; %s", od, sd);
+    if (j->loss_opt.label_smoothing > 0)
+        ch_log_info("loss: cross-entropy with label smoothing %g", j->loss_opt.label_smoothing);
 }
 
 /* Destroys what setup built (and the model, the caller's included). */
@@ -679,7 +766,7 @@ static void cleanup(void *arg)
     trainer_t *j = arg;
     if (j->metrics && ch_metrics_destroy(j->metrics)) ch_log_warn("metrics: %s", ch_error_message());
     ch_ddp_destroy(j->ddp);
-    ch_sgd_destroy(j->sgd);
+    ch_optimizer_destroy(j->opt);
     ch_model_destroy(j->model);
     ch_batch_feed_destroy(j->feed);
     ch_data_destroy(j->data);
@@ -727,13 +814,13 @@ int ch_trainer_setup(ch_job_t *job, ch_model_t *model, ch_trainer_t **out)
 int ch_trainer_fit(ch_trainer_t *j)
 {
     int rc = CH_JOB_CONTINUE;
-    for (int epoch = j->start_epoch; rc == CH_JOB_CONTINUE && epoch < j->sched.epochs; epoch++) {
+    for (int epoch = j->start_epoch; rc == CH_JOB_CONTINUE && epoch < j->sched.o.epochs; epoch++) {
         rc = run_epoch(j, epoch);
         /* tests only: after the epoch's checkpoints */
         if (rc == CH_JOB_CONTINUE) ch_job_test_hold(j->job, "epoch", epoch);
     }
     if (rc == CH_JOB_CONTINUE) {
-        ch_log_info("training finished: %d epochs", j->sched.epochs);
+        ch_log_info("training finished: %d epochs", j->sched.o.epochs);
         rc = CH_EXIT_OK;
     }
     return rc;
@@ -747,7 +834,10 @@ int ch_trainer_tables(ch_config_table_t *tables, int capacity)
         ch_trainer_config_table(),
         ch_data_config_table(),
         ch_sgd_config_table(),
+        ch_optimizer_config_table(),
         ch_lr_cosine_config_table(),
+        ch_lr_schedule_config_table(),
+        ch_loss_config_table(),
         ch_ddp_config_table(),
         ch_train_output_config_table(),
         ch_job_runtime_table(),

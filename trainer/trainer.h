@@ -22,9 +22,12 @@
  *   }
  *
  * What the trainer does (the loop that was jobs/cohort-train.c): per epoch
- * the cosine learning rate (x world size, the linear scaling rule), the
- * DistributedSampler order of train.seed + epoch, each step forward, loss,
- * backward with DDP buckets all-reduced while backward runs, SGD; after
+ * the learning rate of schedule.name (cosine, step, multistep,
+ * cosine_annealing, with an optional warmup; x world size, the linear
+ * scaling rule), the DistributedSampler order of train.seed + epoch, each
+ * step forward, the loss (cross-entropy with loss.label_smoothing),
+ * backward with DDP buckets all-reduced while backward runs, the
+ * optimizer.name update (SGD, AdamW, RMSprop); after
  * each step one all-reduce of the loss (logging: running mean over the
  * epoch) and of the stop flags (preemption signal, STOP file, non-finite
  * loss), so every rank stops at the same step; progress; evaluation over
@@ -64,8 +67,10 @@ typedef struct ch_trainer ch_trainer_t;
  * train.eval (`cohort-train --help` describes each). */
 ch_config_table_t ch_trainer_config_table(void);
 
-/* Every key table the trainer reads, its own first (then data, optimizer,
- * schedule, ddp, output, runtime, compute), for ch_job_options_t.tables.
+/* Every key table the trainer reads, its own first (then data, optimizer
+ * (SGD's keys, then optimizer.name and AdamW's / RMSprop's), schedule (the
+ * cosine's, then schedule.name and the others'), loss, ddp, output,
+ * runtime, compute), for ch_job_options_t.tables.
  * Fills tables[0 .. min(n, capacity)) and returns n (at most
  * CH_TRAINER_MAX_TABLES). */
 #define CH_TRAINER_MAX_TABLES 16
@@ -79,7 +84,7 @@ const char *const *ch_trainer_phase_names(int *n);
 /* Build everything for a job started by ch_job_init with the trainer's
  * tables, its phases, compute = 1, output_dir_key "output.dir",
  * threads_key "train.threads" and preemption (ch_trainer_main does
- * exactly that): data, batch feed, the model, DDP, SGD, schedule, resume,
+ * exactly that): data, batch feed, the model, DDP, optimizer, schedule, resume,
  * the initial broadcast of rank 0's state, metrics files; then logs the
  * run's description. model: NULL builds model.arch through the registry
  * (ch_model_create with model.num_classes, model.in_channels, train.seed);

@@ -230,9 +230,14 @@ ch_status ch_man_write(FILE *out, const ch_man_page_t *page)
         fputs(".SH KEYS\nType, default and range of each key, then what it does. Defaults "
               "are given as on the command line.\n",
               out);
+        const char *last = NULL;
         for (int t = 0; t < page->n_tables; t++) {
             if (page->tables[t].n_keys == 0) continue;
-            if (page->tables[t].title && *page->tables[t].title) {
+            const char *title = page->tables[t].title;
+            /* consecutive tables of one owner under one heading */
+            int same = title && last && !strcmp(title, last);
+            last = title;
+            if (title && *title && !same) {
                 fputs(".SS \"", out);
                 put_esc(out, page->tables[t].title);
                 fputs("\"\n", out);

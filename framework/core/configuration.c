@@ -1351,9 +1351,14 @@ void ch_config_print_help_tables(const ch_config_table_t *tables, int n_tables, 
     print_usage(out, prog, summary);
     print_aliases(tables, n_tables, out);
     fprintf(out, "Keys (command line > --config file > default), by owner:\n");
+    const char *last = NULL;
     for (int t = 0; t < n_tables; t++) {
         if (tables[t].n_keys <= 0) continue;
-        fprintf(out, "\n%s:\n", tables[t].title && *tables[t].title ? tables[t].title : "other");
+        const char *title = tables[t].title && *tables[t].title ? tables[t].title : "other";
+        /* consecutive tables of one owner (SGD's keys, then the optimizer
+         * interface's) under one heading */
+        if (!last || strcmp(last, title) != 0) fprintf(out, "\n%s:\n", title);
+        last = title;
         print_keys(tables[t].keys, tables[t].n_keys, out);
     }
 }
@@ -1421,7 +1426,12 @@ static void put_comment(FILE *out, const char *text)
     fputc('\n', out);
 }
 
-ch_status ch_config_dump(const ch_config_t *cfg, FILE *out)
+static int quiet_at_default(const slot_t *s, const char *const *quiet, int n_quiet);
+
+/* ch_config_dump, leaving out the keys of quiet[0..n_quiet) that hold their
+ * default value (n_quiet 0: every key). */
+static ch_status dump_keys(const ch_config_t *cfg, FILE *out, const char *const *quiet,
+                          int n_quiet)
 {
     CH_REQUIRE(cfg != NULL && out != NULL, "ch_config_dump: NULL config or stream");
     int *idx = sorted_order(cfg->keys, cfg->n);
@@ -1432,6 +1442,7 @@ ch_status ch_config_dump(const ch_config_t *cfg, FILE *out)
     int depth = 0;
     for (int j = 0; j < cfg->n; j++) {
         const slot_t *s = &cfg->slots[idx[j]];
+        if (n_quiet > 0 && quiet_at_default(s, quiet, n_quiet)) continue;
         const char *comp[NAME_MAX_LEN];
         size_t clen[NAME_MAX_LEN];
         int nc = 0;
@@ -1469,15 +1480,24 @@ ch_status ch_config_dump(const ch_config_t *cfg, FILE *out)
     return CH_OK;
 }
 
+ch_status ch_config_dump(const ch_config_t *cfg, FILE *out) { return dump_keys(cfg, out, NULL, 0); }
+
 ch_status ch_config_dump_string(const ch_config_t *cfg, char **out)
 {
+    return ch_config_dump_string_quiet(cfg, NULL, 0, out);
+}
+
+ch_status ch_config_dump_string_quiet(const ch_config_t *cfg, const char *const *quiet,
+                                      int n_quiet, char **out)
+{
     CH_REQUIRE(out != NULL, "ch_config_dump_string: out is NULL");
+    CH_REQUIRE(n_quiet == 0 || quiet != NULL, "ch_config_dump_string_quiet: quiet is NULL");
     *out = NULL;
     char *buf = NULL;
     size_t len = 0;
     FILE *f = open_memstream(&buf, &len);
     if (!f) return CH_ERROR(CH_ERR_NOMEM, "config dump: open_memstream failed");
-    ch_status s = ch_config_dump(cfg, f);
+    ch_status s = dump_keys(cfg, f, quiet, n_quiet);
     if (fclose(f) != 0 && !s) s = CH_ERROR(CH_ERR_NOMEM, "config dump: out of memory");
     if (s) {
         free(buf);
@@ -1500,6 +1520,39 @@ static char *value_text(const slot_t *s)
         return NULL;
     }
     return buf;
+}
+
+/* 1 when s's key is named in quiet[0..n_quiet) and its value, as dump text,
+ * is that of its default (a key without a default, or out of memory: 0, so
+ * the key is written). */
+/* The dump text of key's default (malloc'd), NULL without a default or on
+ * failure. */
+static char *default_text(const ch_config_key_t *key)
+{
+    if (!key->def) return NULL;
+    slot_t d;
+    memset(&d, 0, sizeof d);
+    d.key = key;
+    char *text = NULL;
+    if (assign_text(&d, key->def, CH_ERR_INVALID, "default", "default") == CH_OK)
+        text = value_text(&d);
+    else
+        ch_error_clear();
+    value_free(&d.v);
+    free(d.source);
+    return text;
+}
+
+static int quiet_at_default(const slot_t *s, const char *const *quiet, int n_quiet)
+{
+    int named = 0;
+    for (int i = 0; i < n_quiet && !named; i++) named = quiet[i] && !strcmp(quiet[i], s->key->name);
+    if (!named) return 0;
+    char *a = default_text(s->key), *b = a ? value_text(s) : NULL;
+    int same = a && b && !strcmp(a, b);
+    free(a);
+    free(b);
+    return same;
 }
 
 void ch_config_changes_free(ch_config_change_t *changes, int n)
@@ -1565,19 +1618,9 @@ ch_status ch_config_compare_dump(const ch_config_t *cfg, const char *dump,
              * its value is the default, wherever that value was set */
             changed = strcmp(now->source, "default") != 0;
             if (changed && now->key->def) {
-                slot_t d;
-                memset(&d, 0, sizeof d);
-                d.key = now->key;
-                if (assign_text(&d, now->key->def, CH_ERR_INVALID, "default", "default") ==
-                    CH_OK) {
-                    char *def_text = value_text(&d);
-                    changed = !def_text || strcmp(def_text, now_text) != 0;
-                    free(def_text);
-                } else {
-                    ch_error_clear();
-                }
-                value_free(&d.v);
-                free(d.source);
+                char *def_text = default_text(now->key);
+                changed = !def_text || strcmp(def_text, now_text) != 0;
+                free(def_text);
             }
         }
         if (changed) {

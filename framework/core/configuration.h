@@ -218,6 +218,15 @@ ch_status ch_config_dump(const ch_config_t *cfg, FILE *out);
  * Errors: CH_ERR_NOMEM. */
 ch_status ch_config_dump_string(const ch_config_t *cfg, char **out);
 
+/* As ch_config_dump_string, but each key named in quiet[0..n_quiet) is left
+ * out while its value is its default (compared as dump text, wherever it
+ * was set). For keys added to a table after dumps of it were saved: the
+ * dump of a run that does not use them stays byte for byte what it was,
+ * and ch_config_compare_dump takes a key the dump lacks as its default.
+ * Errors: CH_ERR_NOMEM; CH_ERR_INVALID for quiet NULL with n_quiet > 0. */
+ch_status ch_config_dump_string_quiet(const ch_config_t *cfg, const char *const *quiet,
+                                      int n_quiet, char **out);
+
 /* One key whose value differs between a saved dump and a configuration. */
 typedef struct {
     const char *name; /* the key's name (a string of cfg's table) */

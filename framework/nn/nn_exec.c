@@ -575,11 +575,20 @@ ch_status ch_model_loss(ch_model_t *M, ch_compute_t *cx, const ch_tensor_t *labe
 {
     CH_REQUIRE(M && cx && labels, "ch_model_loss: NULL argument");
     CH_REQUIRE(M->have_forward, "nn: ch_model_loss without a forward");
-    ch_status s = ch_op_cross_entropy(cx, M->logits, labels, &M->loss, &M->dlogits);
+    ch_status s = ch_op_cross_entropy_smooth(cx, M->logits, labels, M->label_smoothing, &M->loss,
+                                             &M->dlogits);
     if (s) return ch_error_context("loss of '%s'", M->arch);
     M->have_loss = 1;
     M->have_loss_value = 1;
     if (loss) return ch_model_loss_value(M, cx, loss);
+    return CH_OK;
+}
+
+ch_status ch_model_set_label_smoothing(ch_model_t *M, double e)
+{
+    CH_REQUIRE(M, "ch_model_set_label_smoothing: NULL model");
+    CH_REQUIRE(e >= 0.0 && e <= 1.0, "loss.label_smoothing = %g: expected a value in [0, 1]", e);
+    M->label_smoothing = e;
     return CH_OK;
 }
 

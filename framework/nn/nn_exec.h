@@ -67,7 +67,8 @@ ch_status ch_model_plan(ch_model_t *model, ch_compute_t *cx, const int64_t shape
 ch_status ch_model_forward(ch_model_t *model, ch_compute_t *cx, const ch_tensor_t *x,
                            const ch_tensor_t **logits);
 
-/* Cross-entropy loss (torch.nn.CrossEntropyLoss(), mean over the N samples
+/* Cross-entropy loss (torch.nn.CrossEntropyLoss(label_smoothing=e) with the
+ * model's e, ch_model_set_label_smoothing; mean over the N samples
  * of the last forward) and its gradient w.r.t. the logits, kept for
  * ch_model_backward. labels: (N) int64 on the model's device,
  * 0 <= label < num_classes (CH_ERR_RANGE otherwise). *loss (may be NULL)
@@ -76,6 +77,13 @@ ch_status ch_model_forward(ch_model_t *model, ch_compute_t *cx, const ch_tensor_
  * optimizer step to keep the GPU busy). */
 ch_status ch_model_loss(ch_model_t *model, ch_compute_t *cx, const ch_tensor_t *labels,
                         float *loss);
+
+/* The label smoothing e of ch_model_loss from now on: loss = (1 - e) nll +
+ * e mean over classes of -log_softmax (ch_op_cross_entropy_smooth, on the
+ * CPU and CUDA backends). e = 0 (a new model's) is the plain
+ * ch_op_cross_entropy, bitwise. CH_ERR_INVALID for e outside [0, 1] or
+ * not finite. */
+ch_status ch_model_set_label_smoothing(ch_model_t *model, double e);
 
 /* The value of the last ch_model_loss (valid until the next forward or
  * plan; backward and optimizer steps do not change it). CPU: read at once.

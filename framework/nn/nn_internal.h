@@ -96,6 +96,7 @@ struct ch_model {
     float *d_param_block, *d_grad_block, *d_buffer_block;
     float loss_host;                 /* last loss read back from the device */
     int have_loss_value;             /* a ch_model_loss since the last forward */
+    double label_smoothing;          /* ch_model_set_label_smoothing; 0: plain cross-entropy */
     int64_t *i64_block;              /* int64 buffers */
     size_t buffer_numel, i64_numel;
 

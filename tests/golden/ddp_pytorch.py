@@ -75,9 +75,13 @@ def worker(rank, args):
     if args.sync_bn:
         raise SystemExit("PyTorch 1.13's SyncBatchNorm is GPU-only")
     ddp = torch.nn.parallel.DistributedDataParallel(model)
-    opt = torch.optim.SGD([p for p in ddp.parameters() if p.requires_grad], lr=args.lr * world,
-                          momentum=args.momentum, weight_decay=args.weight_decay)
-    crit = torch.nn.CrossEntropyLoss()
+    params = [p for p in ddp.parameters() if p.requires_grad]
+    if args.optimizer == "adamw":  # cohort's optimizer.name = adamw (betas, eps defaults)
+        opt = torch.optim.AdamW(params, lr=args.lr * world, weight_decay=args.weight_decay)
+    else:
+        opt = torch.optim.SGD(params, lr=args.lr * world, momentum=args.momentum,
+                              weight_decay=args.weight_decay)
+    crit = torch.nn.CrossEntropyLoss(label_smoothing=args.label_smoothing)
     losses = []
     ddp.train()
     t_first = None
@@ -193,6 +197,8 @@ def main():
     ap.add_argument("--subset", type=int, default=256)
     ap.add_argument("--lr", type=float, default=0.01)
     ap.add_argument("--momentum", type=float, default=0.9)
+    ap.add_argument("--optimizer", default="sgd", choices=["sgd", "adamw"])
+    ap.add_argument("--label-smoothing", type=float, default=0.0)
     ap.add_argument("--weight-decay", type=float, default=0.005)
     ap.add_argument("--num-classes", type=int, default=10)
     ap.add_argument("--in-channels", type=int, default=1)

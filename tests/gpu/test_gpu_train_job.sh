@@ -12,7 +12,11 @@
 #   - stop after epoch 0 + --resume on the GPU == 2 epochs straight on the
 #     GPU (relative L2 1e-4: host mirror, momentum export/import);
 #   - compute.bf16 = true trains to finite losses and parameters within 2e-2
-#     of the fp32 run.
+#     of the fp32 run;
+#   - optimizer.name = adamw with loss.label_smoothing and a multistep
+#     schedule after a warmup trains on the GPU (device AdamW state), and
+#     stop after epoch 0 + --resume == 2 epochs straight (relative L2 1e-4,
+#     as SGD's: the AdamW state's export/import through the resume file).
 # SKIPs (visibly) without nvidia-smi listing a GPU, in a build without CUDA,
 # or without python3 (it writes the dataset).
 . "${COHORT_SRCDIR:-.}/tests/train_lib.sh"
@@ -30,7 +34,7 @@ if ! command -v "$PY" >/dev/null 2>&1; then
   echo "1..0 # SKIP no $PY to write the synthetic dataset"
   exit 0
 fi
-echo "1..7"
+echo "1..9"
 
 # CIFAR-10 binary records: 1 label byte + 3x32x32 pixel bytes, the pixels
 # biased by class so that training learns something
@@ -115,3 +119,24 @@ else
 fi
 check "compute.bf16: final model within 2e-2 (relative L2) of the fp32 CPU run" \
   "$STCMP" --norm --rtol 2e-2 "$tmp/bf16/model-1.safetensors" "$tmp/cpu/model-1.safetensors"
+
+# AdamW (device state) + label smoothing + multistep with warmup, and its resume
+aw="$job --optimizer.name=adamw --optimizer.lr=0.0005 --loss.label_smoothing=0.1
+  --schedule.name=multistep --schedule.milestones=1 --schedule.warmup_epochs=1
+  --schedule.warmup_method=linear --schedule.warmup_factor=0.5 --schedule.epochs=3"
+# shellcheck disable=SC2086
+train 1 "$tmp/aw" $aw
+rc=$?
+la2=$(epoch_field "$tmp/aw.log" 2 loss)
+if [ "$rc" = 0 ] && grep -q "optimizer: AdamW" "$tmp/aw.log" && [ -n "$la2" ] &&
+   awk -v a="$la2" 'BEGIN { exit !(a == a + 0 && a < 1e30) }'; then
+  ok "optimizer.name = adamw + label smoothing + multistep: trains on the GPU (epoch 2 loss $la2)"
+else
+  show "$tmp/aw.log" 40; not_ok "adamw run on the GPU (exit $rc, loss '$la2')"
+fi
+# shellcheck disable=SC2086
+train 1 "$tmp/awres" $aw --train.stop_after=1 || show "$tmp/awres.log"
+# shellcheck disable=SC2086
+train 1 "$tmp/awres" $aw --resume || show "$tmp/awres.log"
+check "GPU adamw: 1 epoch + --resume + 2 epochs == 3 epochs straight (relative L2 1e-4)" \
+  "$STCMP" --norm --rtol 1e-4 "$tmp/awres/model-2.safetensors" "$tmp/aw/model-2.safetensors"
