@@ -7,7 +7,7 @@
 # runs.
 . "${COHORT_SRCDIR:-.}/tests/train_lib.sh"
 need_data
-echo "1..5"
+echo "1..6"
 small="--model.arch=smallcnn --data.train_subset=256 --train.eval=false --schedule.epochs=1"
 py="${PYTHON3:-/usr/bin/python3}"
 have_torch=no
@@ -16,6 +16,7 @@ have_torch=no
 train 1 "$tmp/a" $small --output.format=pth
 check "output.format = pth writes model-0.pth and no .safetensors model file" \
   sh -c "test -s '$tmp/a/model-0.pth' && ! test -e '$tmp/a/model-0.safetensors' || { tail '$tmp/a.log'; false; }"
+check "... and the log names the file it wrote (saved .../model-0.pth)" grep -q "^saved .*/model-0\.pth$" "$tmp/a.log"
 if [ "$have_torch" = yes ]; then
   check "torch.load(weights_only=True) + load_state_dict(strict=True) take it" \
     env OMP_NUM_THREADS=1 "$py" -c "

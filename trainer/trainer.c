@@ -592,7 +592,9 @@ static int run_epoch(trainer_t *j, int epoch)
     int last = epoch + 1 == epochs;
     int save = ch_train_output_saves_model(&j->out, epoch, epochs);
     if (checkpoint(j, epoch, epoch + 1, 0, save, 0, 0)) return CH_EXIT_ERROR;
-    if (save) ch_log_info("saved %s/model-%d.safetensors", j->out.dir, epoch);
+    char saved[4200];
+    if (save && ch_train_output_model_path(&j->out, epoch, saved, sizeof saved) == CH_OK)
+        ch_log_info("saved %s", saved); /* model-E.safetensors or model-E.pth (output.format) */
     if (stop_after_epoch && !last) {
         ch_log_info("%s at the end of epoch %d (global step %lld): stopping; %s continues at "
                     "epoch %d", reason, epoch, (long long)j->global_step, j->resume_path, epoch + 1);
