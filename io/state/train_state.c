@@ -52,10 +52,10 @@ ch_status ch_train_output_options_from_config(const ch_config_t *cfg,
 {
     CH_TRY(ch_config_get_string(cfg, "output.dir", &o->dir));
     CH_TRY(ch_config_get_int(cfg, "output.save_every", &o->save_every));
-    CH_TRY(ch_config_get_string(cfg, "output.format", &o->format));
-    if (strcmp(o->format, "safetensors") && strcmp(o->format, "pth"))
-        return CH_ERROR(CH_ERR_CONFIG, "output.format: '%s' (expected 'safetensors' or 'pth')",
-                        o->format);
+    static const char *const formats[] = {"safetensors", "pth"};
+    int which;
+    CH_TRY(ch_config_get_choice(cfg, "output.format", formats, 2, &which));
+    o->format = formats[which];
     return ch_config_get_string(cfg, "output.resume", &o->resume);
 }
 
