@@ -394,6 +394,12 @@ static ch_status weights_open(weights_t *w, const char *path, const char *key)
         if (key && key[0])
             ch_log_info("pretrained weights: %s is a safetensors file: model.weights_key '%s' "
                         "is not used", path, key);
+        /* a safetensors file is an 8-byte header length, then its JSON
+         * header ('{'); anything else is neither format */
+        if (fd >= 0 && got >= 9 && head[8] != '{')
+            return CH_ERROR(CH_ERR_FORMAT, "%s: neither a safetensors file nor a PyTorch "
+                            "torch.save file (.pth/.pt, zip or legacy): it starts with bytes "
+                            "%02x %02x %02x %02x", path, head[0], head[1], head[2], head[3]);
         return ch_safetensors_open(path, &w->st);
     }
     CH_TRY(ch_pth_open(path, key, &w->pth));
