@@ -24,6 +24,7 @@
 
 #include "tests/nn_testutil.h"
 #include "tests/gpu/gpu_testutil.h"
+#include "tests/nn_gpu_step.h"
 #include "tests/act_chain.h"
 
 #include "framework/nn/nn.h"
@@ -503,56 +504,11 @@ static void test_modules_gpu(void **state)
 {
     (void)state;
     GT_NEED_GPU();
-    if (!gt_cpu_mode()) assert_ch_ok(ch_device_set(0));
-    ch_compute_options_t o;
-    ch_compute_options_default(&o);
-    o.num_threads = 1;
-    o.gpu_device = 0;
-    o.allow_tf32 = 0;
-    ch_compute_t *cc, *cg;
-    assert_ch_ok(ch_compute_create(&o, &cc));
-    assert_ch_ok(ch_compute_create(&o, &cg));
     ch_model_t *mc = NULL, *mg = NULL;
     assert_ch_ok(act_chain(11, &mc));
     assert_ch_ok(act_chain(11, &mg));
-    assert_ch_ok(ch_model_to_device(mg, gt_dev(), 0));
-    int64_t xs[4] = {4, 3, 12, 12}, ls = 4, ks[2] = {4, 10};
-    ch_tensor_t x, lab, xd, labd, lg;
-    assert_ch_ok(ch_tensor_alloc_f32(&x, 4, xs));
-    assert_ch_ok(ch_tensor_alloc(&lab, CH_I64, 1, &ls, CH_LAYOUT_PLAIN, CH_DEV_CPU, 0));
-    for (int64_t i = 0; i < ch_tensor_numel(&x); i++) ch_tensor_f32(&x)[i] = 2.0f * sinf(0.3f * (float)i);
-    for (int i = 0; i < 4; i++) ch_tensor_i64(&lab)[i] = (3 * i + 1) % 10;
-    assert_ch_ok(ch_tensor_alloc(&xd, CH_F32, 4, xs, CH_LAYOUT_PLAIN, gt_dev(), 0));
-    assert_ch_ok(ch_tensor_alloc(&labd, CH_I64, 1, &ls, CH_LAYOUT_PLAIN, gt_dev(), 0));
-    gt_upload(cg, &x, &xd);
-    gt_upload(cg, &lab, &labd);
-    const ch_tensor_t *yc, *yg;
-    float loss_c, loss_g;
-    assert_ch_ok(ch_model_forward(mc, cc, &x, &yc));
-    assert_ch_ok(ch_model_loss(mc, cc, &lab, &loss_c));
-    assert_ch_ok(ch_model_forward(mg, cg, &xd, &yg));
-    assert_ch_ok(ch_model_loss(mg, cg, &labd, &loss_g));
-    assert_ch_ok(ch_tensor_alloc_f32(&lg, 2, ks));
-    gt_download(cg, yg, &lg);
-    GT_CHECK_REL("logits", ch_tensor_f32(&lg), ch_tensor_f32(yc), 40, 1e-4);
-    if (!(fabs((double)loss_g - loss_c) <= 1e-4 * fabs((double)loss_c)))
-        fail_msg("loss GPU %.8g vs CPU %.8g", (double)loss_g, (double)loss_c);
-    assert_ch_ok(ch_model_backward(mc, cc, NULL));
-    assert_ch_ok(ch_model_backward(mg, cg, NULL));
-    assert_ch_ok(ch_compute_sync(cg));
-    assert_ch_ok(ch_model_sync_to_host(mg));
-    for (int i = 0; i < ch_model_num_params(mc); i++) {
-        const ch_param_t *pc = ch_model_param(mc, i), *pg = ch_model_param(mg, i);
-        char what[160];
-        snprintf(what, sizeof what, "gradient of %s", pc->name);
-        GT_CHECK_REL(what, pg->grad, pc->grad, (int64_t)pc->numel, 1e-3);
-    }
-    ch_tensor_t *all[] = {&x, &lab, &xd, &labd, &lg};
-    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) ch_tensor_free(all[i]);
-    ch_model_destroy(mc);
-    ch_model_destroy(mg);
-    ch_compute_destroy(cc);
-    ch_compute_destroy(cg);
+    const int64_t xs[4] = {4, 3, 12, 12};
+    nt_gpu_step_vs_cpu(mc, mg, xs, 10, 1e-3);
 }
 
 int main(int argc, char **argv)
