@@ -31,23 +31,6 @@
 static const ch_layout_t LAYOUTS[4] = {CH_LAYOUT_PLAIN, CH_LAYOUT_NHWC, CH_LAYOUT_NCHW8C,
                                        CH_LAYOUT_NCHW16C};
 
-static ch_compute_t *make_cx(int threads)
-{
-    ch_compute_options_t o;
-    ch_compute_options_default(&o);
-    o.num_threads = threads;
-    ch_compute_t *cx = NULL;
-    assert_ch_ok(ch_compute_create(&o, &cx));
-    return cx;
-}
-
-/* t in layout l (a new tensor). */
-static void relayout(ch_compute_t *cx, const ch_tensor_t *t, ch_layout_t l, ch_tensor_t *out)
-{
-    assert_ch_ok(ch_tensor_alloc(out, CH_F32, t->ndim, t->shape, l, CH_DEV_CPU, 0));
-    assert_ch_ok(ch_op_reorder(cx, t, out));
-}
-
 /* A plain (N, C, H, W) tensor of values from a small LCG (exact in float). */
 static void fill(ch_tensor_t *t, int n, int c, int h, int w, uint32_t seed)
 {
@@ -64,7 +47,7 @@ static void fill(ch_tensor_t *t, int n, int c, int h, int w, uint32_t seed)
 static void same_bits(ch_compute_t *cx, const char *what, const ch_tensor_t *a, const ch_tensor_t *b)
 {
     ch_tensor_t p;
-    relayout(cx, a, CH_LAYOUT_PLAIN, &p);
+    nt_relayout(cx, a, CH_LAYOUT_PLAIN, &p);
     assert_int_equal(p.nbytes, b->nbytes);
     if (memcmp(p.data, b->data, b->nbytes)) fail_msg("%s differs from the reference", what);
     ch_tensor_free(&p);
@@ -116,7 +99,7 @@ static void test_golden(void **state)
     assert_non_null(ch_model_find(m, "mix.1.0.bias"));
     assert_ch_ok(ch_model_load_state_dict(m, views, n, 1, NULL, NULL, NULL));
     nt_golden_sd_free(views, n);
-    ch_compute_t *cx = make_cx(1);
+    ch_compute_t *cx = nt_make_cx(1);
     ch_tensor_t x, y;
     nt_golden_batch(st, &x, &y);
     nt_golden_forward_loss(st, m, cx, &x, &y);
@@ -125,7 +108,7 @@ static void test_golden(void **state)
         ch_tensor_t p;
         const ch_tensor_t *t = ch_model_activation(m, acts[a][0]);
         assert_non_null(t);
-        relayout(cx, t, CH_LAYOUT_PLAIN, &p);
+        nt_relayout(cx, t, CH_LAYOUT_PLAIN, &p);
         float *ref = nt_read_f32(st, acts[a][1], NULL);
         snprintf(name, sizeof name, "output of %s", acts[a][0]);
         nt_assert_close(ch_tensor_f32(&p), ref, (size_t)ch_tensor_numel(&p), 1e-5, name);
@@ -177,9 +160,9 @@ static void run_ops(ch_compute_t *cx, ch_layout_t l, const ch_tensor_t *x, const
                     const ch_tensor_t *dy, const ch_tensor_t *x2, ch_tensor_t out[5])
 {
     ch_tensor_t xl, dyl, x2l, y, dx, ds, cat, p0, p1;
-    relayout(cx, x, l, &xl);
-    relayout(cx, dy, l, &dyl);
-    relayout(cx, x2, l, &x2l);
+    nt_relayout(cx, x, l, &xl);
+    nt_relayout(cx, dy, l, &dyl);
+    nt_relayout(cx, x2, l, &x2l);
     assert_ch_ok(ch_tensor_alloc(&y, CH_F32, 4, x->shape, l, CH_DEV_CPU, 0));
     assert_ch_ok(ch_tensor_alloc(&dx, CH_F32, 4, x->shape, l, CH_DEV_CPU, 0));
     assert_ch_ok(ch_tensor_alloc_f32(&ds, 4, s->shape));
@@ -194,11 +177,11 @@ static void run_ops(ch_compute_t *cx, ch_layout_t l, const ch_tensor_t *x, const
     ch_tensor_t *dparts[2] = {&p0, &p1};
     assert_ch_ok(ch_op_split_channels(cx, &cat, dparts, 2));
     same_bits(cx, "split part 0", &p0, x);
-    relayout(cx, &y, CH_LAYOUT_PLAIN, &out[0]);
-    relayout(cx, &dx, CH_LAYOUT_PLAIN, &out[1]);
+    nt_relayout(cx, &y, CH_LAYOUT_PLAIN, &out[0]);
+    nt_relayout(cx, &dx, CH_LAYOUT_PLAIN, &out[1]);
     out[2] = ds;
-    relayout(cx, &cat, CH_LAYOUT_PLAIN, &out[3]);
-    relayout(cx, &p1, CH_LAYOUT_PLAIN, &out[4]);
+    nt_relayout(cx, &cat, CH_LAYOUT_PLAIN, &out[3]);
+    nt_relayout(cx, &p1, CH_LAYOUT_PLAIN, &out[4]);
     ch_tensor_t *tmp[] = {&xl, &dyl, &x2l, &y, &dx, &cat, &p0, &p1};
     for (size_t i = 0; i < sizeof tmp / sizeof tmp[0]; i++) ch_tensor_free(tmp[i]);
 }
@@ -240,7 +223,7 @@ static void ops_case(ch_compute_t *cx, int N, int C, int C2, int H, int W)
 static void test_ops_layouts(void **state)
 {
     (void)state;
-    ch_compute_t *cx = make_cx(1);
+    ch_compute_t *cx = nt_make_cx(1);
     ops_case(cx, 2, 16, 32, 5, 3);
     ops_case(cx, 3, 32, 16, 1, 1);
     ch_compute_destroy(cx);
@@ -251,7 +234,7 @@ static void test_ops_layouts(void **state)
 static void test_threads_bitwise(void **state)
 {
     (void)state;
-    ch_compute_t *c1 = make_cx(1), *c2 = make_cx(2);
+    ch_compute_t *c1 = nt_make_cx(1), *c2 = nt_make_cx(2);
     ops_case(c1, 4, 64, 16, 32, 32);
     ops_case(c2, 4, 64, 16, 32, 32);
     ch_compute_destroy(c1);
@@ -266,7 +249,7 @@ static void plan_error(void (*add)(ch_module_t *r), const char *msg)
     assert_ch_ok(ch_model_new("errors", &m));
     add(ch_model_root(m));
     assert_ch_ok(ch_model_finalize(m, 1));
-    ch_compute_t *cx = make_cx(1);
+    ch_compute_t *cx = nt_make_cx(1);
     int64_t s[4] = {2, 16, 6, 6};
     assert_ch_error(ch_model_plan(m, cx, s, CH_LAYOUT_PLAIN, NULL), CH_ERR_INVALID, msg);
     ch_compute_destroy(cx);
@@ -335,7 +318,7 @@ static void test_errors(void **state)
     plan_error(concat_relu_first, "branch '0' must not start with ReLU");
     plan_error(concat_empty, "Concat 'mix' has no branch");
     /* op-level argument checks */
-    ch_compute_t *cx = make_cx(1);
+    ch_compute_t *cx = nt_make_cx(1);
     ch_tensor_t x, s, bad, y, x2;
     fill(&x, 2, 4, 3, 3, 1);
     fill(&s, 2, 4, 1, 1, 2);
