@@ -154,4 +154,23 @@ static inline void nt_golden_forward_loss(const ch_safetensors_t *st, ch_model_t
     free(ref);
 }
 
+/* A CPU compute context on `threads` threads (ch_compute_options_default). */
+static inline ch_compute_t *nt_make_cx(int threads)
+{
+    ch_compute_options_t o;
+    ch_compute_options_default(&o);
+    o.num_threads = threads;
+    ch_compute_t *cx = NULL;
+    assert_ch_ok(ch_compute_create(&o, &cx));
+    return cx;
+}
+
+/* t in layout l: a new CPU tensor (ch_op_reorder). */
+static inline void nt_relayout(ch_compute_t *cx, const ch_tensor_t *t, ch_layout_t l,
+                               ch_tensor_t *out)
+{
+    assert_ch_ok(ch_tensor_alloc(out, CH_F32, t->ndim, t->shape, l, CH_DEV_CPU, 0));
+    assert_ch_ok(ch_op_reorder(cx, t, out));
+}
+
 #endif

@@ -24,6 +24,7 @@
 
 #include "tests/nn_testutil.h"
 #include "tests/gpu/gpu_testutil.h"
+#include "tests/nn_gpu_step.h"
 #include "tests/act_chain.h"
 
 #include "framework/nn/nn.h"
@@ -57,16 +58,6 @@ static const act_case_t CASES[] = {
 static const ch_layout_t LAYOUTS[4] = {CH_LAYOUT_PLAIN, CH_LAYOUT_NHWC, CH_LAYOUT_NCHW8C,
                                        CH_LAYOUT_NCHW16C};
 
-static ch_compute_t *make_cx(int threads)
-{
-    ch_compute_options_t o;
-    ch_compute_options_default(&o);
-    o.num_threads = threads;
-    ch_compute_t *cx = NULL;
-    assert_ch_ok(ch_compute_create(&o, &cx));
-    return cx;
-}
-
 static ch_safetensors_t *golden(void)
 {
     if (!nt_have_torch()) return NULL;
@@ -90,19 +81,12 @@ static void load(const ch_safetensors_t *st, const char *c, const char *t, ch_te
     memcpy(out->data, v->data, v->nbytes);
 }
 
-/* t in layout l (a new tensor). */
-static void relayout(ch_compute_t *cx, const ch_tensor_t *t, ch_layout_t l, ch_tensor_t *out)
-{
-    assert_ch_ok(ch_tensor_alloc(out, CH_F32, t->ndim, t->shape, l, CH_DEV_CPU, 0));
-    assert_ch_ok(ch_op_reorder(cx, t, out));
-}
-
 /* Element-wise |a - b| <= atol + rtol |b| with a in any layout, b plain. */
 static void check(ch_compute_t *cx, const char *what, const ch_tensor_t *a, const ch_tensor_t *b,
                   double atol, double rtol)
 {
     ch_tensor_t p;
-    relayout(cx, a, CH_LAYOUT_PLAIN, &p);
+    nt_relayout(cx, a, CH_LAYOUT_PLAIN, &p);
     const float *x = p.data, *y = b->data;
     assert_int_equal(ch_tensor_numel(&p), ch_tensor_numel(b));
     for (int64_t i = 0; i < ch_tensor_numel(b); i++) {
@@ -119,7 +103,7 @@ static void test_ops_golden(void **state)
     (void)state;
     ch_safetensors_t *st = golden();
     if (!st) ch_test_skip("python3-torch not available (HAVE_TORCH != yes)");
-    ch_compute_t *cx = make_cx(1);
+    ch_compute_t *cx = nt_make_cx(1);
     char what[200];
     for (size_t ci = 0; ci < NCASES; ci++) {
         const act_case_t *k = &CASES[ci];
@@ -137,8 +121,8 @@ static void test_ops_golden(void **state)
         const double atol = k->is_ln ? 2e-5 : 1e-6, rtol = k->is_ln ? 1e-4 : 1e-5;
         for (int li = 0; li < 4; li++) {
             ch_tensor_t x, dy, y, dx;
-            relayout(cx, &x0, LAYOUTS[li], &x);
-            relayout(cx, &dy0, LAYOUTS[li], &dy);
+            nt_relayout(cx, &x0, LAYOUTS[li], &x);
+            nt_relayout(cx, &dy0, LAYOUTS[li], &dy);
             assert_ch_ok(ch_tensor_alloc(&y, CH_F32, 4, x0.shape, LAYOUTS[li], CH_DEV_CPU, 0));
             assert_ch_ok(ch_tensor_alloc(&dx, CH_F32, 4, x0.shape, LAYOUTS[li], CH_DEV_CPU, 0));
             const char *ln = ch_layout_name(LAYOUTS[li]);
@@ -246,7 +230,7 @@ static void test_modules_golden(void **state)
     (void)state;
     ch_safetensors_t *st = golden();
     if (!st) ch_test_skip("python3-torch not available (HAVE_TORCH != yes)");
-    ch_compute_t *cx = make_cx(1);
+    ch_compute_t *cx = nt_make_cx(1);
     char name[200];
     for (size_t ci = 0; ci < NCASES; ci++) {
         const act_case_t *k = &CASES[ci];
@@ -281,7 +265,7 @@ static void test_modules_golden(void **state)
         const ch_tensor_t *a = ch_model_activation(m, "1");
         assert_non_null(a);
         ch_tensor_t ap;
-        relayout(cx, a, CH_LAYOUT_PLAIN, &ap);
+        nt_relayout(cx, a, CH_LAYOUT_PLAIN, &ap);
         snprintf(name, sizeof name, "%s module output", k->name);
         nt_assert_close(ch_tensor_f32(&ap), ch_tensor_f32(&act), (size_t)ch_tensor_numel(&act), 1e-5,
                         name);
@@ -301,7 +285,7 @@ static void test_modules_golden(void **state)
         ch_model_train(m, 0);
         assert_ch_ok(ch_model_forward(m, cx, &x, &logits));
         ch_tensor_t ap2;
-        relayout(cx, ch_model_activation(m, "1"), CH_LAYOUT_PLAIN, &ap2);
+        nt_relayout(cx, ch_model_activation(m, "1"), CH_LAYOUT_PLAIN, &ap2);
         assert_memory_equal(ap.data, ap2.data, ap.nbytes);
         ch_tensor_free(&ap);
         ch_tensor_free(&ap2);
@@ -342,8 +326,8 @@ static void run_case(ch_compute_t *cx, const act_case_t *k, const ch_tensor_t *x
         ch_tensor_free(&mean);
         ch_tensor_free(&rstd);
     }
-    relayout(cx, &y, CH_LAYOUT_PLAIN, &out[0]);
-    relayout(cx, &dx, CH_LAYOUT_PLAIN, &out[1]);
+    nt_relayout(cx, &y, CH_LAYOUT_PLAIN, &out[0]);
+    nt_relayout(cx, &dx, CH_LAYOUT_PLAIN, &out[1]);
     ch_tensor_free(&y);
     ch_tensor_free(&dx);
 }
@@ -351,7 +335,7 @@ static void run_case(ch_compute_t *cx, const act_case_t *k, const ch_tensor_t *x
 static void test_threads_bitwise(void **state)
 {
     (void)state;
-    ch_compute_t *cx = make_cx(1);
+    ch_compute_t *cx = nt_make_cx(1);
     /* 4*32*33*31 = 130944 floats: above the C loops' parallel threshold */
     int64_t s[4] = {4, 32, 33, 31}, C = 32;
     ch_tensor_t x0, dy0, w, b;
@@ -374,8 +358,8 @@ static void test_threads_bitwise(void **state)
         const act_case_t *k = &CASES[ci];
         for (int li = 0; li < 2; li++) {
             ch_tensor_t x, dy, r1[4], r2[4];
-            relayout(cx, &x0, ls[li], &x);
-            relayout(cx, &dy0, ls[li], &dy);
+            nt_relayout(cx, &x0, ls[li], &x);
+            nt_relayout(cx, &dy0, ls[li], &dy);
             assert_ch_ok(ch_compute_set_num_threads(cx, 1));
             run_case(cx, k, &x, &dy, &w, &b, r1);
             assert_ch_ok(ch_compute_set_num_threads(cx, 2));
@@ -420,7 +404,7 @@ static void test_errors(void **state)
     assert_non_null(ch_model_find(m, "1.weight"));
     assert_non_null(ch_model_find(m, "1.bias"));
     assert_int_equal(ch_model_num_entries(m), 5);
-    ch_compute_t *cx = make_cx(1);
+    ch_compute_t *cx = nt_make_cx(1);
     int64_t s[4] = {2, 3, 6, 6};
     assert_ch_error(ch_model_plan(m, cx, s, CH_LAYOUT_PLAIN, NULL), CH_ERR_INVALID,
                     "LayerNorm2d '1' expects (N, 4, H, W)");
@@ -464,7 +448,7 @@ static void test_after_linear(void **state)
     assert_ch_ok(ch_nn_gelu(r, "2", "tanh", &g));
     assert_ch_ok(ch_nn_linear(r, "3", 8, 3, 1, NULL));
     assert_ch_ok(ch_model_finalize(m, 5));
-    ch_compute_t *cx = make_cx(1);
+    ch_compute_t *cx = nt_make_cx(1);
     int64_t xs[4] = {6, 4, 3, 3}, ls = 6;
     ch_tensor_t x, labels, ref;
     assert_ch_ok(ch_tensor_alloc_f32(&x, 4, xs));
@@ -503,56 +487,11 @@ static void test_modules_gpu(void **state)
 {
     (void)state;
     GT_NEED_GPU();
-    if (!gt_cpu_mode()) assert_ch_ok(ch_device_set(0));
-    ch_compute_options_t o;
-    ch_compute_options_default(&o);
-    o.num_threads = 1;
-    o.gpu_device = 0;
-    o.allow_tf32 = 0;
-    ch_compute_t *cc, *cg;
-    assert_ch_ok(ch_compute_create(&o, &cc));
-    assert_ch_ok(ch_compute_create(&o, &cg));
     ch_model_t *mc = NULL, *mg = NULL;
     assert_ch_ok(act_chain(11, &mc));
     assert_ch_ok(act_chain(11, &mg));
-    assert_ch_ok(ch_model_to_device(mg, gt_dev(), 0));
-    int64_t xs[4] = {4, 3, 12, 12}, ls = 4, ks[2] = {4, 10};
-    ch_tensor_t x, lab, xd, labd, lg;
-    assert_ch_ok(ch_tensor_alloc_f32(&x, 4, xs));
-    assert_ch_ok(ch_tensor_alloc(&lab, CH_I64, 1, &ls, CH_LAYOUT_PLAIN, CH_DEV_CPU, 0));
-    for (int64_t i = 0; i < ch_tensor_numel(&x); i++) ch_tensor_f32(&x)[i] = 2.0f * sinf(0.3f * (float)i);
-    for (int i = 0; i < 4; i++) ch_tensor_i64(&lab)[i] = (3 * i + 1) % 10;
-    assert_ch_ok(ch_tensor_alloc(&xd, CH_F32, 4, xs, CH_LAYOUT_PLAIN, gt_dev(), 0));
-    assert_ch_ok(ch_tensor_alloc(&labd, CH_I64, 1, &ls, CH_LAYOUT_PLAIN, gt_dev(), 0));
-    gt_upload(cg, &x, &xd);
-    gt_upload(cg, &lab, &labd);
-    const ch_tensor_t *yc, *yg;
-    float loss_c, loss_g;
-    assert_ch_ok(ch_model_forward(mc, cc, &x, &yc));
-    assert_ch_ok(ch_model_loss(mc, cc, &lab, &loss_c));
-    assert_ch_ok(ch_model_forward(mg, cg, &xd, &yg));
-    assert_ch_ok(ch_model_loss(mg, cg, &labd, &loss_g));
-    assert_ch_ok(ch_tensor_alloc_f32(&lg, 2, ks));
-    gt_download(cg, yg, &lg);
-    GT_CHECK_REL("logits", ch_tensor_f32(&lg), ch_tensor_f32(yc), 40, 1e-4);
-    if (!(fabs((double)loss_g - loss_c) <= 1e-4 * fabs((double)loss_c)))
-        fail_msg("loss GPU %.8g vs CPU %.8g", (double)loss_g, (double)loss_c);
-    assert_ch_ok(ch_model_backward(mc, cc, NULL));
-    assert_ch_ok(ch_model_backward(mg, cg, NULL));
-    assert_ch_ok(ch_compute_sync(cg));
-    assert_ch_ok(ch_model_sync_to_host(mg));
-    for (int i = 0; i < ch_model_num_params(mc); i++) {
-        const ch_param_t *pc = ch_model_param(mc, i), *pg = ch_model_param(mg, i);
-        char what[160];
-        snprintf(what, sizeof what, "gradient of %s", pc->name);
-        GT_CHECK_REL(what, pg->grad, pc->grad, (int64_t)pc->numel, 1e-3);
-    }
-    ch_tensor_t *all[] = {&x, &lab, &xd, &labd, &lg};
-    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) ch_tensor_free(all[i]);
-    ch_model_destroy(mc);
-    ch_model_destroy(mg);
-    ch_compute_destroy(cc);
-    ch_compute_destroy(cg);
+    const int64_t xs[4] = {4, 3, 12, 12};
+    nt_gpu_step_vs_cpu(mc, mg, xs, 10, 1e-3);
 }
 
 int main(int argc, char **argv)

@@ -13,16 +13,6 @@
 #include "framework/ops/ops.h"
 #include "models/models.h"
 
-static ch_compute_t *make_cx(int threads)
-{
-    ch_compute_options_t o;
-    ch_compute_options_default(&o);
-    o.num_threads = threads;
-    ch_compute_t *cx = NULL;
-    assert_ch_ok(ch_compute_create(&o, &cx));
-    return cx;
-}
-
 /* The twins of vocab_golden.py's net() and mlp(), every name automatic. */
 static ch_status build_cnn(ch_module_t *r, const ch_model_options_t *o, void *arg)
 {
@@ -98,7 +88,7 @@ static void golden(const char *net)
     nt_golden_sd_free(views, k);
     ch_tensor_t x, y;
     nt_golden_batch(st, &x, &y);
-    ch_compute_t *cx = make_cx(1);
+    ch_compute_t *cx = nt_make_cx(1);
     const ch_tensor_t *logits;
     assert_ch_ok(ch_model_set_dropout_key(m, 7, 3, 5, 2));
     nt_golden_forward_loss(st, m, cx, &x, &y);
@@ -147,7 +137,7 @@ static void test_dropout_op(void **state)
     assert_ch_ok(ch_tensor_alloc_f32(&z, 2, sh));
     float *X = ch_tensor_f32(&x), *Y = ch_tensor_f32(&y), *Z = ch_tensor_f32(&z);
     for (int64_t i = 0; i < (int64_t)N * F; i++) X[i] = 0.5f + sinf(0.001f * (float)i);
-    ch_compute_t *cx1 = make_cx(1), *cx3 = make_cx(3);
+    ch_compute_t *cx1 = nt_make_cx(1), *cx3 = nt_make_cx(3);
     const float ps[] = {0.1f, 0.5f, 0.9f};
     for (int t = 0; t < 3; t++) {
         const float p = ps[t], scale = 1.0f / (float)(1.0 - (double)p);
@@ -223,7 +213,7 @@ static void test_dropout_module(void **state)
     assert_ch_ok(ch_tensor_alloc(&y, CH_I64, 1, ys, CH_LAYOUT_PLAIN, CH_DEV_CPU, 0));
     for (int i = 0; i < 8 * 64; i++) ch_tensor_f32(&x)[i] = cosf(0.3f * (float)i);
     for (int i = 0; i < 8; i++) ch_tensor_i64(&y)[i] = i % 5;
-    ch_compute_t *cx = make_cx(1);
+    ch_compute_t *cx = nt_make_cx(1);
     const ch_tensor_t *logits;
     ch_model_train(m, 1);
     assert_ch_ok(ch_model_set_dropout_key(m, 9, 1, 0, 1));

@@ -36,6 +36,8 @@ static const char *kind_name(ch_nn_kind_t k)
     case CH_NN_FLATTEN: return "Flatten";
     case CH_NN_IDENTITY: return "Identity";
     case CH_NN_DROPOUT: return "Dropout";
+    case CH_NN_SQUEEZE_EXCITATION: return "SqueezeExcitation";
+    case CH_NN_CONCAT: return "Concat";
     default: return "?";
     }
 }
@@ -47,6 +49,9 @@ static void module_free(ch_module_t *m)
     free(m->child);
     free(m->main);
     free(m->step_out);
+    free(m->part_out);
+    free(m->part_dy);
+    free(m->part_dyp);
     free(m->local);
     free(m->path);
     for (int i = 0; i < m->nent; i++) free((char *)m->ent[i].name);
@@ -138,7 +143,8 @@ static ch_status add_child(ch_module_t *parent, const char *name, ch_nn_kind_t k
                kind_name(kind));
     if (out) *out = NULL;
     CH_REQUIRE(!parent->model->finalized, "nn: cannot add '%s' to a finalized model", name);
-    CH_REQUIRE(parent->kind == CH_NN_SEQUENTIAL || parent->kind == CH_NN_RESIDUAL,
+    CH_REQUIRE(parent->kind == CH_NN_SEQUENTIAL || parent->kind == CH_NN_RESIDUAL ||
+                   parent->kind == CH_NN_SQUEEZE_EXCITATION || parent->kind == CH_NN_CONCAT,
                "nn: '%s' cannot hold children (it is a %s)", parent->local, kind_name(parent->kind));
     CH_REQUIRE(!strchr(name, '.'), "nn: module name '%s' contains a '.'", name);
     CH_REQUIRE(!ch_module_child(parent, name), "nn: duplicate module name '%s' in '%s'", name,
@@ -524,6 +530,16 @@ ch_status ch_model_set_dropout_key(ch_model_t *M, uint64_t seed, uint64_t epoch,
 ch_status ch_nn_residual(ch_module_t *parent, const char *name, ch_module_t **out)
 {
     return add_child(parent, name, CH_NN_RESIDUAL, out);
+}
+
+ch_status ch_nn_squeeze_excitation(ch_module_t *parent, const char *name, ch_module_t **out)
+{
+    return add_child(parent, name, CH_NN_SQUEEZE_EXCITATION, out);
+}
+
+ch_status ch_nn_concat(ch_module_t *parent, const char *name, ch_module_t **out)
+{
+    return add_child(parent, name, CH_NN_CONCAT, out);
 }
 
 static int is_child(const ch_module_t *parent, const ch_module_t *m)

@@ -68,6 +68,8 @@ typedef enum {
     CH_NN_FLATTEN,          /* torch.nn.Flatten() (start_dim 1): (N, C, H, W) -> (N, C*H*W) */
     CH_NN_IDENTITY,         /* torch.nn.Identity */
     CH_NN_DROPOUT,          /* torch.nn.Dropout(p) (own generator: ch_model_set_dropout_key) */
+    CH_NN_SQUEEZE_EXCITATION, /* x * gate(x) (torchvision.ops.SqueezeExcitation) */
+    CH_NN_CONCAT,           /* torch.cat([branch(x) for branch in children], dim=1) */
     CH_NN_KIND_COUNT_
 } ch_nn_kind_t;
 
@@ -117,7 +119,8 @@ void ch_model_destroy(ch_model_t *model);
 const char *ch_model_arch(const ch_model_t *model);
 ch_module_t *ch_model_root(ch_model_t *model);
 
-/* Add children to `parent` (a Sequential or residual container) under the
+/* Add children to `parent` (a Sequential, residual, squeeze-excitation or
+ * concat container) under the
  * local name `name` (unique among its siblings). name NULL gives the child
  * PyTorch's automatic name in nn.Sequential(*layers): its position among
  * the parent's children, "0", "1", ... (parameterless children count).
@@ -271,6 +274,32 @@ ch_status ch_model_set_dropout_key(ch_model_t *model, uint64_t seed, uint64_t ep
 ch_status ch_nn_residual(ch_module_t *parent, const char *name, ch_module_t **out);
 ch_status ch_nn_residual_set_path(ch_module_t *block, ch_module_t *const *main, int n,
                                   ch_module_t *shortcut, ch_module_t *final_relu);
+
+/* A squeeze-excitation container (torchvision.ops.SqueezeExcitation):
+ * y = x * gate(x), x (N, C, H, W), where the gate is the container's
+ * children run in order, as a Sequential, on x, ending in (N, C, 1, 1)
+ * (or (N, C)), broadcast over H and W (ch_op_mul_channel). Built with
+ * torchvision's names the state dict matches it: avgpool
+ * (ch_nn_adaptive_avgpool2d: inside this container its output stays
+ * (N, C, 1, 1), as AdaptiveAvgPool2d(1)), fc1 (Conv2d C -> S, 1x1, bias),
+ * activation (ReLU), fc2 (Conv2d S -> C, 1x1, bias), scale_activation
+ * (Sigmoid), giving "<name>.fc1.weight", "<name>.fc2.bias". Backward:
+ * dx = dy * s + (gradient through the gate of ds = sum over H, W of
+ * dy * x). The gate must not start with an in-place ReLU (it would change
+ * x). Errors at plan: CH_ERR_INVALID naming the block when the gate gives
+ * a shape other than (N, C, 1, 1). */
+ch_status ch_nn_squeeze_excitation(ch_module_t *parent, const char *name, ch_module_t **out);
+
+/* A channel-concat container (Inception-style branches): every child
+ * (a branch; a Sequential for more than one layer) takes the container's
+ * input x and the outputs (N, C_i, H, W) are concatenated along C in the
+ * order the children were added (torch.cat(dim=1), ch_op_concat_channels);
+ * output layout: the compute context's preferred one for sum C_i.
+ * Backward splits dy by channels and sums the branches' input gradients.
+ * Branches must not start with an in-place ReLU. Errors at plan:
+ * CH_ERR_INVALID naming the container when it has no child or branches
+ * disagree in N, H, W. */
+ch_status ch_nn_concat(ch_module_t *parent, const char *name, ch_module_t **out);
 
 /* Find a child by local name (NULL if absent). */
 ch_module_t *ch_module_child(const ch_module_t *m, const char *name);

@@ -71,6 +71,72 @@ static ch_status plan_module(ch_model_t *M, ch_compute_t *cx, ch_module_t *m, co
         *out = cur;
         return CH_OK;
     }
+    case CH_NN_SQUEEZE_EXCITATION: {
+        CH_REQUIRE(in->ndim == 4, "nn: SqueezeExcitation '%s' expects (N,C,H,W), got %s", m->path,
+                   shp_str(in, b1, sizeof b1));
+        CH_REQUIRE(m->nchild > 0, "nn: SqueezeExcitation '%s' has no gate (add its children)",
+                   m->path);
+        ch_module_t *first = m->child[0];
+        CH_REQUIRE(first->kind != CH_NN_RELU,
+                   "nn: SqueezeExcitation '%s': the gate must not start with ReLU (in place, it "
+                   "would change the input)", m->path);
+        /* AdaptiveAvgPool2d(1) keeps (N, C, 1, 1) for the 1x1 convolutions */
+        if (first->kind == CH_NN_ADAPTIVE_AVGPOOL2D && first->out_h == 0)
+            first->out_h = first->out_w = 1;
+        shp_t cur = *in, nxt;
+        for (int i = 0; i < m->nchild; i++) {
+            CH_TRY(plan_module(M, cx, m->child[i], &cur, &nxt));
+            cur = nxt;
+        }
+        int ok = cur.s[0] == in->s[0] && cur.s[1] == in->s[1] &&
+                 (cur.ndim == 2 || (cur.ndim == 4 && cur.s[2] == 1 && cur.s[3] == 1));
+        if (!ok) {
+            char b2[96];
+            return CH_ERROR(CH_ERR_INVALID, "nn: SqueezeExcitation '%s': gate gives %s, expected "
+                            "(N, C, 1, 1) for input %s", m->path, shp_str(&cur, b2, sizeof b2),
+                            shp_str(in, b1, sizeof b1));
+        }
+        CH_TRY(reserve(M, &m->se_ds, &cur));
+        *out = *in;
+        CH_TRY(reserve(M, &m->y, out));
+        return reserve(M, &m->dx, in);
+    }
+    case CH_NN_CONCAT: {
+        CH_REQUIRE(in->ndim == 4, "nn: Concat '%s' expects (N,C,H,W), got %s", m->path,
+                   shp_str(in, b1, sizeof b1));
+        CH_REQUIRE(m->nchild > 0, "nn: Concat '%s' has no branch (add its children)", m->path);
+        free(m->part_out);
+        free(m->part_dy);
+        free(m->part_dyp);
+        m->part_out = calloc((size_t)m->nchild, sizeof *m->part_out);
+        m->part_dy = calloc((size_t)m->nchild, sizeof *m->part_dy);
+        m->part_dyp = calloc((size_t)m->nchild, sizeof *m->part_dyp);
+        if (!m->part_out || !m->part_dy || !m->part_dyp)
+            return CH_ERROR(CH_ERR_NOMEM, "nn: out of memory planning Concat '%s'", m->path);
+        int64_t c = 0;
+        shp_t o0 = *in;
+        for (int i = 0; i < m->nchild; i++) {
+            shp_t o;
+            CH_REQUIRE(m->child[i]->kind != CH_NN_RELU,
+                       "nn: Concat '%s': branch '%s' must not start with ReLU (in place, it would "
+                       "change the other branches' input)", m->path, m->child[i]->local);
+            CH_TRY(plan_module(M, cx, m->child[i], in, &o));
+            if (i == 0) o0 = o;
+            if (o.ndim != 4 || o.s[0] != in->s[0] || o.s[2] != o0.s[2] || o.s[3] != o0.s[3]) {
+                char b2[96];
+                return CH_ERROR(CH_ERR_INVALID, "nn: Concat '%s': branch '%s' gives %s, expected "
+                                "(N, C_i, H, W) with the N, H, W of the other branches", m->path,
+                                m->child[i]->local, shp_str(&o, b2, sizeof b2));
+            }
+            CH_TRY(reserve(M, &m->part_dy[i], &o));
+            m->part_dyp[i] = &m->part_dy[i];
+            c += o.s[1];
+        }
+        *out = (shp_t){4, {in->s[0], c, o0.s[2], o0.s[3]},
+                       ch_compute_preferred_layout(cx, M->dev, c)};
+        CH_TRY(reserve(M, &m->y, out));
+        return reserve(M, &m->dx, in);
+    }
     case CH_NN_CONV2D: {
         CH_REQUIRE(in->ndim == 4 && in->s[1] == m->in_c,
                    "nn: Conv2d '%s' expects %d input channels, got input %s", m->path, m->in_c,
@@ -445,6 +511,18 @@ static ch_status fwd(ch_model_t *M, ch_compute_t *cx, ch_module_t *m, const ch_t
         *y = acc;
         break;
     }
+    case CH_NN_SQUEEZE_EXCITATION: {
+        const ch_tensor_t *gate = x;
+        for (int i = 0; i < m->nchild; i++) CH_TRY(fwd(M, cx, m->child[i], gate, &gate));
+        CH_TRY(ch_op_mul_channel(cx, x, gate, &m->y));
+        *y = &m->y;
+        break;
+    }
+    case CH_NN_CONCAT:
+        for (int i = 0; i < m->nchild; i++) CH_TRY(fwd(M, cx, m->child[i], x, &m->part_out[i]));
+        CH_TRY(ch_op_concat_channels(cx, m->part_out, m->nchild, &m->y));
+        *y = &m->y;
+        break;
     case CH_NN_CONV2D:
         CH_TRY(ch_op_conv2d_forward(cx, x, &m->w, m->has_bias ? &m->b : NULL, &m->conv, &m->y));
         *y = &m->y;
@@ -648,6 +726,24 @@ static int grad_flags(ch_module_t *m, int upstream)
         m->trainable = t;
         return u || us;
     }
+    case CH_NN_SQUEEZE_EXCITATION: { /* the gate runs on x as a Sequential */
+        int u = upstream, t = 0;
+        for (int i = 0; i < m->nchild; i++) {
+            u = grad_flags(m->child[i], u);
+            t |= m->child[i]->trainable;
+        }
+        m->trainable = t;
+        return upstream || t;
+    }
+    case CH_NN_CONCAT: { /* every branch runs on x */
+        int u = upstream, t = 0;
+        for (int i = 0; i < m->nchild; i++) {
+            u |= grad_flags(m->child[i], upstream);
+            t |= m->child[i]->trainable;
+        }
+        m->trainable = t;
+        return u;
+    }
     default:
         m->trainable = own_trainable(m);
         return upstream || m->trainable;
@@ -769,6 +865,40 @@ static ch_status bwd(ch_model_t *M, ch_compute_t *cx, ch_module_t *m, ch_tensor_
             CH_TRY(ch_op_add_inplace(cx, dm, ds));
             *dx = dm;
         }
+        return CH_OK;
+    }
+    case CH_NN_SQUEEZE_EXCITATION: {
+        /* dx = dy * s + gate backward of ds = sum_hw(dy * x) */
+        const ch_tensor_t *gate = m->child[m->nchild - 1]->out;
+        CH_TRY(ch_op_mul_channel_backward(cx, m->in, gate, dy, m->needs_dx ? &m->dx : NULL,
+                                          &m->se_ds));
+        ch_tensor_t *d = &m->se_ds;
+        for (int i = m->nchild - 1; i >= 0 && d; i--) CH_TRY(bwd(M, cx, m->child[i], d, &d));
+        if (m->needs_dx) {
+            if (!d)
+                return CH_ERROR(CH_ERR_INTERNAL, "nn: SqueezeExcitation '%s' lost its gate's "
+                                "input gradient", m->path);
+            CH_TRY(ch_op_add_inplace(cx, &m->dx, d));
+            *dx = &m->dx;
+        }
+        return CH_OK;
+    }
+    case CH_NN_CONCAT: {
+        CH_TRY(ch_op_split_channels(cx, dy, m->part_dyp, m->nchild));
+        int have = 0;
+        /* last branch first: its parameters come last in parameter order */
+        for (int i = m->nchild - 1; i >= 0; i--) {
+            ch_tensor_t *d = NULL;
+            CH_TRY(bwd(M, cx, m->child[i], &m->part_dy[i], &d));
+            if (!m->needs_dx) continue;
+            if (!d)
+                return CH_ERROR(CH_ERR_INTERNAL, "nn: Concat '%s': branch '%s' lost its input "
+                                "gradient", m->path, m->child[i]->local);
+            if (have) CH_TRY(ch_op_add_inplace(cx, &m->dx, d));
+            else CH_TRY(ch_op_reorder(cx, d, &m->dx));
+            have = 1;
+        }
+        if (m->needs_dx) *dx = &m->dx;
         return CH_OK;
     }
     case CH_NN_CONV2D:

@@ -43,6 +43,14 @@ struct ch_module {
     ch_module_t *shortcut, *final_relu;
     const ch_tensor_t **step_out; /* per main step: output seen in forward */
 
+    /* squeeze-excitation: ds = gradient of the gate's output (arena);
+     * concat: per child, its output seen in forward and its slice of dy
+     * (arena), nchild each, allocated at plan */
+    ch_tensor_t se_ds;
+    const ch_tensor_t **part_out;
+    ch_tensor_t *part_dy;
+    ch_tensor_t **part_dyp;              /* &part_dy[i] */
+
     /* tensors over parameter / gradient / buffer storage (set at finalize) */
     ch_tensor_t w, b, dw, db;              /* conv, linear, bn weight/bias */
     ch_tensor_t rmean, rvar;               /* bn running stats */

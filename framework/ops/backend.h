@@ -148,6 +148,13 @@ typedef struct ch_ops_backend {
     /* ops.h ch_op_dropout (arguments checked); NULL: not available */
     ch_status (*dropout)(void *st, const ch_tensor_t *x, float p, const ch_dropout_key_t *key,
                          ch_tensor_t *y);
+    /* channel ops (ops.h ch_op_mul_channel*, ch_op_concat_channels,
+     * ch_op_split_channels; arguments checked); NULL: CH_ERR_UNSUPPORTED */
+    ch_status (*mul_channel)(void *st, const ch_tensor_t *x, const ch_tensor_t *s, ch_tensor_t *y);
+    ch_status (*mul_channel_backward)(void *st, const ch_tensor_t *x, const ch_tensor_t *s,
+                                      const ch_tensor_t *dy, ch_tensor_t *dx, ch_tensor_t *ds);
+    ch_status (*concat_channels)(void *st, const ch_tensor_t *const *xs, int n, ch_tensor_t *y);
+    ch_status (*split_channels)(void *st, const ch_tensor_t *dy, ch_tensor_t *const *dxs, int n);
 } ch_ops_backend_t;
 
 /* The CPU backend (always built). */

@@ -1051,6 +1051,118 @@ ch_status ch_op_scale(ch_compute_t *cx, ch_tensor_t *t, float alpha)
 #undef OP
 }
 
+/* ------------------------------------------------------------ channel ops */
+
+/* x (N,C,H,W) and s (N,C) / (N,C,1,1), both float32 with storage. */
+static ch_status need_channel_scale(const char *op, const ch_tensor_t *x, const ch_tensor_t *s)
+{
+    CH_TRY(need(op, "x", x, CH_F32, 4));
+    CH_TRY(need(op, "s", s, CH_F32, 0));
+    int ok = s->ndim >= 2 && s->shape[0] == x->shape[0] && s->shape[1] == x->shape[1] &&
+             (s->ndim == 2 || (s->ndim == 4 && s->shape[2] == 1 && s->shape[3] == 1));
+    if (!ok) {
+        char b1[128], b2[128];
+        return CH_ERROR(CH_ERR_INVALID, "%s: s is %s, expected (N, C) or (N, C, 1, 1) of x %s", op,
+                        ch_tensor_describe(s, b1, sizeof b1), ch_tensor_describe(x, b2, sizeof b2));
+    }
+    return CH_OK;
+}
+
+ch_status ch_op_mul_channel(ch_compute_t *cx, const ch_tensor_t *x, const ch_tensor_t *s,
+                            ch_tensor_t *y)
+{
+#define OP "ch_op_mul_channel"
+    CH_REQUIRE(x && s && y, OP ": NULL tensor");
+    CH_TRY(need_channel_scale(OP, x, s));
+    CH_TRY(need(OP, "y", y, CH_F32, 4));
+    CH_TRY(need_same_shape(OP, "x", x, "y", y));
+    SAME_DEVICE(OP, x, s, y);
+    BE(x);
+    if (!be->mul_channel) return CH_ERROR(CH_ERR_UNSUPPORTED, OP ": not available on this device");
+    wrote(y, NULL, NULL);
+    return be->mul_channel(st, x, s, y);
+#undef OP
+}
+
+ch_status ch_op_mul_channel_backward(ch_compute_t *cx, const ch_tensor_t *x, const ch_tensor_t *s,
+                                     const ch_tensor_t *dy, ch_tensor_t *dx, ch_tensor_t *ds)
+{
+#define OP "ch_op_mul_channel_backward"
+    CH_REQUIRE(x && s && dy, OP ": NULL tensor");
+    CH_TRY(need_channel_scale(OP, x, s));
+    CH_TRY(need(OP, "dy", dy, CH_F32, 4));
+    CH_TRY(need_same_shape(OP, "x", x, "dy", dy));
+    if (dx) {
+        CH_TRY(need(OP, "dx", dx, CH_F32, 4));
+        CH_TRY(need_same_shape(OP, "x", x, "dx", dx));
+    }
+    if (ds) {
+        CH_TRY(need(OP, "ds", ds, CH_F32, s->ndim));
+        CH_TRY(need_same_shape(OP, "s", s, "ds", ds));
+    }
+    CH_REQUIRE(!dx || (dx->data != x->data && dx->data != dy->data), OP ": dx must not alias x or dy");
+    SAME_DEVICE(OP, x, s, dy, dx, ds);
+    BE(x);
+    if (!be->mul_channel_backward)
+        return CH_ERROR(CH_ERR_UNSUPPORTED, OP ": not available on this device");
+    wrote(dx, ds, NULL);
+    return be->mul_channel_backward(st, x, s, dy, dx, ds);
+#undef OP
+}
+
+/* parts[i] (N, C_i, H, W) of whole (N, sum C_i, H, W). */
+static ch_status need_channel_parts(const char *op, const ch_tensor_t *whole,
+                                    const ch_tensor_t *const *parts, int n)
+{
+    CH_REQUIRE(parts && n >= 1, "%s: needs at least one part (n = %d)", op, n);
+    CH_TRY(need(op, "concatenation", whole, CH_F32, 4));
+    int64_t c = 0;
+    for (int i = 0; i < n; i++) {
+        const ch_tensor_t *p = parts[i];
+        CH_REQUIRE(p, "%s: part %d is NULL", op, i);
+        CH_TRY(need(op, "part", p, CH_F32, 4));
+        if (p->shape[0] != whole->shape[0] || p->shape[2] != whole->shape[2] ||
+            p->shape[3] != whole->shape[3]) {
+            char b1[128], b2[128];
+            return CH_ERROR(CH_ERR_INVALID, "%s: part %d is %s, concatenation %s (N, H, W differ)",
+                            op, i, ch_tensor_describe(p, b1, sizeof b1),
+                            ch_tensor_describe(whole, b2, sizeof b2));
+        }
+        CH_TRY(same_device(op, whole, &parts[i], 1));
+        CH_REQUIRE(p->data != whole->data || !whole->nbytes, "%s: part %d aliases the concatenation",
+                   op, i);
+        c += p->shape[1];
+    }
+    CH_REQUIRE(c == whole->shape[1], "%s: parts have %lld channels in all, concatenation %lld", op,
+               (long long)c, (long long)whole->shape[1]);
+    return CH_OK;
+}
+
+ch_status ch_op_concat_channels(ch_compute_t *cx, const ch_tensor_t *const *xs, int n,
+                                ch_tensor_t *y)
+{
+#define OP "ch_op_concat_channels"
+    CH_REQUIRE(y, OP ": NULL tensor");
+    CH_TRY(need_channel_parts(OP, y, xs, n));
+    BE(y);
+    if (!be->concat_channels) return CH_ERROR(CH_ERR_UNSUPPORTED, OP ": not available on this device");
+    wrote(y, NULL, NULL);
+    return be->concat_channels(st, xs, n, y);
+#undef OP
+}
+
+ch_status ch_op_split_channels(ch_compute_t *cx, const ch_tensor_t *dy, ch_tensor_t *const *dxs,
+                               int n)
+{
+#define OP "ch_op_split_channels"
+    CH_REQUIRE(dy, OP ": NULL tensor");
+    CH_TRY(need_channel_parts(OP, dy, (const ch_tensor_t *const *)dxs, n));
+    BE(dy);
+    if (!be->split_channels) return CH_ERROR(CH_ERR_UNSUPPORTED, OP ": not available on this device");
+    return be->split_channels(st, dy, dxs, n);
+#undef OP
+}
+
 /* -------------------------------------------------------------- dropout */
 
 ch_status ch_op_dropout(ch_compute_t *cx, const ch_tensor_t *x, float p,

@@ -568,6 +568,36 @@ ch_status ch_op_add_inplace(ch_compute_t *cx, ch_tensor_t *acc, const ch_tensor_
 /* t *= alpha (float32). */
 ch_status ch_op_scale(ch_compute_t *cx, ch_tensor_t *t, float alpha);
 
+/* ------------------------------------------------------------ channel ops */
+
+/* Squeeze-excitation scale (torchvision.ops.SqueezeExcitation: scale * input):
+ * y[n,c,h,w] = x[n,c,h,w] * s[n,c], s broadcast over H, W (torch's x * s
+ * with s (N, C, 1, 1)). x, y (N, C, H, W) float32, any layouts (may
+ * differ); s (N, C) or (N, C, 1, 1) float32, any layout (with H = W = 1
+ * every layout stores element (n, c) at n*C + c). Errors: CH_ERR_INVALID
+ * on shapes; CH_ERR_UNSUPPORTED on a backend without the op. */
+ch_status ch_op_mul_channel(ch_compute_t *cx, const ch_tensor_t *x, const ch_tensor_t *s,
+                            ch_tensor_t *y);
+
+/* Backward of ch_op_mul_channel for the output gradient dy (x's shape):
+ * dx = dy * s (broadcast as forward) and ds[n,c] = sum over (h, w) of
+ * dy * x, summed in h, w order (autograd of torch's x * s). dx (x's shape,
+ * any layout) or ds (s's shape) may be NULL: not computed. Overwrites
+ * both. Errors as ch_op_mul_channel. */
+ch_status ch_op_mul_channel_backward(ch_compute_t *cx, const ch_tensor_t *x, const ch_tensor_t *s,
+                                     const ch_tensor_t *dy, ch_tensor_t *dx, ch_tensor_t *ds);
+
+/* Channel concat (torch.cat(xs, dim=1)): xs[i] (N, C_i, H, W) float32,
+ * y (N, sum C_i, H, W); any layouts. n >= 1. Errors: CH_ERR_INVALID on
+ * shapes; CH_ERR_UNSUPPORTED on a backend without the op. */
+ch_status ch_op_concat_channels(ch_compute_t *cx, const ch_tensor_t *const *xs, int n,
+                                ch_tensor_t *y);
+
+/* Backward of ch_op_concat_channels: dxs[i] = dy[:, c_i : c_i + C_i] with
+ * c_i the sum of the C_j before i (dy (N, sum C_i, H, W)). Same checks. */
+ch_status ch_op_split_channels(ch_compute_t *cx, const ch_tensor_t *dy, ch_tensor_t *const *dxs,
+                               int n);
+
 /* -------------------------------------------------------------- dropout */
 
 /* Which mask a dropout call draws (framework/ops/dropout_mask.h): local

@@ -1016,6 +1016,51 @@ static void test_add_scale(void **state)
     gt_pair_free(&b);
 }
 
+/* Squeeze-excitation scale and channel concat (ops.h ch_op_mul_channel*,
+ * ch_op_concat_channels / ch_op_split_channels), PLAIN and NHWC: the scale
+ * and copies exactly the CPU's, ds (a float sum over H*W in h, w order on
+ * both) to rounding. */
+static void test_channel_ops(void **state)
+{
+    contexts();
+    ch_compute_t *cx = cx32;
+    for (int li = 0; li < 2; li++) {
+        ch_layout_t L = LAYOUTS[li];
+        int64_t xs[4] = {3, 24, 7, 5}, ss[4] = {3, 24, 1, 1}, x2s[4] = {3, 8, 7, 5};
+        int64_t cs[4] = {3, 32, 7, 5};
+        gt_pair_t x, sc, dy, x2, y, dx, ds, cat, p0, p1;
+        gt_pair_rand(cx, &x, 4, xs, L, 191, -1, 1);
+        gt_pair_rand(cx, &sc, 4, ss, CH_LAYOUT_PLAIN, 192, 0, 1);
+        gt_pair_rand(cx, &dy, 4, xs, L, 193, -1, 1);
+        gt_pair_rand(cx, &x2, 4, x2s, L, 194, -1, 1);
+        gt_pair_out(cx, &y, 4, xs, L);
+        gt_pair_out(cx, &dx, 4, xs, L);
+        gt_pair_out(cx, &ds, 4, ss, CH_LAYOUT_PLAIN);
+        gt_pair_out(cx, &cat, 4, cs, L);
+        gt_pair_out(cx, &p0, 4, xs, L);
+        gt_pair_out(cx, &p1, 4, x2s, L);
+        assert_ch_ok(ch_op_mul_channel(cx, &x.h, &sc.h, &y.h));
+        assert_ch_ok(ch_op_mul_channel(cx, &x.d, &sc.d, &y.d));
+        gt_compare(cx, "mul_channel", &y, 0);
+        assert_ch_ok(ch_op_mul_channel_backward(cx, &x.h, &sc.h, &dy.h, &dx.h, &ds.h));
+        assert_ch_ok(ch_op_mul_channel_backward(cx, &x.d, &sc.d, &dy.d, &dx.d, &ds.d));
+        gt_compare(cx, "mul_channel_backward dx", &dx, 0);
+        gt_compare(cx, "mul_channel_backward ds", &ds, 1e-6);
+        const ch_tensor_t *ph[2] = {&x.h, &x2.h}, *pd[2] = {&x.d, &x2.d};
+        assert_ch_ok(ch_op_concat_channels(cx, ph, 2, &cat.h));
+        assert_ch_ok(ch_op_concat_channels(cx, pd, 2, &cat.d));
+        gt_compare(cx, "concat_channels", &cat, 0);
+        ch_tensor_t *qh[2] = {&p0.h, &p1.h}, *qd[2] = {&p0.d, &p1.d};
+        assert_ch_ok(ch_op_split_channels(cx, &cat.h, qh, 2));
+        assert_ch_ok(ch_op_split_channels(cx, &cat.d, qd, 2));
+        gt_compare(cx, "split_channels part 0", &p0, 0);
+        gt_compare(cx, "split_channels part 1", &p1, 0);
+        gt_compare(cx, "split part 0 = x", &(gt_pair_t){x.h, p0.d}, 0);
+        gt_pair_t *all[] = {&x, &sc, &dy, &x2, &y, &dx, &ds, &cat, &p0, &p1};
+        for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) gt_pair_free(all[i]);
+    }
+}
+
 /* --------------------------------------------------------- loss, accuracy */
 
 static void labels_pair(ch_compute_t *cx, ch_tensor_t *h, ch_tensor_t *d, int64_t N, int64_t K,
@@ -1492,6 +1537,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_avgpool),
         cmocka_unit_test(test_linear),
         cmocka_unit_test(test_add_scale),
+        cmocka_unit_test(test_channel_ops),
         cmocka_unit_test(test_cross_entropy),
         cmocka_unit_test(test_cross_entropy_bad_label),
         cmocka_unit_test(test_argmax_count_correct),

@@ -246,4 +246,11 @@ typedef struct {
 } cpu_cview;
 cpu_cview ch_cpu_cview(const ch_tensor_t *t);
 
+/* channel ops (channel.c; ops.h ch_op_mul_channel*, ch_op_concat_channels*) */
+ch_status ch_cpu_mul_channel(void *st, const ch_tensor_t *x, const ch_tensor_t *s, ch_tensor_t *y);
+ch_status ch_cpu_mul_channel_backward(void *st, const ch_tensor_t *x, const ch_tensor_t *s,
+                                      const ch_tensor_t *dy, ch_tensor_t *dx, ch_tensor_t *ds);
+ch_status ch_cpu_concat_channels(void *st, const ch_tensor_t *const *xs, int n, ch_tensor_t *y);
+ch_status ch_cpu_split_channels(void *st, const ch_tensor_t *dy, ch_tensor_t *const *dxs, int n);
+
 #endif /* COHORT_OPS_CPU_H */

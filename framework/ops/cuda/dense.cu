@@ -706,5 +706,6 @@ void ch_cuda_table_dense(ch_ops_backend_t *t)
     ch_cuda_table_linear(t);
     ch_cuda_table_pool(t);
     ch_cuda_table_eltwise(t);
+    ch_cuda_table_channel(t);
     ch_cuda_table_dropout(t);
 }

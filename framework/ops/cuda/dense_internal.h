@@ -58,6 +58,7 @@ void ch_cuda_table_linear(ch_ops_backend_t *t); /* linear.cu */
 void ch_cuda_table_pool(ch_ops_backend_t *t);   /* pool.cu */
 void ch_cuda_table_eltwise(ch_ops_backend_t *t); /* eltwise.cu: activations, LayerNorm2d */
 void ch_cuda_table_dropout(ch_ops_backend_t *t); /* dropout.cu */
+void ch_cuda_table_channel(ch_ops_backend_t *t); /* channel.cu: SE scale, channel concat */
 
 #define CH_CD_THREADS 256
 
