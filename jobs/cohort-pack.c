@@ -302,6 +302,16 @@ int main(int argc, char **argv)
     int64_t *sizes = calloc((size_t)(n ? n : 1), sizeof *sizes);
     int64_t *cut = malloc((size_t)(n + 1) * sizeof *cut); /* shard k = [cut[k], cut[k+1]) */
     s = sizes && cut ? CH_OK : CH_ERROR(CH_ERR_NOMEM, "plan of %lld samples", (long long)n);
+    /* freed at the one exit, whichever return takes it */
+    if (s) {
+        free(sizes);
+        free(cut);
+    } else if ((s = ch_job_on_finalize(job, free, sizes)) != CH_OK) {
+        free(sizes);
+        free(cut);
+    } else if ((s = ch_job_on_finalize(job, free, cut)) != CH_OK) {
+        free(cut);
+    }
     for (int64_t i = rank; !s && i < n; i += world) s = sample_size(&src, i, &sizes[i]);
     if (ch_job_agree(job, s, "reading the input")) return ch_job_finalize(job, CH_EXIT_BAD_INPUT);
     if (world > 1 && (rc = ch_job_check_collective(job, ch_pg_allreduce(pg, sizes, sizes, n,
@@ -375,8 +385,6 @@ int main(int argc, char **argv)
     ch_log_info("cohort-pack: %lld samples in %lld shards in %s (%lld written, %lld kept from an "
                 "earlier run), %.1f MB in %.2f s: %.1f MB/s", (long long)n, (long long)nshards, out,
                 sums[0], sums[1], sums[2] / 1e6, write_s, sums[2] / 1e6 / (write_s + 1e-9));
-    free(sizes);
-    free(cut);
     free(src.png);
     ch_image_free(&src.img);
 
