@@ -1,0 +1,235 @@
+#!/usr/bin/env python3
+"""The torchvision zoo exported to ONNX, with one PyTorch training step per
+model as the reference for cohort's ONNX mapper (tests/test_onnx_zoo.sh).
+
+Usage:
+  onnx_zoo.py OUT_DIR [MODEL...]          (default: every model of ZOO)
+  onnx_zoo.py OUT_DIR check MODEL FILE    strict-load check of a cohort state dict
+
+For each MODEL (torchvision.models.MODEL(num_classes=10), torch.manual_seed(0)
+init) it writes:
+  OUT_DIR/MODEL.onnx          torch.onnx.export(model, x, path,
+                              training=torch.onnx.TrainingMode.TRAINING,
+                              do_constant_folding=False, opset_version=OPSET),
+                              checked by onnx.checker
+  OUT_DIR/MODEL.safetensors   (tests/golden/nn_golden_util.py's format)
+      sd.<name>     the state dict the file was exported from (every entry,
+                    num_batches_tracked included)
+      x, y          the batch (float32 N,3,S,S; int64 N)
+      logits, loss  training-mode forward and CrossEntropyLoss (mean)
+      grad.<name>   every parameter's gradient after loss.backward()
+      step.<name>   every state-dict entry (parameters AND buffers: the
+                    running stats and num_batches_tracked as the forward
+                    left them) after one torch.optim.SGD step
+    Entries with more than SUMMARY_OVER elements (only vgg11_bn's
+    classifier.0 and classifier.3) are stored as an 18-float summary
+    instead, under "sum.sd.<name>", "sum.grad.<name>", "sum.step.<name>":
+    (rms, sum, the 16 elements at flat index k*n//16 for k = 0..15), rms
+    and sum in float64 then rounded (resnet_golden.py's summary()).
+    Metadata: model, opset, input shape, lr, momentum, weight_decay,
+    summary_over, and the exporter's renaming (see below).
+  OUT_DIR/MODEL.ops.txt       the ONNX op types the graph uses, one
+                              "OpType count" per line (printed too)
+
+The optimizer is cohort-train's default SGD (jobs/train.cfg: lr 0.01 at one
+rank, momentum 0.9, dampening 0, weight_decay 0.005, nesterov off), i.e.
+torch.optim.SGD(params, lr=0.01, momentum=0.9, weight_decay=0.005); with a
+fresh momentum buffer the first step is p -= lr * (g + wd * p).
+
+Determinism (documented in docs/onnx.md): every nn.Dropout's p and every
+torchvision.ops.StochasticDepth's p is set to 0 in the module BEFORE the
+export (eval() for those modules alone would not survive: the exporter puts
+the whole model in training mode). Dropout with p = 0 is still exported (a
+Dropout node with ratio 0, training_mode true); StochasticDepth with p = 0
+returns its input and leaves no node. Nothing else is changed.
+
+Export side effects: tracing runs the model, so the export is done on a deep
+copy (the BatchNorm running stats of the reference model are untouched);
+the initializers are then compared with the state dict by name. Initializer
+names the state dict lacks (an exporter renaming, e.g. "onnx::Conv_123"
+when it fuses BN into a convolution; with do_constant_folding=False in
+training mode it does not) and state-dict entries the file lacks
+(num_batches_tracked, which ONNX's BatchNormalization has no input for) are
+printed and written to the metadata as "renamed" and "absent".
+
+Input sizes (batch 2): 3x32x32 for every model except vgg11_bn at 3x224x224
+(its AdaptiveAvgPool2d((7, 7)) exports only when the feature map is a
+multiple of 7, i.e. 224 / 32). Opsets: 14, except mobilenet_v3_small at 13
+(where HardSwish does not exist yet and the exporter writes
+x * HardSigmoid(x)) and shufflenet_v2_x0_5 at 17 (torch 1.13's highest).
+"""
+import collections
+import copy
+import json
+import os
+import sys
+import time
+import warnings
+
+import torch
+import torch.nn as nn
+import torchvision
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import nn_golden_util as U  # noqa: E402
+
+torch.set_num_threads(1)
+
+# name -> (input size S of the (2, 3, S, S) batch, opset)
+ZOO = collections.OrderedDict([
+    ("resnet18", (32, 14)),
+    ("resnext50_32x4d", (32, 14)),
+    ("vgg11_bn", (224, 14)),
+    ("squeezenet1_1", (32, 14)),
+    ("densenet121", (32, 14)),
+    ("mobilenet_v2", (32, 14)),
+    ("mobilenet_v3_small", (32, 13)),
+    ("shufflenet_v2_x0_5", (32, 17)),
+    ("regnet_y_400mf", (32, 14)),
+    ("efficientnet_b0", (32, 14)),
+])
+BATCH = 2
+NUM_CLASSES = 10
+LR, MOMENTUM, WEIGHT_DECAY = 0.01, 0.9, 0.005  # cohort-train's defaults (jobs/train.cfg)
+SUMMARY_OVER = 1 << 22
+
+
+def make_model(name):
+    """torchvision.models.<name>(num_classes=10) at seed 0, dropout and
+    stochastic depth with p = 0 (see the module docstring)."""
+    torch.manual_seed(0)
+    m = getattr(torchvision.models, name)(num_classes=NUM_CLASSES)
+    for mod in m.modules():
+        if isinstance(mod, nn.Dropout):
+            mod.p = 0.0
+        elif isinstance(mod, torchvision.ops.StochasticDepth):
+            mod.p = 0.0
+    return m
+
+
+def summary(t):
+    """(rms, sum, 16 samples at k*n//16) of a tensor, as float32 (18)."""
+    f = t.detach().double().flatten()
+    n = f.numel()
+    idx = torch.tensor([k * n // 16 for k in range(16)])
+    rms = f.pow(2).mean().sqrt()
+    return torch.cat([rms.reshape(1), f.sum().reshape(1), f[idx]]).float()
+
+
+def put(t, prefix, name, v):
+    v = v.detach().clone()
+    if v.numel() > SUMMARY_OVER:
+        t["sum." + prefix + name] = summary(v)
+    else:
+        t[prefix + name] = v
+
+
+def export(name, out):
+    size, opset = ZOO[name]
+    t0 = time.time()
+    m = make_model(name)
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(BATCH, 3, size, size, generator=g)
+    y = torch.randint(0, NUM_CLASSES, (BATCH,), generator=g)
+    sd = collections.OrderedDict((k, v.detach().clone()) for k, v in m.state_dict().items())
+
+    path = os.path.join(out, name + ".onnx")
+    with warnings.catch_warnings():  # the exporter's in-place-op and training-mode notes
+        warnings.simplefilter("ignore")
+        torch.onnx.export(copy.deepcopy(m), x, path, training=torch.onnx.TrainingMode.TRAINING,
+                          do_constant_folding=False, opset_version=opset,
+                          input_names=["input"], output_names=["logits"])
+    import onnx  # python3-onnx
+    from onnx import numpy_helper
+    onnx.checker.check_model(path)
+    model = onnx.load(path)
+    inits = {i.name: i for i in model.graph.initializer}
+    renamed = [k for k in inits if k not in sd]
+    absent = [k for k in sd if k not in inits]
+    differ = []
+    with torch.no_grad():
+        for k, init in inits.items():
+            if k in sd:
+                a = torch.from_numpy(numpy_helper.to_array(init).copy()).to(sd[k].dtype)
+                if a.shape != sd[k].shape:
+                    raise SystemExit("%s: initializer %s has shape %s, the state dict %s"
+                                     % (name, k, list(a.shape), list(sd[k].shape)))
+                if not torch.equal(a, sd[k]):
+                    differ.append(k)
+                    sd[k].copy_(a)
+        # the trace ran a training-mode forward on the copy: the file holds the
+        # running stats that forward left; the reference starts from the file
+        m.load_state_dict(sd, strict=True)
+    bad = [k for k in differ if not (k.endswith(".running_mean") or k.endswith(".running_var"))]
+    if bad:
+        raise SystemExit("%s: initializers differ from the state dict: %s" % (name, bad[:8]))
+    ops = collections.Counter(n.op_type for n in model.graph.node)
+    with open(os.path.join(out, name + ".ops.txt"), "w") as f:
+        for op, c in sorted(ops.items()):
+            f.write("%s %d\n" % (op, c))
+
+    # the reference step, on the untouched model
+    t = collections.OrderedDict()
+    for k, v in sd.items():
+        put(t, "sd.", k, v)
+    t["x"], t["y"] = x, y
+    m.train()
+    opt = torch.optim.SGD(m.parameters(), lr=LR, momentum=MOMENTUM, weight_decay=WEIGHT_DECAY)
+    opt.zero_grad()
+    logits = m(x)
+    loss = nn.functional.cross_entropy(logits, y)
+    loss.backward()
+    t["logits"], t["loss"] = logits.detach().clone(), loss.detach().reshape(1).clone()
+    for k, p in m.named_parameters():
+        put(t, "grad.", k, p.grad)
+    opt.step()
+    for k, v in m.state_dict().items():
+        put(t, "step.", k, v)
+    meta = {"model": name, "opset": opset, "input": "%d,3,%d,%d" % (BATCH, size, size),
+            "lr": LR, "momentum": MOMENTUM, "weight_decay": WEIGHT_DECAY,
+            "summary_over": SUMMARY_OVER, "renamed": json.dumps(renamed),
+            "absent": json.dumps(absent), "traced_stats": str(len(differ))}
+    U.save(os.path.join(out, name + ".safetensors"), t, meta)
+    n_params = sum(p.numel() for p in m.parameters())
+    print("%s: opset %d, input %s, %d parameters, %d nodes, %.1f s" %
+          (name, opset, meta["input"], n_params, len(model.graph.node), time.time() - t0))
+    print("  ops: " + " ".join("%s:%d" % kv for kv in sorted(ops.items())))
+    print("  running stats the export's trace changed (the reference starts from the file): %d"
+          % len(differ))
+    print("  initializers not in the state dict (renamed): %s" % (renamed or "none"))
+    if len(absent) > 5:
+        absent_s = "%d (%s, ...)" % (len(absent), ", ".join(absent[:3]))
+    else:
+        absent_s = ", ".join(absent) or "none"
+    print("  state-dict entries not in the file: " + absent_s)
+    sys.stdout.flush()
+
+
+def check(out, name, path):
+    """Load the cohort state dict PATH (safetensors) into the torchvision
+    module with strict=True; exit 1 if that fails."""
+    sd, _ = U.load(path)
+    m = make_model(name)
+    m.load_state_dict(sd, strict=True)
+    print("check %s: %s loads with strict=True (%d entries)" % (name, path, len(sd)))
+    return 0
+
+
+def main():
+    if len(sys.argv) < 2:
+        raise SystemExit("usage: onnx_zoo.py OUT_DIR [MODEL...] | OUT_DIR check MODEL FILE")
+    out = sys.argv[1]
+    os.makedirs(out, exist_ok=True)
+    if len(sys.argv) > 2 and sys.argv[2] == "check":
+        return check(out, sys.argv[3], sys.argv[4])
+    names = sys.argv[2:] or list(ZOO)
+    for n in names:
+        if n not in ZOO:
+            raise SystemExit("onnx_zoo.py: unknown model '%s' (one of %s)" % (n, ", ".join(ZOO)))
+    for n in names:
+        export(n, out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
