@@ -77,21 +77,22 @@ torch.set_num_threads(1)
 
 # name -> (input size S of the (2, 3, S, S) batch, opset)
 ZOO = collections.OrderedDict([
-    ("resnet18", (32, 14)),
-    ("resnext50_32x4d", (32, 14)),
+    ("resnet18", (64, 14)),
+    ("resnext50_32x4d", (64, 14)),
     ("vgg11_bn", (224, 14)),
-    ("squeezenet1_1", (32, 14)),
-    ("densenet121", (32, 14)),
-    ("mobilenet_v2", (32, 14)),
-    ("mobilenet_v3_small", (32, 13)),
-    ("shufflenet_v2_x0_5", (32, 17)),
-    ("regnet_y_400mf", (32, 14)),
-    ("efficientnet_b0", (32, 14)),
+    ("squeezenet1_1", (64, 14)),
+    ("densenet121", (64, 14)),
+    ("mobilenet_v2", (64, 14)),
+    ("mobilenet_v3_small", (64, 13)),
+    ("shufflenet_v2_x0_5", (64, 17)),
+    ("regnet_y_400mf", (64, 14)),
+    ("efficientnet_b0", (64, 14)),
 ])
 BATCH = 2
 NUM_CLASSES = 10
 LR, MOMENTUM, WEIGHT_DECAY = 0.01, 0.9, 0.005  # cohort-train's defaults (jobs/train.cfg)
 SUMMARY_OVER = 1 << 22
+MIN_GAP = 3e-5
 
 
 def make_model(name):
@@ -105,6 +106,36 @@ def make_model(name):
         elif isinstance(mod, torchvision.ops.StochasticDepth):
             mod.p = 0.0
     return m
+
+
+def maxpool_min_gap(m, x):
+    """The smallest gap between the largest and second-largest value of any
+    max-pooling window with a positive maximum in a training-mode forward of
+    m on x (windows of -inf padding, and the extra ones ceil_mode might add,
+    included: that only makes the gap smaller). inf without MaxPool2d."""
+    gaps = []
+
+    def hook(mod, inp, out):
+        t = inp[0].detach()
+        k, st, pd = (mod.kernel_size, mod.stride, mod.padding)
+        k = k if isinstance(k, int) else k[0]
+        st = st if isinstance(st, int) else st[0]
+        pd = pd if isinstance(pd, int) else pd[0]
+        n, c, h, w = t.shape
+        t = nn.functional.pad(t.reshape(n * c, 1, h, w), (pd, pd + st, pd, pd + st),
+                              value=float("-inf"))
+        u = nn.functional.unfold(t, k, stride=st)
+        top = u.topk(2, dim=1).values
+        ok = top[:, 0] > 0
+        if ok.any():
+            gaps.append((top[:, 0] - top[:, 1])[ok].min().item())
+
+    hs = [mod.register_forward_hook(hook) for mod in m.modules() if isinstance(mod, nn.MaxPool2d)]
+    with torch.no_grad():
+        copy.deepcopy(m).train()(x)
+    for h in hs:
+        h.remove()
+    return min(gaps) if gaps else float("inf")
 
 
 def summary(t):
@@ -128,9 +159,22 @@ def export(name, out):
     size, opset = ZOO[name]
     t0 = time.time()
     m = make_model(name)
-    g = torch.Generator().manual_seed(1)
-    x = torch.randn(BATCH, 3, size, size, generator=g)
-    y = torch.randint(0, NUM_CLASSES, (BATCH,), generator=g)
+    # the batch: seed 1, or the next seed whose max-pooling windows have no
+    # near-tie (top-2 gap < MIN_GAP): there, rounding differences of the
+    # forward (any two correct float32 implementations) may pick another
+    # maximum and route a gradient elsewhere (vgg11_bn at seed 1: a gap of
+    # 1.4e-5 moved 7% of one channel of features.25.weight's gradient)
+    best = None
+    for seed in range(1, 9):
+        g = torch.Generator().manual_seed(seed)
+        x = torch.randn(BATCH, 3, size, size, generator=g)
+        y = torch.randint(0, NUM_CLASSES, (BATCH,), generator=g)
+        gap = maxpool_min_gap(m, x)
+        if best is None or gap > best[0]:
+            best = (gap, seed, x, y)
+        if gap >= MIN_GAP:
+            break
+    gap, seed, x, y = best  # else the widest of 8 (vgg11_bn: 2e-6 at 224 x 224)
     sd = collections.OrderedDict((k, v.detach().clone()) for k, v in m.state_dict().items())
 
     path = os.path.join(out, name + ".onnx")
@@ -168,31 +212,52 @@ def export(name, out):
         for op, c in sorted(ops.items()):
             f.write("%s %d\n" % (op, c))
 
-    # the reference step, on the untouched model
+    # the reference step, on the untouched model; the same in float64 for
+    # PyTorch's own float32 error per tensor ("noise.<key>")
+    m64 = copy.deepcopy(m).double()
     t = collections.OrderedDict()
     for k, v in sd.items():
         put(t, "sd.", k, v)
     t["x"], t["y"] = x, y
-    m.train()
-    opt = torch.optim.SGD(m.parameters(), lr=LR, momentum=MOMENTUM, weight_decay=WEIGHT_DECAY)
-    opt.zero_grad()
-    logits = m(x)
-    loss = nn.functional.cross_entropy(logits, y)
-    loss.backward()
-    t["logits"], t["loss"] = logits.detach().clone(), loss.detach().reshape(1).clone()
-    for k, p in m.named_parameters():
-        put(t, "grad.", k, p.grad)
-    opt.step()
-    for k, v in m.state_dict().items():
-        put(t, "step.", k, v)
+    ref = {}
+    for dt, mod in ((torch.float32, m), (torch.float64, m64)):
+        mod.train()
+        opt = torch.optim.SGD(mod.parameters(), lr=LR, momentum=MOMENTUM, weight_decay=WEIGHT_DECAY)
+        opt.zero_grad()
+        logits = mod(x.to(dt))
+        loss = nn.functional.cross_entropy(logits, y)
+        loss.backward()
+        r = collections.OrderedDict()
+        r["logits"], r["loss"] = logits.detach().clone(), loss.detach().reshape(1).clone()
+        for k, p in mod.named_parameters():
+            r["grad." + k] = p.grad.detach().clone()
+        opt.step()
+        for k, v in mod.state_dict().items():
+            r["step." + k] = v.detach().clone()
+        ref[dt] = r
+    for k, v in ref[torch.float32].items():
+        if k in ("logits", "loss"):
+            t[k] = v
+        else:
+            put(t, "", k, v)
+    for k, v in ref[torch.float32].items():
+        if v.dtype != torch.float32:
+            continue
+        v64 = ref[torch.float64][k]
+        err = (v.double() - v64).abs().max() / max(v64.abs().max().item(), 1e-30)
+        t["noise." + k] = err.float().reshape(1)
     meta = {"model": name, "opset": opset, "input": "%d,3,%d,%d" % (BATCH, size, size),
             "lr": LR, "momentum": MOMENTUM, "weight_decay": WEIGHT_DECAY,
-            "summary_over": SUMMARY_OVER, "renamed": json.dumps(renamed),
+            "summary_over": SUMMARY_OVER, "seed": seed, "maxpool_min_gap": gap, "renamed": json.dumps(renamed),
             "absent": json.dumps(absent), "traced_stats": str(len(differ))}
     U.save(os.path.join(out, name + ".safetensors"), t, meta)
     n_params = sum(p.numel() for p in m.parameters())
-    print("%s: opset %d, input %s, %d parameters, %d nodes, %.1f s" %
-          (name, opset, meta["input"], n_params, len(model.graph.node), time.time() - t0))
+    noisy = [k for k in t if k.startswith("noise.") and t[k].item() > 1e-5]
+    print("%s: opset %d, input %s (seed %d, smallest max-pool gap %.3g), %d parameters, %d nodes, "
+          "%.1f s" % (name, opset, meta["input"], seed, gap, n_params, len(model.graph.node),
+                      time.time() - t0))
+    print("  tensors whose float32-vs-float64 PyTorch error exceeds 1e-5: %d (worst %s)" %
+          (len(noisy), max(((t[k].item(), k[6:]) for k in noisy), default=(0, "-"))))
     print("  ops: " + " ".join("%s:%d" % kv for kv in sorted(ops.items())))
     print("  running stats the export's trace changed (the reference starts from the file): %d"
           % len(differ))
