@@ -745,8 +745,12 @@ static ch_status map_global_avg(mp_t *p, val_t *x, int keep)
         int64_t rd[4] = {x->rd[0], x->rd[1], 1, 1};
         return connect(p, m, &x->id, 1, y, 4, rd);
     }
-    CH_TRY(ch_nn_adaptive_avgpool2d(p->graph, name, &m));
     int64_t rd[2] = {x->rd[0], x->rd[1]};
+    if (x->rd[2] == 1 && x->rd[3] == 1) { /* a mean over 1 x 1: a Flatten */
+        CH_TRY(ch_nn_flatten(p->graph, name, &m));
+        return connect(p, m, &x->id, 1, y, 2, rd);
+    }
+    CH_TRY(ch_nn_adaptive_avgpool2d(p->graph, name, &m));
     return connect(p, m, &x->id, 1, y, 2, rd);
 }
 

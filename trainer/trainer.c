@@ -56,6 +56,7 @@
 #include "io/data/data.h"
 #include "io/state/train_state.h"
 #include "models/models.h"
+#include "models/onnx_model.h"
 #include "trainer/trainer.h"
 
 #include <math.h>
@@ -72,6 +73,11 @@ static ch_config_key_t train_keys[] = {
     {"model.arch", CH_CFG_STRING, "resnet18", CH_CFG_NO_RANGE,
      "Architecture: resnet18, resnet34, resnet50, smallcnn, or a network the program "
      "registered (ch_model_register)."},
+    {"model.onnx", CH_CFG_STRING, "", CH_CFG_NO_RANGE,
+     "An ONNX file to train instead of model.arch (which is then ignored): a graph exported "
+     "by torch.onnx.export(model, x, path, training=torch.onnx.TrainingMode.TRAINING, "
+     "do_constant_folding=False), built for the data's input shape from cohort's modules, "
+     "starting from the file's weights, with the exporter's state-dict names (docs/onnx.md)."},
     {"model.num_classes", CH_CFG_INT, "10", 1, 1e6, "Classes (fc outputs)."},
     {"model.in_channels", CH_CFG_INT, "1", 1, 4, "Input image channels (1 for Fashion-MNIST)."},
     {"model.weights", CH_CFG_STRING, "", CH_CFG_NO_RANGE,
@@ -132,7 +138,7 @@ const char *const *ch_trainer_phase_names(int *n)
 struct ch_trainer {
     /* configuration: the job's keys and the objects' options */
     ch_config_t *cfg;
-    const char *arch, *weights;
+    const char *arch, *weights, *onnx;
     int num_classes, in_channels, weights_reshape, freeze, sync_bn;
     int batch_size, log_every, stop_after, do_eval;
     long long seed, max_steps;
@@ -171,6 +177,7 @@ static ch_status read_config(trainer_t *j)
 {
     ch_config_t *c = j->cfg;
     CH_TRY(ch_config_get_string(c, "model.arch", &j->arch));
+    CH_TRY(ch_config_get_string(c, "model.onnx", &j->onnx));
     CH_TRY(ch_config_get_int(c, "model.num_classes", &j->num_classes));
     CH_TRY(ch_config_get_int(c, "model.in_channels", &j->in_channels));
     CH_TRY(ch_config_get_string(c, "model.weights", &j->weights));
@@ -205,6 +212,18 @@ static ch_status build_model(trainer_t *j)
     mo.num_classes = j->num_classes;
     mo.in_channels = j->in_channels;
     mo.seed = (uint64_t)j->seed;
+    if (!j->model && j->onnx[0]) {
+        /* the graph of the file, for the batches the loader makes */
+        int c = 0, h = 0, w = 0;
+        ch_loader_sample_shape(j->data->train_loader, &c, &h, &w);
+        int64_t shape[4] = {j->batch_size, c, h, w};
+        ch_onnx_map_options_t oo;
+        ch_onnx_map_options_default(&oo);
+        oo.num_classes = j->num_classes;
+        CH_TRY(ch_onnx_model_load(j->onnx, shape, &oo, &j->model));
+        ch_log_info("model.onnx: %s, %d state-dict entries (model.arch '%s' not used)", j->onnx,
+                    ch_model_num_entries(j->model), j->arch);
+    }
     if (!j->model) CH_TRY(ch_model_create(j->arch, &mo, &j->model));
     if (j->weights[0]) {
         ch_pretrained_options_t po;

@@ -27,6 +27,14 @@ Usage:
       ..." line per epoch (the last one is the result).
       Dropout keeps p = 0.25 here: its masks are PyTorch's, cohort draws its
       own, so only the accuracy is compared (docs/onnx.md).
+  onnx_user_cnn.py OUT_DIR bad
+      Bad inputs for cohort-train --model.onnx (issue 28 item 5), made from
+      user_cnn.onnx with python3-onnx: bad_op.onnx (a Softplus node: an op
+      cohort does not map), bad_missing.onnx (conv1.weight's initializer
+      removed), bad_opset.onnx (opset 9), bad_outputs.onnx (a second graph
+      output), bad_int_output.onnx (the output declared int64), and
+      bad_truncated.onnx (the first half of the file), bad_text.onnx (not
+      ONNX at all).
   onnx_user_cnn.py OUT_DIR check FILE
       Load the cohort state dict FILE (safetensors) into UserCNN with
       strict=True; exit 1 if that fails.
@@ -101,6 +109,46 @@ def export(out):
     print("user_cnn.onnx: %d nodes, ops %s" % (len(g.node), " ".join(ops)))
 
 
+def bad(out):
+    import onnx
+    from onnx import helper, TensorProto
+    src = os.path.join(out, "user_cnn.onnx")
+    if not os.path.exists(src):
+        export(out)
+
+    def fresh():
+        return onnx.load(src)
+
+    m = fresh()  # Softplus after the first Relu
+    g = m.graph
+    k = next(i for i, n in enumerate(g.node) if n.op_type == "Relu")
+    relu = g.node[k]
+    old = relu.output[0]
+    relu.output[0] = old + "_pre"
+    g.node.insert(k + 1, helper.make_node("Softplus", [old + "_pre"], [old], name="my_softplus"))
+    onnx.save(m, os.path.join(out, "bad_op.onnx"))
+    m = fresh()
+    g = m.graph
+    keep = [i for i in g.initializer if i.name != "conv1.weight"]
+    del g.initializer[:]
+    g.initializer.extend(keep)
+    onnx.save(m, os.path.join(out, "bad_missing.onnx"))
+    m = fresh()
+    m.opset_import[0].version = 9
+    onnx.save(m, os.path.join(out, "bad_opset.onnx"))
+    m = fresh()
+    relu_out = next(n for n in m.graph.node if n.op_type == "Relu").output[0]
+    m.graph.output.append(helper.make_tensor_value_info(relu_out, TensorProto.FLOAT, None))
+    onnx.save(m, os.path.join(out, "bad_outputs.onnx"))
+    m = fresh()
+    m.graph.output[0].type.tensor_type.elem_type = TensorProto.INT64
+    onnx.save(m, os.path.join(out, "bad_int_output.onnx"))
+    raw = open(src, "rb").read()
+    open(os.path.join(out, "bad_truncated.onnx"), "wb").write(raw[: len(raw) // 2])
+    open(os.path.join(out, "bad_text.onnx"), "w").write("this is not an ONNX file\n")
+    print("bad files in %s" % out)
+
+
 def worker(rank, args):
     torch.set_num_threads(1)
     os.environ["RANK"], os.environ["WORLD_SIZE"] = str(rank), str(args.world)
@@ -134,6 +182,9 @@ def main():
     os.makedirs(out, exist_ok=True)
     if cmd == "export":
         export(out)
+        return 0
+    if cmd == "bad":
+        bad(out)
         return 0
     if cmd == "check":
         sd, _ = U.load(sys.argv[3])

@@ -5,6 +5,11 @@ model as the reference for cohort's ONNX mapper (tests/test_onnx_zoo.sh).
 Usage:
   onnx_zoo.py OUT_DIR [MODEL...]          (default: every model of ZOO)
   onnx_zoo.py OUT_DIR check MODEL FILE    strict-load check of a cohort state dict
+  onnx_zoo.py OUT_DIR gray MODEL          OUT_DIR/MODEL_gray.onnx: MODEL with its first
+                                          convolution taking 1 channel (Fashion-MNIST,
+                                          1x28x28, as tests/golden/ddp_pytorch.py does
+                                          for resnet18), for cohort-train --model.onnx
+  onnx_zoo.py OUT_DIR checkgray MODEL FILE  strict load of FILE into that module
 
 For each MODEL (torchvision.models.MODEL(num_classes=10), torch.manual_seed(0)
 init) it writes:
@@ -136,6 +141,35 @@ def maxpool_min_gap(m, x):
     for h in hs:
         h.remove()
     return min(gaps) if gaps else float("inf")
+
+
+def gray(name):
+    """make_model(name) whose first Conv2d takes 1 input channel (the same
+    name, kernel, stride, padding, bias), re-initialised as torchvision does
+    for its convolutions (kaiming_normal_, fan_out)."""
+    m = make_model(name)
+    for path, mod in m.named_modules():
+        if isinstance(mod, nn.Conv2d):
+            parent = m.get_submodule(path.rsplit(".", 1)[0]) if "." in path else m
+            c = nn.Conv2d(1, mod.out_channels, mod.kernel_size, mod.stride, mod.padding,
+                          mod.dilation, mod.groups, mod.bias is not None)
+            nn.init.kaiming_normal_(c.weight, mode="fan_out", nonlinearity="relu")
+            setattr(parent, path.rsplit(".", 1)[-1], c)
+            return m
+    raise SystemExit("%s has no Conv2d" % name)
+
+
+def export_gray(name, out):
+    m = gray(name)
+    path = os.path.join(out, name + "_gray.onnx")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        # batch 2: a training-mode BatchNorm needs 2 values a channel at 1 x 1
+        torch.onnx.export(m, torch.zeros(2, 1, 28, 28), path,
+                          training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False)
+    import onnx
+    onnx.checker.check_model(path)
+    print("%s: %s" % (name, path))
 
 
 def summary(t):
@@ -287,6 +321,15 @@ def main():
     os.makedirs(out, exist_ok=True)
     if len(sys.argv) > 2 and sys.argv[2] == "check":
         return check(out, sys.argv[3], sys.argv[4])
+    if len(sys.argv) > 2 and sys.argv[2] == "gray":
+        export_gray(sys.argv[3], out)
+        return 0
+    if len(sys.argv) > 2 and sys.argv[2] == "checkgray":
+        sd, _ = U.load(sys.argv[4])
+        gray(sys.argv[3]).load_state_dict(sd, strict=True)
+        print("checkgray %s: %s loads with strict=True (%d entries)" % (sys.argv[3], sys.argv[4],
+                                                                       len(sd)))
+        return 0
     names = sys.argv[2:] or list(ZOO)
     for n in names:
         if n not in ZOO:
