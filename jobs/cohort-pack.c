@@ -82,6 +82,16 @@ static const char *sniff(const uint8_t *b, size_t n)
     return NULL;
 }
 
+/* The sample buffers, released at the job's one exit (ch_job_on_finalize):
+ * every return path, bad input included, frees them. */
+static void source_release(void *p)
+{
+    source_t *src = p;
+    free(src->png);
+    src->png = NULL;
+    ch_image_free(&src->img);
+}
+
 static ch_status not_jpeg_png(const char *path)
 {
     return CH_ERROR(CH_ERR_UNSUPPORTED, "%s: neither JPEG nor PNG (cohort reads only those from "
@@ -285,6 +295,7 @@ int main(int argc, char **argv)
         s = CH_ERROR(CH_ERR_CONFIG, "pack.prefix '%s': a file name prefix (no '/') expected", prefix);
     source_t src = {0};
     ch_image_init(&src.img);
+    if (!s) s = ch_job_on_finalize(job, source_release, &src);
     if (!s) {
         src.folder = fmt == 0;
         if (fmt == 0) s = ch_dataset_imagefolder_open(input, 3, &src.ds);
@@ -385,8 +396,7 @@ int main(int argc, char **argv)
     ch_log_info("cohort-pack: %lld samples in %lld shards in %s (%lld written, %lld kept from an "
                 "earlier run), %.1f MB in %.2f s: %.1f MB/s", (long long)n, (long long)nshards, out,
                 sums[0], sums[1], sums[2] / 1e6, write_s, sums[2] / 1e6 / (write_s + 1e-9));
-    free(src.png);
-    ch_image_free(&src.img);
+    source_release(&src);
 
     /* the index, built by the ranks together (and a check of what was written) */
     t0 = ch_time_now();
