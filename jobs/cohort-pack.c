@@ -53,7 +53,8 @@ static const ch_config_key_t keys[] = {
      "Shard file names: PREFIX-000000.tar, PREFIX-000001.tar, ...", "--prefix"},
     {"pack.shard_bytes", CH_CFG_INT64, "1073741824", 10240, 1e13,
      "Target shard size in bytes: a shard ends before the sample that would take it past "
-     "this (a single larger sample makes a shard of its own).", "--shard_bytes"},
+     "this (a single larger sample makes a shard of its own); 8M, 1G: binary suffixes K, M, G, "
+     "T.", "--shard_bytes"},
     {"pack.limit", CH_CFG_INT64, "0", 0, 1e12, "Pack only the first N samples (0: all).",
      "--limit"},
 };
