@@ -331,6 +331,8 @@ static void test_malformed_and_missing_file(void **state)
     assert_ch_error(LOAD(&cfg, "--config", data("does-not-exist.cfg")), CH_ERR_IO,
                     "does-not-exist.cfg: cannot open config file: No such file or directory");
     assert_one_line();
+    assert_ch_error(LOAD(&cfg, "--config", "/"), CH_ERR_IO,
+                    "--config /: is a directory (a libconfig file expected)");
     assert_ch_error(LOAD(&cfg, "--config"), CH_ERR_CONFIG, "--config needs a file name");
     assert_ch_error(LOAD(&cfg, "--config="), CH_ERR_CONFIG, "--config needs a file name");
 }

@@ -13,6 +13,7 @@
 #include <limits.h>
 #include <math.h>
 #include <mpi.h>
+#include <sys/stat.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -688,7 +689,11 @@ static ch_status load_file(ch_config_t *c, const char *path)
     if (!f)
         return CH_ERROR(CH_ERR_IO, "--config %s: cannot open config file: %s", path,
                         strerror(errno));
+    struct stat sb;
+    const int is_dir = fstat(fileno(f), &sb) == 0 && S_ISDIR(sb.st_mode);
     fclose(f);
+    if (is_dir)
+        return CH_ERROR(CH_ERR_IO, "--config %s: is a directory (a libconfig file expected)", path);
     config_t lc;
     config_init(&lc);
     /* @include "x.cfg" is relative to the including file's directory */
@@ -704,10 +709,14 @@ static ch_status load_file(ch_config_t *c, const char *path)
         config_destroy(&lc);
         return pre;
     }
+    errno = 0;
     if (config_read_file(&lc, path) != CONFIG_TRUE) {
         ch_status s;
         if (config_error_type(&lc) == CONFIG_ERR_FILE_IO)
-            s = CH_ERROR(CH_ERR_IO, "--config %s: cannot read config file", path);
+            s = CH_ERROR(CH_ERR_IO, "--config %s: cannot read config file%s%s%s%s", path,
+                         config_error_file(&lc) ? " " : "",
+                         config_error_file(&lc) ? config_error_file(&lc) : "",
+                         errno ? ": " : "", errno ? strerror(errno) : "");
         else
             s = CH_ERROR(CH_ERR_CONFIG, "%s:%d: %s", config_error_file(&lc) ? config_error_file(&lc)
                                                                               : path,
