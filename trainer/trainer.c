@@ -115,11 +115,11 @@ ch_config_table_t ch_trainer_config_table(void)
 /* "SyncBN comm fwd" ("bwd") is the part of forward (backward) spent inside
  * SyncBN's collectives (ch_model_sync_bn_seconds), not a phase of its own. */
 enum { PH_DATA, PH_FORWARD, PH_BACKWARD, PH_ALLREDUCE, PH_OPTIM, PH_EVAL, PH_CKPT, PH_GPU_WAIT,
-       PH_SYNCBN_F, PH_SYNCBN_B, PH_N };
+       PH_SYNCBN_F, PH_SYNCBN_B, PH_STAGE, PH_N };
 static const char *const phase_names[PH_N + 1] = {"data wait", "forward",    "backward",
                                                "all-reduce wait", "optimizer", "eval",
                                                "checkpoint", "gpu wait", "SyncBN comm fwd",
-                                               "SyncBN comm bwd", NULL};
+                                               "SyncBN comm bwd", "data staging", NULL};
 
 const char *const *ch_trainer_phase_names(int *n)
 {
@@ -620,6 +620,8 @@ static int setup(trainer_t *j)
                           .rank = j->rank, .world_size = j->world, .pinned = j->on_gpu,
                           .eval = j->do_eval, .pg = j->pg};
     s = ch_data_create(&j->data_opt, &du, &j->data);
+    if (s == CH_OK && j->data_opt.stage[0])
+        ch_prof_add(j->prof, PH_STAGE, j->data->stage_stats.seconds); /* copy or verify, once */
     if (ch_job_agree(j->job, s, "data")) return CH_EXIT_BAD_INPUT;
     j->steps_per_epoch = ch_loader_num_batches(j->data->train_loader);
     if (j->max_steps > 0 && j->max_steps < j->steps_per_epoch) j->steps_per_epoch = j->max_steps;
@@ -824,6 +826,11 @@ int ch_trainer_fit(ch_trainer_t *j)
     if (rc == CH_JOB_CONTINUE) {
         ch_log_info("training finished: %d epochs", j->sched.o.epochs);
         rc = CH_EXIT_OK;
+        /* a completed run removes its staged copies (a stopped one keeps
+         * them for the requeue) */
+        if (j->data_opt.stage[0] && !j->data_opt.stage_keep &&
+            ch_data_unstage(j->data, ch_job_pg(j->job)) != CH_OK)
+            ch_log_warn("data.stage: %s", ch_error_message());
     }
     return rc;
 }
