@@ -53,7 +53,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             switch ((int)a->type) {
             case CH_ONNX_ATTR_STRING: sink += (unsigned)strlen(a->s); break;
             case CH_ONNX_ATTR_TENSOR: sink += touch_tensor(a->t); break;
-            case CH_ONNX_ATTR_FLOATS: if (a->n) sink += (unsigned)a->floats[a->n - 1]; break;
+            case CH_ONNX_ATTR_FLOATS: if (a->n) sink += a->floats[a->n - 1] != 0.0f; break;
             case CH_ONNX_ATTR_INTS: if (a->n) sink += (unsigned)a->ints[a->n - 1]; break;
             case CH_ONNX_ATTR_STRINGS:
                 for (int i = 0; i < a->n; i++) sink += (unsigned)strlen(a->strings[i]);
