@@ -215,6 +215,24 @@ static void test_cnn(void **state)
     }
 }
 
+/* Weights also listed as graph inputs (keep_initializers_as_inputs=True)
+ * are dropped from inputs; the rest reads as the plain export. */
+static void test_inputs_as_initializers(void **state)
+{
+    (void)state;
+    if (!fixtures()) return;
+    ch_onnx_model_t *m = NULL;
+    assert_ch_ok(ch_onnx_load(fx("cnn13_inputs.onnx"), &m));
+    assert_int_equal(m->n_inputs, 1);
+    assert_string_equal(m->inputs[0].name, "input");
+    assert_int_equal(m->inputs[0].ndim, 4);
+    assert_int_equal(m->n_init, 10);
+    assert_non_null(ch_onnx_find_init(m, "1.running_var"));
+    assert_int_equal(m->n_nodes, 7);
+    assert_string_equal(m->nodes[6].op_type, "Gemm");
+    ch_onnx_free(m);
+}
+
 static void test_dtypes(void **state)
 {
     (void)state;
@@ -324,6 +342,10 @@ static void test_refused(void **state)
         {"bad_no_output.onnx", CH_ERR_FORMAT, "the graph has no output", NULL},
         {"bad_int_input.onnx", CH_ERR_UNSUPPORTED, "graph input 'X' has element type int64 (7), expected float", NULL},
         {"bad_raw_len.onnx", CH_ERR_FORMAT, "initializer 'W': raw_data has 10 bytes, expected 12", NULL},
+        {"bad_dup_init.onnx", CH_ERR_FORMAT, "initializer 'W' appears twice", NULL},
+        {"bad_neg_dim.onnx", CH_ERR_FORMAT, "initializer 'W': dimension 0 is -1, expected >= 0", NULL},
+        {"bad_out_unknown.onnx", CH_ERR_FORMAT, "graph output 'Q' is produced by no node, input or initializer",
+         NULL},
     };
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
         ch_onnx_model_t *m = (ch_onnx_model_t *)&m;
@@ -420,6 +442,7 @@ int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_cnn),
+        cmocka_unit_test(test_inputs_as_initializers),
         cmocka_unit_test(test_dtypes),
         cmocka_unit_test(test_refused),
         cmocka_unit_test(test_wire),

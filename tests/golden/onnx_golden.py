@@ -20,6 +20,8 @@ onnx.checker.check_model first. Writes into OUT_DIR:
                  each export (tests/golden/nn_golden_util.py's format; the
                  export's traced training forward moves the BN buffers), the
                  reference the initializers must equal bit for bit
+  cnn13_inputs.onnx  the same export with keep_initializers_as_inputs=True
+                 (every initializer also a graph input, as older exporters)
   dtypes.onnx    onnx.helper-made: initializers of every converted type
                  (float16 raw and in int32_data with subnormals, -0, inf and
                  NaN; bfloat16 raw; double raw and in double_data; int32,
@@ -39,6 +41,9 @@ onnx.checker.check_model first. Writes into OUT_DIR:
   bad_no_output.onnx   a graph without outputs
   bad_int_input.onnx   a graph input of element type int64
   bad_raw_len.onnx     a float initializer whose raw_data is 2 bytes short
+  bad_dup_init.onnx    two initializers named W
+  bad_neg_dim.onnx     an initializer with dims [-1, 3]
+  bad_out_unknown.onnx a graph output nothing produces
 """
 import os
 import random
@@ -132,6 +137,15 @@ for opset in (13, 17):
     m = onnx.load(path)
     onnx.checker.check_model(m)
     describe(m, P("cnn%d.txt" % opset))
+
+# an old-style export: every weight also listed as a graph input
+torch.onnx.export(model, torch.zeros(1, 3, 8, 8), P("cnn13_inputs.onnx"),
+                  training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False,
+                  opset_version=13, input_names=["input"], output_names=["logits"],
+                  keep_initializers_as_inputs=True)
+m = onnx.load(P("cnn13_inputs.onnx"))
+onnx.checker.check_model(m)
+assert len(m.graph.input) == 1 + len(m.graph.initializer)
 
 # ---------------------------------------------------------------- dtypes
 f16_vals = np.array([0.0, -0.0, 1.0, -2.5, 65504.0, 6e-8, 3e-5, np.inf, -np.inf, np.nan],
@@ -253,3 +267,13 @@ w = helper.make_tensor("W", TensorProto.FLOAT, [3], b"\0" * 12, raw=True)
 w.raw_data = b"\0" * 10
 small([helper.make_node("Add", ["X", "W"], ["Y"], name="a0")], [X],
       [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [1, 3])], inits=[w], name="bad_raw_len.onnx")
+small([helper.make_node("Add", ["X", "W"], ["Y"], name="a0")], [X],
+      [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [1, 3])],
+      inits=[helper.make_tensor("W", TensorProto.FLOAT, [3], [1, 2, 3]),
+             helper.make_tensor("W", TensorProto.FLOAT, [3], [4, 5, 6])], name="bad_dup_init.onnx")
+w = helper.make_tensor("W", TensorProto.FLOAT, [1, 3], [1, 2, 3])
+w.dims[0] = -1
+small([helper.make_node("Add", ["X", "W"], ["Y"], name="a0")], [X],
+      [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [1, 3])], inits=[w], name="bad_neg_dim.onnx")
+small([helper.make_node("Relu", ["X"], ["Y"], name="r0")], [X],
+      [helper.make_tensor_value_info("Q", TensorProto.FLOAT, [1, 3])], name="bad_out_unknown.onnx")
