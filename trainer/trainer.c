@@ -58,10 +58,12 @@
 #include "models/models.h"
 #include "trainer/trainer.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* ------------------------------------------------------------------ keys */
 
@@ -637,6 +639,22 @@ static int setup(trainer_t *j)
     const char *from = NULL;
     s = ch_train_output_resume_source(&j->out, auto_path, sizeof auto_path, &from);
     if (s == CH_OK && from) s = resume(j, from);
+    if (ch_job_agree(j->job, s, "resume")) return CH_EXIT_BAD_INPUT;
+    /* A run starting afresh into a directory that holds an earlier run's
+     * resume file (a preempted run started again without --resume): that
+     * file is kept under another name, not overwritten by this run's first
+     * checkpoint. */
+    if (!from && j->rank == 0 && access(j->resume_path, F_OK) == 0) {
+        char kept[4200];
+        snprintf(kept, sizeof kept, "%s/resume-earlier.safetensors", j->out.dir);
+        if (rename(j->resume_path, kept) == 0)
+            ch_log_warn("output.dir %s holds the resume file of an earlier run and this run starts "
+                        "afresh (no --resume): that file is kept as %s (continue that run with "
+                        "--resume %s)", j->out.dir, kept, kept);
+        else
+            s = CH_ERROR(CH_ERR_IO, "output.dir %s: keeping the earlier run's %s as %s: %s",
+                         j->out.dir, j->resume_path, kept, strerror(errno));
+    }
     if (ch_job_agree(j->job, s, "resume")) return CH_EXIT_BAD_INPUT;
     /* all ranks start identical: rank 0's parameters and buffers */
     s = ch_ddp_broadcast_state(j->ddp);
