@@ -13,9 +13,9 @@ Four nets, each written to OUT_DIR/<net>.safetensors
   mbv2     a MobileNetV2 inverted residual (Add, no final ReLU) with an SE
            gate x * sigmoid(...), an affine x * 0.5 + 1 and a value read by
            3 consumers (the block input: expand conv, the add, a final cat)
-  inplace  a ReLU whose input is also read by an Add (torch ReLU(inplace=
-           False) semantics: the C graph must not clobber the value), and a
-           gate multiplied with the broadcast operand first
+  inplace  a ReLU whose input is also read by an Add (b + relu(b): a ReLU
+           run in place on b would give 2 relu(b)), a gate multiplied with
+           the broadcast operand first, and a ReLU after the Mul (in place)
 Each file holds:
   sd.<name>    the state dict (names in torch's order)
   x, y         the batch and its labels
@@ -116,9 +116,9 @@ class Inplace(nn.Module):
 
     def forward(self, x):
         b = self.bn(self.conv(x))
-        a = F.relu(b + F.relu(b))
+        a = b + F.relu(b)
         g = torch.sigmoid(self.gate(F.adaptive_avg_pool2d(a, 1)))
-        y = g * a
+        y = F.relu(g * a)
         return self.fc(torch.flatten(F.adaptive_avg_pool2d(y, 1), 1))
 
 
