@@ -603,7 +603,8 @@ ch_status ch_op_split_channels(ch_compute_t *cx, const ch_tensor_t *dy, ch_tenso
  * CH_NN_ADD, _MUL, _NARROW, _CHANNEL_SHUFFLE, _AFFINE). CPU backend: plain C
  * over the channel view of every layout, each (n, c) plane (or channel) by
  * one thread in h, w order, so bitwise the same for any thread count.
- * CUDA backend: not implemented (CH_ERR_UNSUPPORTED). */
+ * CUDA backend (framework/ops/cuda/channel.cu): PLAIN and NHWC, one thread
+ * per element, sums one thread per output element in the CPU's order. */
 
 typedef enum { CH_BINARY_ADD = 0, CH_BINARY_MUL = 1 } ch_binary_op_t;
 
