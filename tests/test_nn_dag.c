@@ -17,11 +17,16 @@
  *    parameter order; frozen parameters get no call;
  *  - graph ops in every layout against plain loops (bitwise);
  *  - errors: non-topological input, node never connected, wrong input
- *    count, Add shapes and Cat N/H/W mismatches at plan, naming both.
+ *    count, Add shapes and Cat N/H/W mismatches at plan, naming both;
+ *  - the four nets on a GPU model vs the CPU (the CUDA graph ops; SKIP
+ *    without a GPU; COHORT_GPU_TESTS_ON_CPU=1 runs the "GPU" side on the
+ *    CPU).
  */
 #include "config.h"
 
 #include "tests/nn_testutil.h"
+#include "tests/gpu/gpu_testutil.h"
+#include "tests/nn_gpu_step.h"
 
 #include "framework/nn/nn.h"
 #include "framework/nn/nn_exec.h"
@@ -524,6 +529,15 @@ static void test_errors(void **state)
     ch_model_destroy(M);
 }
 
+static void test_model_gpu(void **state)
+{
+    (void)state;
+    GT_NEED_GPU();
+    const int64_t xs[4] = {4, 3, 9, 7};
+    ch_model_t *(*nets[4])(void) = {build_dense, build_shuffle, build_mbv2, build_inplace};
+    for (int i = 0; i < 4; i++) nt_gpu_step_vs_cpu(nets[i](), nets[i](), xs, 5, 1e-4);
+}
+
 int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
@@ -535,6 +549,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_hook_order),
         cmocka_unit_test(test_ops_layouts),
         cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_model_gpu),
     };
     return ch_test_main(argc, argv, tests, sizeof tests / sizeof tests[0]);
 }
