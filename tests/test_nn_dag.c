@@ -15,6 +15,10 @@
  *    has an output of its own, the one after the Add works in place;
  *  - the gradient-ready hook: every trainable parameter once, in reverse
  *    parameter order; frozen parameters get no call;
+ *  - trainer features on a graph model: ch_model_init_default,
+ *    SyncBN conversion of the BN nodes (a world of one = plain BN),
+ *    eval mode, and the model file (.pth) loading into the PyTorch
+ *    module with strict=True;
  *  - graph ops in every layout against plain loops (bitwise);
  *  - errors: non-topological input, node never connected, wrong input
  *    count, Add shapes and Cat N/H/W mismatches at plan, naming both;
@@ -31,6 +35,7 @@
 #include "framework/nn/nn.h"
 #include "framework/nn/nn_exec.h"
 #include "framework/ops/ops.h"
+#include "io/state/train_state.h"
 
 /* Connect node m (just added to g) to inputs; returns its value id. */
 static int con(ch_module_t *g, ch_module_t *m, int n, const int *in)
@@ -362,6 +367,67 @@ static void test_hook_order(void **state)
     ch_model_destroy(m);
 }
 
+/* ------------------------------------------------------------ trainer */
+
+static ch_status ar_identity(void *ctx, float *d, size_t n)
+{
+    (void)d;
+    (void)n;
+    (*(int *)ctx)++;
+    return CH_OK;
+}
+
+static void test_trainer_features(void **state)
+{
+    (void)state;
+    ch_model_t *a = build_mbv2(), *b = build_mbv2();
+    assert_ch_ok(ch_model_init_default(a, 5));
+    assert_ch_ok(ch_model_init_default(b, 5));
+    int calls = 0, nconv = 0;
+    ch_nn_sync_t sync = {ar_identity, NULL, &calls, 0, 1, NULL, NULL, NULL};
+    assert_ch_ok(ch_model_convert_sync_bn(b, &sync, &nconv));
+    assert_int_equal(nconv, 4);
+    assert_int_equal(ch_module_kind(ch_model_find(b, "dw.1.weight")->module), CH_NN_SYNC_BATCHNORM);
+    ch_compute_t *cx = make_cx(0);
+    ch_tensor_t x, y;
+    int64_t s[4] = {3, 3, 6, 5}, ns = 3;
+    assert_ch_ok(ch_tensor_alloc_f32(&x, 4, s));
+    assert_ch_ok(ch_tensor_alloc(&y, CH_I64, 1, &ns, CH_LAYOUT_PLAIN, CH_DEV_CPU, 0));
+    for (int64_t i = 0; i < ch_tensor_numel(&x); i++) ch_tensor_f32(&x)[i] = sinf(0.7f * (float)i);
+    for (int i = 0; i < 3; i++) ((int64_t *)y.data)[i] = (2 * i + 1) % 5;
+    const ch_tensor_t *la, *lb;
+    assert_ch_ok(ch_model_forward(a, cx, &x, &la));
+    assert_ch_ok(ch_model_loss(a, cx, &y, NULL));
+    assert_ch_ok(ch_model_backward(a, cx, NULL));
+    assert_ch_ok(ch_model_forward(b, cx, &x, &lb));
+    assert_ch_ok(ch_model_loss(b, cx, &y, NULL));
+    assert_ch_ok(ch_model_backward(b, cx, NULL));
+    assert_int_equal(calls, 4 + 4); /* a gather per BN forward, a sum per BN backward */
+    nt_assert_close(ch_tensor_f32(lb), ch_tensor_f32(la), (size_t)ch_tensor_numel(la), 1e-5, "logits");
+    nt_assert_close(ch_model_grad_block(b), ch_model_grad_block(a), ch_model_param_numel(a), 1e-4,
+                    "gradients");
+    /* eval mode: running statistics, no gathers */
+    ch_model_train(b, 0);
+    assert_ch_ok(ch_model_forward(b, cx, &x, &lb));
+    assert_int_equal(calls, 8);
+    for (int64_t i = 0; i < ch_tensor_numel(lb); i++) assert_true(isfinite(ch_tensor_f32(lb)[i]));
+    assert_int_equal(*(int64_t *)ch_model_find(b, "stem.1.num_batches_tracked")->data, 1);
+    /* the model file loads into torch's module (strict) */
+    if (nt_have_torch()) {
+        char path[1200], dir[1024];
+        assert_int_equal(nt_run_golden("dag_golden.py", "dag", "", dir, sizeof dir), 0);
+        snprintf(path, sizeof path, "%s/mbv2_cohort.pth", dir);
+        assert_ch_ok(ch_train_state_write_model(b, path));
+        assert_int_equal(nt_run_golden("dag_golden.py", "dag", "load-mbv2 mbv2_cohort.pth", dir,
+                                       sizeof dir), 0);
+    }
+    ch_tensor_free(&x);
+    ch_tensor_free(&y);
+    ch_compute_destroy(cx);
+    ch_model_destroy(a);
+    ch_model_destroy(b);
+}
+
 /* ------------------------------------------------------------ ops */
 
 static void fill(ch_tensor_t *t, int n, int c, int h, int w, uint32_t seed)
@@ -547,6 +613,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_inplace),
         cmocka_unit_test(test_inplace_rule),
         cmocka_unit_test(test_hook_order),
+        cmocka_unit_test(test_trainer_features),
         cmocka_unit_test(test_ops_layouts),
         cmocka_unit_test(test_errors),
         cmocka_unit_test(test_model_gpu),

@@ -3,6 +3,9 @@
 CH_NN_GRAPH) against PyTorch 1.13 (CPU, float32), one training step each.
 
 Usage: dag_golden.py OUT_DIR
+       dag_golden.py OUT_DIR load-mbv2 FILE.pth   (FILE in OUT_DIR; exit 0 when torch loads
+           cohort's checkpoint of the mbv2 graph into MBV2 with strict=True
+           and its BatchNorm buffers and parameters match FILE's count)
 
 Four nets, each written to OUT_DIR/<net>.safetensors
 (tests/golden/nn_golden_util.py's format):
@@ -147,6 +150,13 @@ def run(net, name, shape, out_dir, seed):
 
 def main():
     out = sys.argv[1]
+    if len(sys.argv) == 4 and sys.argv[2] == "load-mbv2":
+        net = MBV2()
+        sd = torch.load(os.path.join(out, sys.argv[3]))
+        net.load_state_dict(sd, strict=True)
+        assert list(sd.keys()) == list(net.state_dict().keys()), "state-dict order differs"
+        print("dag_golden: loaded %d entries into MBV2 (strict)" % len(sd))
+        return
     torch.manual_seed(1357)
     run(Dense(), "dense", (2, 3, 6, 5), out, 1)
     run(Shuffle(), "shuffle", (2, 3, 6, 5), out, 2)
