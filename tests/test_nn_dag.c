@@ -185,7 +185,7 @@ static ch_model_t *build_mbv2(void)
     int p = conv(g, "project.0", 32, 16, 1, 1, 0, h);
     p = bn(g, "project.1", 16, p);
     assert_ch_ok(ch_nn_add(g, "add", &m));
-    int z = con2(g, m, x, p);
+    int z = con2(g, m, p, x); /* over p in place: nothing else reads it */
     assert_ch_ok(ch_nn_affine(g, "affine", 0.5f, 1.0f, &m));
     z = con1(g, m, z);
     assert_ch_ok(ch_nn_cat(g, "cat", &m));

@@ -335,7 +335,7 @@ static int bcast_of(const shp_t *b, const shp_t *a)
 /* Plan a multi-input node (Add, Mul, Cat) of graph g for input shapes
  * vs[m->g_in[i]]. */
 static ch_status plan_multi(ch_model_t *M, ch_compute_t *cx, ch_module_t *g, ch_module_t *m,
-                            const shp_t *vs, shp_t *out)
+                            const shp_t *vs, const unsigned char *writable, shp_t *out)
 {
     char b1[96], b2[96];
     const shp_t *a = &vs[m->g_in[0]];
@@ -375,7 +375,10 @@ static ch_status plan_multi(ch_model_t *M, ch_compute_t *cx, ch_module_t *g, ch_
     const int bi = m->g_swap ? 0 : 1, ai = 1 - bi;
     const shp_t *big = &vs[m->g_in[ai]], *small = &vs[m->g_in[bi]];
     *out = *big;
-    CH_TRY(reserve(M, &m->y, out));
+    /* Add over its full operand when nothing else reads that value (the
+     * in-place rule, as the tree's residual add) */
+    m->g_inplace = m->kind == CH_NN_ADD && writable[m->g_in[ai]] && m->g_in[0] != m->g_in[1];
+    if (!m->g_inplace) CH_TRY(reserve(M, &m->y, out));
     if (m->kind == CH_NN_MUL) {
         CH_TRY(reserve(M, &m->g_dx[ai], big));
         CH_TRY(reserve(M, &m->g_dx[bi], small));
@@ -414,9 +417,10 @@ static ch_status plan_graph(ch_model_t *M, ch_compute_t *cx, ch_module_t *g, con
     g->g_useacc = calloc((size_t)nv, 1);
     shp_t *vs = calloc((size_t)nv, sizeof *vs);
     int *ncons = calloc((size_t)nv, sizeof *ncons);
+    unsigned char *writable = calloc((size_t)nv, 1);
     ch_status s = CH_OK;
     if (!g->g_val || !g->g_grad || !g->g_acc || !g->g_nacc || !g->g_live || !g->g_need ||
-        !g->g_have || !g->g_useacc || !vs || !ncons) {
+        !g->g_have || !g->g_useacc || !vs || !ncons || !writable) {
         s = CH_ERROR(CH_ERR_NOMEM, "nn: out of memory planning graph '%s'", g->path);
         goto done;
     }
@@ -432,17 +436,20 @@ static ch_status plan_graph(ch_model_t *M, ch_compute_t *cx, ch_module_t *g, con
             g->g_nacc[m->g_in[i]]++; /* gradient contributions */
         }
     }
+    /* the in-place rule: values only their one consumer reads, from
+     * producers writing fresh tensors their backward does not read */
+    for (int v = 1; v <= n; v++)
+        writable[v] = ncons[v] == 1 && fresh_output(g->child[v - 1]->kind);
     vs[0] = *in;
     for (int k = 1; k <= n && s == CH_OK; k++) {
         ch_module_t *m = g->child[k - 1];
         const int v = m->g_in[0];
-        const int ok = v != 0 && ncons[v] == 1 && fresh_output(g->child[v - 1]->kind);
-        first_relu_rule(m, ok);
+        first_relu_rule(m, writable[v]);
         /* AdaptiveAvgPool2d(1) keeps (N, C, 1, 1) in a graph, as torch's
          * (Linear and Flatten take it; 1x1 convolutions need it) */
         if (m->kind == CH_NN_ADAPTIVE_AVGPOOL2D && m->out_h == 0) m->out_h = m->out_w = 1;
         if (m->kind == CH_NN_ADD || m->kind == CH_NN_MUL || m->kind == CH_NN_CAT)
-            s = plan_multi(M, cx, g, m, vs, &vs[k]);
+            s = plan_multi(M, cx, g, m, vs, writable, &vs[k]);
         else
             s = plan_module(M, cx, m, &vs[v], &vs[k]);
     }
@@ -465,6 +472,7 @@ static ch_status plan_graph(ch_model_t *M, ch_compute_t *cx, ch_module_t *g, con
 done:
     free(vs);
     free(ncons);
+    free(writable);
     return s;
 }
 
@@ -813,17 +821,19 @@ static ch_status fwd(ch_model_t *M, ch_compute_t *cx, ch_module_t *m, const ch_t
     case CH_NN_MUL: {
         const int bi = m->g_swap ? 0 : 1, ai = 1 - bi;
         const ch_tensor_t *a = m->g_x[ai], *b = m->g_x[bi];
+        /* in place over a when the in-place rule allows (plan_multi) */
+        ch_tensor_t *out = m->g_inplace ? (ch_tensor_t *)a : &m->y;
         if (m->kind == CH_NN_MUL || m->g_bcast) {
             CH_TRY(ch_op_binary(cx, m->kind == CH_NN_ADD ? CH_BINARY_ADD : CH_BINARY_MUL, a, b,
-                                &m->y));
+                                out));
         } else {
             if (m->g_reorder) {
                 CH_TRY(ch_op_reorder(cx, b, &m->g_tmp));
                 b = &m->g_tmp;
             }
-            CH_TRY(ch_op_add(cx, a, b, &m->y));
+            CH_TRY(ch_op_add(cx, a, b, out));
         }
-        *y = &m->y;
+        *y = out;
         break;
     }
     case CH_NN_CAT:
