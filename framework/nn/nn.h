@@ -127,9 +127,10 @@ void ch_model_destroy(ch_model_t *model);
 const char *ch_model_arch(const ch_model_t *model);
 ch_module_t *ch_model_root(ch_model_t *model);
 
-/* Add children to `parent` (a Sequential, residual, squeeze-excitation or
- * concat container) under the
- * local name `name` (unique among its siblings). name NULL gives the child
+/* Add children to `parent` (a Sequential, residual, squeeze-excitation,
+ * concat or graph container) under the
+ * local name `name` (unique among its siblings; no '.' except in a
+ * graph, see "DAG graphs"). name NULL gives the child
  * PyTorch's automatic name in nn.Sequential(*layers): its position among
  * the parent's children, "0", "1", ... (parameterless children count).
  * The child is returned in *out (may be NULL). All fail with
@@ -347,13 +348,24 @@ ch_status ch_nn_concat(ch_module_t *parent, const char *name, ch_module_t **out)
  * Add, Mul, Cat, Narrow, ChannelShuffle, Affine, SqueezeExcitation,
  * Concat); otherwise it writes an output of its own (torch's
  * ReLU(inplace=False)); the results are the same either way. A
- * Sequential node whose first layer is a ReLU follows the same rule.
+ * Sequential node whose first layer is a ReLU follows the same rule, and
+ * an Add of one shape or with b broadcast writes its sum over a under it
+ * (as the residual block's add), else into a tensor of its own.
+ *
+ * Inside a graph AdaptiveAvgPool2d(1) keeps (N, C, 1, 1) (torch's shape;
+ * Linear and Flatten take it). A graph model ends in Linear or Flatten
+ * (logits (N, classes)), as every model. Everything of a tree model works
+ * on a graph model: ch_model_convert_sync_bn (BN nodes), the
+ * gradient-ready hook (reverse parameter order), requires_grad,
+ * train/eval, ch_model_to_device (the graph ops have CUDA kernels),
+ * state dicts and model files, dropout keys, both init schemes;
+ * ch_model_activation takes a node's path ("layer1.0.add").
  *
  * Layouts: values keep their producers' layouts (the compute context's
  * preferred ones); Add, Mul and Cat accept operands in different layouts
  * (Add reorders b into a's layout when they differ; Mul and Cat read any
- * layout), the output takes a's layout (Cat: the preferred one for its
- * channels).
+ * layout), the output takes the full operand's layout (Cat, Narrow: the
+ * preferred one for their channels).
  *
  * Errors (CH_ERR_INVALID, one line naming the graph and node): at connect,
  * an input id >= the node's own id, a node connected twice or not a child
