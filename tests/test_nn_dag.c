@@ -19,7 +19,8 @@
  *    SyncBN conversion of the BN nodes (a world of one = plain BN),
  *    eval mode, and the model file (.pth) loading into the PyTorch
  *    module with strict=True;
- *  - graph ops in every layout against plain loops (bitwise);
+ *  - graph ops in every layout against plain loops (bitwise), on 1 and 2
+ *    threads;
  *  - errors: non-topological input, node never connected, wrong input
  *    count, Add shapes and Cat N/H/W mismatches at plan, naming both;
  *  - the four nets on a GPU model vs the CPU (the CUDA graph ops; SKIP
@@ -537,6 +538,20 @@ static void test_ops_layouts(void **state)
     ch_compute_destroy(cx);
 }
 
+/* The ops on 1 and 2 threads on tensors above the parallel threshold:
+ * bitwise the plain reference on both (each (n, c) plane or channel sum is
+ * one thread's). */
+static void test_threads_bitwise(void **state)
+{
+    (void)state;
+    ch_compute_t *c1 = nt_make_cx(1), *c2 = nt_make_cx(2);
+    ops_case(c1, CH_LAYOUT_NCHW16C, 4, 64, 32, 32);
+    ops_case(c2, CH_LAYOUT_NCHW16C, 4, 64, 32, 32);
+    ops_case(c2, CH_LAYOUT_PLAIN, 4, 64, 32, 32);
+    ch_compute_destroy(c1);
+    ch_compute_destroy(c2);
+}
+
 /* ------------------------------------------------------------ errors */
 
 static void test_errors(void **state)
@@ -615,6 +630,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_hook_order),
         cmocka_unit_test(test_trainer_features),
         cmocka_unit_test(test_ops_layouts),
+        cmocka_unit_test(test_threads_bitwise),
         cmocka_unit_test(test_errors),
         cmocka_unit_test(test_model_gpu),
     };

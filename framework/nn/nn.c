@@ -696,6 +696,7 @@ ch_status ch_nn_graph_set_output(ch_module_t *g, int value)
 {
     CH_REQUIRE(g && g->kind == CH_NN_GRAPH, "nn: ch_nn_graph_set_output on a module that is not "
                "a graph (%s)", g ? g->local : "NULL");
+    CH_REQUIRE(!g->model->finalized, "nn: graph '%s': set_output after finalize", g->local);
     CH_REQUIRE(value >= 0, "nn: graph '%s': output value %d, expected >= 0", g->local, value);
     g->g_out = value;
     return CH_OK;

@@ -93,7 +93,6 @@ struct ch_module {
     int g_swap;                            /* add/mul: the broadcast operand is input 0 */
     int g_reorder;                         /* add: b in another layout (g_tmp) */
     int g_inplace;                         /* add: y written over the full operand */
-    int g_alias_ok;                        /* add: bit i: input i may take dy itself */
     int relu_copy;                         /* ReLU: out of place (graph in-place rule) */
     int narrow_start, narrow_len, groups;  /* narrow, channel shuffle */
     float alpha, beta;                     /* affine */
