@@ -13,6 +13,8 @@
  *    layouts (automatic) and in one preferring plain;
  *  - the in-place rule seen from inside: the ReLU reading a shared value
  *    has an output of its own, the one after the Add works in place;
+ *  - ch_nn_graph_set_output: nodes after the output run but do not change
+ *    logits or gradients;
  *  - the gradient-ready hook: every trainable parameter once, in reverse
  *    parameter order; frozen parameters get no call;
  *  - trainer features on a graph model: ch_model_init_default,
@@ -316,6 +318,59 @@ static void test_inplace_rule(void **state)
     ch_tensor_free(&x);
     ch_compute_destroy(cx);
     ch_model_destroy(m);
+}
+
+/* ch_nn_graph_set_output: nodes after the output (here a ReLU and a
+ * Narrow on the conv's output, which a ReLU in place would clobber) run
+ * but get no gradient; logits and gradients are those of the graph
+ * without them, bitwise. */
+static ch_model_t *build_out(int extra)
+{
+    ch_module_t *g, *m;
+    ch_model_t *M = new_graph("out", &g);
+    int v = conv(g, "conv", 3, 8, 3, 1, 1, 0);
+    v = bn(g, "bn", 8, v);
+    head(g, 8, v);
+    const int out = ch_module_num_children(g);
+    if (extra) {
+        relu(g, "dead_relu", v);
+        assert_ch_ok(ch_nn_narrow(g, "dead_narrow", 2, 3, &m));
+        con1(g, m, v);
+        assert_ch_ok(ch_nn_graph_set_output(g, out));
+    }
+    assert_ch_ok(ch_model_finalize(M, 1));
+    return M;
+}
+
+static void test_set_output(void **state)
+{
+    (void)state;
+    ch_model_t *a = build_out(0), *b = build_out(1);
+    ch_compute_t *cx = make_cx(0);
+    ch_tensor_t x, y;
+    int64_t s[4] = {2, 3, 5, 4}, ns = 2;
+    assert_ch_ok(ch_tensor_alloc_f32(&x, 4, s));
+    assert_ch_ok(ch_tensor_alloc(&y, CH_I64, 1, &ns, CH_LAYOUT_PLAIN, CH_DEV_CPU, 0));
+    for (int64_t i = 0; i < ch_tensor_numel(&x); i++) ch_tensor_f32(&x)[i] = cosf(0.9f * (float)i);
+    ((int64_t *)y.data)[0] = 3;
+    ((int64_t *)y.data)[1] = 0;
+    const ch_tensor_t *la, *lb;
+    assert_ch_ok(ch_model_forward(a, cx, &x, &la));
+    assert_ch_ok(ch_model_loss(a, cx, &y, NULL));
+    assert_ch_ok(ch_model_backward(a, cx, NULL));
+    assert_ch_ok(ch_model_forward(b, cx, &x, &lb));
+    assert_ch_ok(ch_model_loss(b, cx, &y, NULL));
+    assert_ch_ok(ch_model_backward(b, cx, NULL));
+    assert_memory_equal(la->data, lb->data, la->nbytes);
+    assert_memory_equal(ch_model_grad_block(a), ch_model_grad_block(b),
+                        ch_model_param_numel(a) * sizeof(float));
+    /* the dead ReLU did not run in place over bn's output (2 readers) */
+    assert_true(ch_model_activation(b, "dead_relu")->data != ch_model_activation(b, "bn")->data);
+    ch_tensor_free(&x);
+    ch_tensor_free(&y);
+    ch_compute_destroy(cx);
+    ch_model_destroy(a);
+    ch_model_destroy(b);
 }
 
 /* ------------------------------------------------------------ hook */
@@ -627,6 +682,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_mbv2),
         cmocka_unit_test(test_inplace),
         cmocka_unit_test(test_inplace_rule),
+        cmocka_unit_test(test_set_output),
         cmocka_unit_test(test_hook_order),
         cmocka_unit_test(test_trainer_features),
         cmocka_unit_test(test_ops_layouts),
