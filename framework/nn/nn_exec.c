@@ -193,7 +193,7 @@ static ch_status plan_module(ch_model_t *M, ch_compute_t *cx, ch_module_t *m, co
     case CH_NN_ADD:
     case CH_NN_MUL:
     case CH_NN_CAT:
-        return CH_ERROR(CH_ERR_INVALID, "nn: %s '%s' is not a node of a graph", 
+        return CH_ERROR(CH_ERR_INVALID, "nn: %s '%s' is not a node of a graph",
                         m->kind == CH_NN_CAT ? "Cat" : m->kind == CH_NN_ADD ? "Add" : "Mul",
                         m->path);
     case CH_NN_LAYERNORM2D: {
