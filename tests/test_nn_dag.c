@@ -15,6 +15,8 @@
  *    has an output of its own, the one after the Add works in place;
  *  - ch_nn_graph_set_output: nodes after the output run but do not change
  *    logits or gradients;
+ *  - a named graph inside a Sequential (prefixed names, the graph's input
+ *    gradient summed from two consumers) against central differences;
  *  - the gradient-ready hook: every trainable parameter once, in reverse
  *    parameter order; frozen parameters get no call;
  *  - trainer features on a graph model: ch_model_init_default,
@@ -373,6 +375,82 @@ static void test_set_output(void **state)
     ch_model_destroy(b);
 }
 
+/* A named graph inside the root Sequential (entry names prefixed with the
+ * graph's, dots in node names) between two layers: x -> stem -> graph
+ * blk {y = x + tanh(conv(x)), x the graph's input} -> pool -> fc. The
+ * gradient of stem.weight (through the graph's input gradient, which sums
+ * the Add's and the conv's contributions) against central differences. */
+static ch_model_t *build_nested(void)
+{
+    ch_model_t *M = NULL;
+    ch_module_t *g, *m, *r;
+    assert_ch_ok(ch_model_new("nested", &M));
+    r = ch_model_root(M);
+    assert_ch_ok(ch_nn_conv2d(r, "stem", 2, 4, 3, 1, 1, 1, NULL));
+    assert_ch_ok(ch_nn_graph(r, "blk", &g));
+    int v = conv(g, "a.0", 4, 4, 3, 1, 1, 0);
+    assert_ch_ok(ch_nn_tanh(g, "a.1", &m)); /* smooth: central differences hold */
+    v = con1(g, m, v);
+    assert_ch_ok(ch_nn_add(g, "add", &m));
+    con2(g, m, 0, v);
+    assert_ch_ok(ch_nn_adaptive_avgpool2d(r, "pool", NULL));
+    assert_ch_ok(ch_nn_linear(r, "fc", 4, 3, 1, NULL));
+    assert_ch_ok(ch_model_finalize(M, 7));
+    return M;
+}
+
+static double nested_loss(ch_model_t *m, ch_compute_t *cx, const ch_tensor_t *x,
+                          const ch_tensor_t *y)
+{
+    const ch_tensor_t *lg;
+    float loss;
+    assert_ch_ok(ch_model_forward(m, cx, x, &lg));
+    assert_ch_ok(ch_model_loss(m, cx, y, &loss));
+    return loss;
+}
+
+static void test_nested_graph(void **state)
+{
+    (void)state;
+    ch_model_t *m = build_nested();
+    assert_non_null(ch_model_find(m, "blk.a.0.weight"));
+    assert_string_equal(ch_model_entry(m, 2)->name, "blk.a.0.weight");
+    ch_compute_t *cx = make_cx(1);
+    ch_tensor_t x, y;
+    int64_t s[4] = {2, 2, 5, 5}, ns = 2;
+    assert_ch_ok(ch_tensor_alloc_f32(&x, 4, s));
+    assert_ch_ok(ch_tensor_alloc(&y, CH_I64, 1, &ns, CH_LAYOUT_PLAIN, CH_DEV_CPU, 0));
+    for (int64_t i = 0; i < ch_tensor_numel(&x); i++) ch_tensor_f32(&x)[i] = sinf(1.3f * (float)i);
+    ((int64_t *)y.data)[0] = 2;
+    ((int64_t *)y.data)[1] = 1;
+    nested_loss(m, cx, &x, &y);
+    assert_ch_ok(ch_model_backward(m, cx, NULL));
+    ch_param_t *p = ch_model_find(m, "stem.weight");
+    float *w = p->data;
+    double gmax = 0.0;
+    for (size_t i = 0; i < p->numel; i++) gmax = fmax(gmax, fabs(p->grad[i]));
+    assert_true(gmax > 1e-4);
+    for (size_t i = 0; i < p->numel; i += 7) {
+        const float w0 = w[i], h = 1e-2f;
+        const double g = p->grad[i];
+        ch_model_find(m, "stem.weight"); /* a write of the parameters (nn.h) */
+        w[i] = w0 + h;
+        const double lp = nested_loss(m, cx, &x, &y);
+        ch_model_find(m, "stem.weight");
+        w[i] = w0 - h;
+        const double lm = nested_loss(m, cx, &x, &y);
+        ch_model_find(m, "stem.weight");
+        w[i] = w0;
+        const double fd = (lp - lm) / (2.0 * h);
+        if (fabs(fd - g) > 2e-3 * gmax + 1e-3 * fabs(g))
+            fail_msg("stem.weight[%zu]: gradient %.6g, central difference %.6g", i, g, fd);
+    }
+    ch_tensor_free(&x);
+    ch_tensor_free(&y);
+    ch_compute_destroy(cx);
+    ch_model_destroy(m);
+}
+
 /* ------------------------------------------------------------ hook */
 
 typedef struct {
@@ -683,6 +761,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_inplace),
         cmocka_unit_test(test_inplace_rule),
         cmocka_unit_test(test_set_output),
+        cmocka_unit_test(test_nested_graph),
         cmocka_unit_test(test_hook_order),
         cmocka_unit_test(test_trainer_features),
         cmocka_unit_test(test_ops_layouts),
