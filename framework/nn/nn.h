@@ -320,7 +320,8 @@ ch_status ch_nn_concat(ch_module_t *parent, const char *name, ch_module_t **out)
  *
  * Build: add a node with any ch_nn_* builder (parent = the graph), then
  * ch_nn_graph_connect it to its input values (ids < its own id), then add
- * the next. Every existing single-input module (Conv2d, BatchNorm2d,
+ * the next; a node's own value id is ch_module_num_children(graph) right
+ * after it was added. Every existing single-input module (Conv2d, BatchNorm2d,
  * activations, pools, Linear, Flatten, Dropout, Identity, Sequential,
  * Residual, ...) is a node with one input; CH_NN_ADD and CH_NN_MUL take 2,
  * CH_NN_CAT n >= 1, the others 1. The graph's output is the value
