@@ -15,6 +15,8 @@
  *    has an output of its own, the one after the Add works in place;
  *  - ch_nn_graph_set_output: nodes after the output run but do not change
  *    logits or gradients;
+ *  - Add (both operand orders) and Mul of a plain and a blocked value vs
+ *    the same nets in a plain context;
  *  - a named graph inside a Sequential (prefixed names, the graph's input
  *    gradient summed from two consumers) against central differences;
  *  - the gradient-ready hook: every trainable parameter once, in reverse
@@ -451,6 +453,67 @@ static void test_nested_graph(void **state)
     ch_model_destroy(m);
 }
 
+/* Add and Mul with operands in different layouts: the model input x
+ * (N, 16, H, W) stays plain, conv(x) takes the context's preferred layout
+ * (blocked on AVX2 / AVX-512), so add(x, conv(x)), add(conv(x), x) and
+ * mul(x, conv(x)) mix layouts there; the same nets in a plain context mix
+ * nothing. Logits and gradients agree (to rounding: oneDNN's kernels
+ * differ between layouts). */
+static ch_model_t *build_mixed(int order)
+{
+    ch_module_t *g, *m;
+    ch_model_t *M = new_graph("mixed", &g);
+    const int c = conv(g, "c", 16, 16, 3, 1, 1, 0);
+    if (order == 2) assert_ch_ok(ch_nn_mul(g, "join", &m));
+    else assert_ch_ok(ch_nn_add(g, "join", &m));
+    const int v = order == 1 ? con2(g, m, c, 0) : con2(g, m, 0, c);
+    head(g, 16, v);
+    assert_ch_ok(ch_model_finalize(M, 3));
+    return M;
+}
+
+static void test_mixed_layouts(void **state)
+{
+    (void)state;
+    ch_compute_t *cb = make_cx(0), *cp = make_cx(1);
+    ch_tensor_t x, y;
+    int64_t s[4] = {2, 16, 5, 4}, ns = 2;
+    assert_ch_ok(ch_tensor_alloc_f32(&x, 4, s));
+    assert_ch_ok(ch_tensor_alloc(&y, CH_I64, 1, &ns, CH_LAYOUT_PLAIN, CH_DEV_CPU, 0));
+    for (int64_t i = 0; i < ch_tensor_numel(&x); i++) ch_tensor_f32(&x)[i] = sinf(0.37f * (float)i);
+    ((int64_t *)y.data)[0] = 4;
+    ((int64_t *)y.data)[1] = 2;
+    for (int order = 0; order < 3; order++) {
+        ch_model_t *a = build_mixed(order), *b = build_mixed(order);
+        const ch_tensor_t *la, *lb;
+        assert_ch_ok(ch_model_forward(a, cb, &x, &la));
+        assert_ch_ok(ch_model_loss(a, cb, &y, NULL));
+        assert_ch_ok(ch_model_backward(a, cb, NULL));
+        if (ch_model_activation(a, "c")->layout == CH_LAYOUT_PLAIN) {
+            ch_model_destroy(a);
+            ch_model_destroy(b);
+            ch_tensor_free(&x);
+            ch_tensor_free(&y);
+            ch_compute_destroy(cb);
+            ch_compute_destroy(cp);
+            ch_test_skip("this CPU prefers plain activations: no mixed layouts to test");
+        }
+        assert_ch_ok(ch_model_forward(b, cp, &x, &lb));
+        assert_ch_ok(ch_model_loss(b, cp, &y, NULL));
+        assert_ch_ok(ch_model_backward(b, cp, NULL));
+        nt_assert_close(ch_tensor_f32(la), ch_tensor_f32(lb), (size_t)ch_tensor_numel(la), 1e-5,
+                        "logits, mixed vs plain layouts");
+        nt_assert_close(ch_model_grad_block(a), ch_model_grad_block(b), ch_model_param_numel(a),
+                        1e-5, "gradients, mixed vs plain layouts");
+        ch_model_destroy(a);
+        ch_model_destroy(b);
+    }
+    ch_tensor_free(&x);
+    ch_tensor_free(&y);
+    ch_compute_destroy(cb);
+    ch_compute_destroy(cp);
+}
+
 /* ------------------------------------------------------------ hook */
 
 typedef struct {
@@ -762,6 +825,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_inplace_rule),
         cmocka_unit_test(test_set_output),
         cmocka_unit_test(test_nested_graph),
+        cmocka_unit_test(test_mixed_layouts),
         cmocka_unit_test(test_hook_order),
         cmocka_unit_test(test_trainer_features),
         cmocka_unit_test(test_ops_layouts),
