@@ -138,12 +138,15 @@ static ch_status model_views(ch_model_t *m, ch_st_view_t **views, int *n)
  * is NULL. */
 static void module_versions(ch_module_t *m, ch_pth_module_t *list, size_t *n)
 {
-    if (list) {
-        ch_nn_kind_t k = ch_module_kind(m);
+    const ch_nn_kind_t k = ch_module_kind(m);
+    /* a graph named "" under the root is not a module of torch's: its nodes
+     * are the root's children there (nn.h, DAG graphs) */
+    const int unnamed_graph = k == CH_NN_GRAPH && !ch_module_path(m)[0] && ch_module_parent(m);
+    if (list && !unnamed_graph) {
         list[*n].prefix = ch_module_path(m);
         list[*n].version = k == CH_NN_BATCHNORM2D || k == CH_NN_SYNC_BATCHNORM ? 2 : 1;
     }
-    (*n)++;
+    if (!unnamed_graph) (*n)++;
     for (int i = 0; i < ch_module_num_children(m); i++)
         module_versions(ch_module_child_at(m, i), list, n);
 }
