@@ -53,7 +53,8 @@ static const ch_config_key_t keys[] = {
      "Shard file names: PREFIX-000000.tar, PREFIX-000001.tar, ...", "--prefix"},
     {"pack.shard_bytes", CH_CFG_INT64, "1073741824", 10240, 1e13,
      "Target shard size in bytes: a shard ends before the sample that would take it past "
-     "this (a single larger sample makes a shard of its own).", "--shard_bytes"},
+     "this (a single larger sample makes a shard of its own); 8M, 1G: binary suffixes K, M, G, "
+     "T.", "--shard_bytes"},
     {"pack.limit", CH_CFG_INT64, "0", 0, 1e12, "Pack only the first N samples (0: all).",
      "--limit"},
 };
@@ -80,6 +81,16 @@ static const char *sniff(const uint8_t *b, size_t n)
     if (n >= 3 && b[0] == 0xFF && b[1] == 0xD8 && b[2] == 0xFF) return "jpg";
     if (n >= 8 && !memcmp(b, "\x89PNG\r\n\x1a\n", 8)) return "png";
     return NULL;
+}
+
+/* The sample buffers, released at the job's one exit (ch_job_on_finalize):
+ * every return path, bad input included, frees them. */
+static void source_release(void *p)
+{
+    source_t *src = p;
+    free(src->png);
+    src->png = NULL;
+    ch_image_free(&src->img);
 }
 
 static ch_status not_jpeg_png(const char *path)
@@ -285,6 +296,7 @@ int main(int argc, char **argv)
         s = CH_ERROR(CH_ERR_CONFIG, "pack.prefix '%s': a file name prefix (no '/') expected", prefix);
     source_t src = {0};
     ch_image_init(&src.img);
+    if (!s) s = ch_job_on_finalize(job, source_release, &src);
     if (!s) {
         src.folder = fmt == 0;
         if (fmt == 0) s = ch_dataset_imagefolder_open(input, 3, &src.ds);
@@ -385,8 +397,7 @@ int main(int argc, char **argv)
     ch_log_info("cohort-pack: %lld samples in %lld shards in %s (%lld written, %lld kept from an "
                 "earlier run), %.1f MB in %.2f s: %.1f MB/s", (long long)n, (long long)nshards, out,
                 sums[0], sums[1], sums[2] / 1e6, write_s, sums[2] / 1e6 / (write_s + 1e-9));
-    free(src.png);
-    ch_image_free(&src.img);
+    source_release(&src);
 
     /* the index, built by the ranks together (and a check of what was written) */
     t0 = ch_time_now();

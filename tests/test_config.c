@@ -224,6 +224,28 @@ static void test_help(void **state)
     ch_config_destroy(cfg);
 }
 
+/* a list key reads numbers as their text and a single value as a list of
+ * one (data.mean = [0.5, 0.25] in a job file, as --data.mean 0.5,0.25) */
+static void test_strlist_numbers(void **state)
+{
+    (void)state;
+    ch_config_t *cfg = NULL;
+    const char *const *files;
+    int nf = -1;
+    assert_ch_ok(LOAD(&cfg, "--config", data("list_numbers.cfg")));
+    assert_ch_ok(ch_config_get_strlist(cfg, "data.files", &files, &nf));
+    assert_int_equal(nf, 2);
+    assert_string_equal(files[0], "0.5");
+    assert_string_equal(files[1], "0.25");
+    ch_config_destroy(cfg);
+    cfg = NULL;
+    assert_ch_ok(LOAD(&cfg, "--config", data("list_scalar.cfg")));
+    assert_ch_ok(ch_config_get_strlist(cfg, "data.files", &files, &nf));
+    assert_int_equal(nf, 1);
+    assert_string_equal(files[0], "3");
+    ch_config_destroy(cfg);
+}
+
 /* ---- errors from files: one line, file:line and key */
 
 static void file_error(const char *file, ch_status code, const char *n1, const char *n2)
@@ -261,7 +283,7 @@ static void test_wrong_type_in_file(void **state)
     file_error("scalar_for_group.cfg", CH_ERR_CONFIG,
                "scalar_for_group.cfg:1: 'train' is a group of keys", NULL);
     file_error("list_bad_elem.cfg", CH_ERR_CONFIG,
-               "list_bad_elem.cfg:2: data.files: element 1: expected string, got int 3", NULL);
+               "list_bad_elem.cfg:2: data.files: element 1: expected a string or a number, got bool true", NULL);
     file_error("int_overflow.cfg", CH_ERR_CONFIG,
                "int_overflow.cfg:1: train.epochs: 5000000000 does not fit in int", NULL);
 }
@@ -309,6 +331,8 @@ static void test_malformed_and_missing_file(void **state)
     assert_ch_error(LOAD(&cfg, "--config", data("does-not-exist.cfg")), CH_ERR_IO,
                     "does-not-exist.cfg: cannot open config file: No such file or directory");
     assert_one_line();
+    assert_ch_error(LOAD(&cfg, "--config", "/"), CH_ERR_IO,
+                    "--config /: is a directory (a libconfig file expected)");
     assert_ch_error(LOAD(&cfg, "--config"), CH_ERR_CONFIG, "--config needs a file name");
     assert_ch_error(LOAD(&cfg, "--config="), CH_ERR_CONFIG, "--config needs a file name");
 }
@@ -330,6 +354,23 @@ static void test_command_line_errors(void **state)
                     "'99999999999' does not fit in int");
     assert_ch_error(LOAD(&cfg, "--data.max_bytes=-1"), CH_ERR_CONFIG,
                     "data.max_bytes = -1 is out of range [0, inf]");
+    assert_ch_error(LOAD(&cfg, "--data.max_bytes=8X"), CH_ERR_CONFIG,
+                    "data.max_bytes: expected int64 (a decimal integer, or with a suffix K, M, G "
+                    "or T), got '8X'");
+    assert_ch_error(LOAD(&cfg, "--data.max_bytes=9000000T"), CH_ERR_CONFIG,
+                    "'9000000T' does not fit in int64");
+    {   /* a *_bytes key takes binary suffixes */
+        long long mb;
+        assert_ch_ok(LOAD(&cfg, "--data.max_bytes", "8M"));
+        assert_ch_ok(ch_config_get_int64(cfg, "data.max_bytes", &mb));
+        assert_true(mb == 8LL << 20);
+        ch_config_destroy(cfg);
+        assert_ch_ok(LOAD(&cfg, "--data.max_bytes=3GiB"));
+        assert_ch_ok(ch_config_get_int64(cfg, "data.max_bytes", &mb));
+        assert_true(mb == 3LL << 30);
+        ch_config_destroy(cfg);
+        cfg = NULL;
+    }
     assert_ch_error(LOAD(&cfg, "--train.nesterov=maybe"), CH_ERR_CONFIG,
                     "train.nesterov: expected bool");
     assert_ch_error(LOAD(&cfg, "--set", "train.lrr=0.1"), CH_ERR_CONFIG,
@@ -1125,6 +1166,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_help),
         cmocka_unit_test(test_unknown_key_in_file),
         cmocka_unit_test(test_wrong_type_in_file),
+        cmocka_unit_test(test_strlist_numbers),
         cmocka_unit_test(test_out_of_range_in_file),
         cmocka_unit_test(test_int_literal_too_big_for_libconfig),
         cmocka_unit_test(test_include_relative_to_file),

@@ -7,7 +7,7 @@
 . "${COHORT_SRCDIR:-.}/tests/train_lib.sh"
 need_data
 PACK="$build/jobs/cohort-pack"
-echo "1..18"
+echo "1..21"
 pack() { # pack NP OUT [options...]
   local np=$1 out=$2; shift 2
   "$MPIEXEC" -n "$np" "$PACK" --format idx "$DATA" --out "$out" --limit 2000 \
@@ -83,13 +83,26 @@ grep -q "built the index" "$tmp/t_sh.log" && not_ok "the training run found the 
   || ok "the training run found the pack's index (no rebuild)"
 # data.stage: the same model from the node-local copies, reused by a second run
 train 2 "$tmp/t_st" $args --data.format=shards --data.path="$tmp/p1" --data.val_path="$tmp/val" \
-  --data.stage="$tmp/stage" || show "$tmp/t_st.log"
+  --data.stage="$tmp/stage" --data.stage_keep=true || show "$tmp/t_st.log"
 check "staged (data.stage) == read in place (bitwise)" \
   "$STCMP" --bitwise "$tmp/t_st/model-0.safetensors" "$tmp/t_sh/model-0.safetensors"
+check "data.stage_keep: the completed run left its copies, the staging time is in the profile" \
+  eval 'ls "$tmp"/stage/p1-*/shard-000000.tar >/dev/null && grep -q "^  data staging " "$tmp/t_st.log"'
+# another job holding the copies (a shared lock on the directory, as every
+# staging rank takes): a completed run keeps them; once free, it removes them
+lock=$(ls "$tmp"/stage/p1-*/.cohort-stage.lock)
+flock -s -o "$lock" sleep 300 & holder=$! # -o: flock itself holds it, not the sleep
 train 2 "$tmp/t_st2" $args --data.format=shards --data.path="$tmp/p1" --data.val_path="$tmp/val" \
   --data.stage="$tmp/stage" || show "$tmp/t_st2.log"
 check "a second job on the node reuses the staged copies (0 MB copied)" \
   grep -q "data.stage: $tmp/p1 -> .*: 17 files, 0.0 MB copied" "$tmp/t_st2.log"
+check "... and, another job holding them, keeps them at its end" \
+  eval 'grep -q "is in use by another job: the staged copies are kept" "$tmp/t_st2.log" && ls "$tmp"/stage/p1-*/shard-000000.tar >/dev/null'
+pkill -P "$holder" sleep 2>/dev/null; kill "$holder" 2>/dev/null; wait "$holder" 2>/dev/null
+train 2 "$tmp/t_st3" $args --data.format=shards --data.path="$tmp/p1" --data.val_path="$tmp/val" \
+  --data.stage="$tmp/stage" || show "$tmp/t_st3.log"
+check "a completed run removes the staged copies when no job holds them" \
+  eval 'grep -q "data.stage: removed the staged copies in .*(17 files" "$tmp/t_st3.log" && ! ls -d "$tmp"/stage/p1-* 2>/dev/null'
 # data.order = shard_window: runs, and the same model for any number of loader workers
 train 2 "$tmp/t_w1" $args --data.format=shards --data.path="$tmp/p1" --data.val_path="$tmp/val" \
   --data.order=shard_window --data.shard_window=2 || show "$tmp/t_w1.log"

@@ -133,6 +133,10 @@ static void test_refused(void **state)
     refused("ckpt_net.pth", NULL, CH_ERR_FORMAT, "model.weights_key");
     refused("ckpt_model.pth", "nope", CH_ERR_FORMAT, "model.weights_key 'nope': no such key");
     refused("ckpt_model.pth", "epoch", CH_ERR_FORMAT, "not a state dict");
+    /* a key asked of a plain state dict: said so, not its 122 tensor names */
+    refused("resnet18_zip.pth", "model", CH_ERR_FORMAT,
+            "model.weights_key 'model': no such key; the file is itself a state dict (122 "
+            "tensors): leave model.weights_key unset");
     refused("bad_offset.pth", NULL, CH_ERR_FORMAT, "reaches past its storage");
     refused("bad_stride.pth", NULL, CH_ERR_FORMAT, "reaches past its storage");
     refused("bad_overflow.pth", NULL, CH_ERR_FORMAT, "reaches past its storage");

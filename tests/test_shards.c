@@ -387,7 +387,7 @@ static void test_bad_shards(void **state)
     const char *reord_d[] = {"xx", "yy", "1", "2"};
     const char *nocls_n[] = {"a.png", "a.cls", "b.png", "c.png", "c.cls"};
     const char *nocls_d[] = {"xx", "1", "yy", "zz", "3"};
-    const char *badcls_d[] = {"xx", "one", "yy", "2"};
+    const char *badcls_d[] = {"xx", "on\xff" "e\n", "yy", "2"}; /* a non-UTF-8 byte, a newline */
     if (ch_test_rank() == 0) {
         write_tar(tmp_path("bad/good.tar"), good_n, good_d, 4, 2);
         write_tar(tmp_path("bad/reordered.tar"), reord_n, reord_d, 4, 2);
@@ -427,7 +427,7 @@ static void test_bad_shards(void **state)
     assert_open_error(ch_dataset_shards_open(tmp_path("bad/nocls.tar"), 1, g_pg, &ds), CH_ERR_FORMAT,
                     "sample 'b' has no .cls member (its image data at byte 2560");
     assert_open_error(ch_dataset_shards_open(tmp_path("bad/badcls.tar"), 1, g_pg, &ds), CH_ERR_FORMAT,
-                    "'one' is not a class index");
+                    "'on\\xffe\\x0a' is not a class index"); /* quoted: one readable line */
     assert_open_error(ch_dataset_shards_open(tmp_path("bad/corrupt.tar"), 1, g_pg, &ds), CH_ERR_FORMAT,
                     "corrupt: the tar header at byte 1024 has a bad checksum");
     assert_open_error(ch_dataset_shards_open(tmp_path("bad/trunc.tar"), 1, g_pg, &ds), CH_ERR_FORMAT,

@@ -8,7 +8,7 @@
 #    good checkpoint still loads.
 . "${COHORT_SRCDIR:-.}/tests/train_lib.sh"
 need_data
-echo "1..10"
+echo "1..11"
 args="--model.arch=smallcnn --data.train_subset=512 --data.test_subset=200 --schedule.epochs=2 --train.batch_size=16"
 
 train 2 "$tmp/straight" $args || show "$tmp/straight.log"
@@ -70,6 +70,13 @@ check "a killed rank ends the job non-zero (exit $rc) within 60 s (took ${dt} s)
   test -n "$victim" -a "$rc" != 0 -a "$dt" -le 60
 check "the last good checkpoint still loads" \
   "$STCMP" --bitwise "$out/model-0.safetensors" "$out/model-0.safetensors"
+
+# a run started afresh (no --resume) into the killed run's directory: the
+# killed run's resume file is kept as resume-earlier.safetensors, not lost
+cp "$out/resume.safetensors" "$tmp/killed-resume.safetensors"
+train 2 "$out" $args || show "$out.log"
+check "a fresh run into a stopped run's directory keeps its resume file (resume-earlier), saying so" \
+  eval 'cmp -s "$out/resume-earlier.safetensors" "$tmp/killed-resume.safetensors" && grep -q "that file is kept as $out/resume-earlier.safetensors" "$out.log"'
 
 # TensorBoard itself reads the run's event files (scalars by epoch as in
 # metrics.csv); SKIP when the tensorboard package is not installed.

@@ -59,10 +59,12 @@
 #include "models/onnx_model.h"
 #include "trainer/trainer.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* ------------------------------------------------------------------ keys */
 
@@ -121,11 +123,11 @@ ch_config_table_t ch_trainer_config_table(void)
 /* "SyncBN comm fwd" ("bwd") is the part of forward (backward) spent inside
  * SyncBN's collectives (ch_model_sync_bn_seconds), not a phase of its own. */
 enum { PH_DATA, PH_FORWARD, PH_BACKWARD, PH_ALLREDUCE, PH_OPTIM, PH_EVAL, PH_CKPT, PH_GPU_WAIT,
-       PH_SYNCBN_F, PH_SYNCBN_B, PH_N };
+       PH_SYNCBN_F, PH_SYNCBN_B, PH_STAGE, PH_N };
 static const char *const phase_names[PH_N + 1] = {"data wait", "forward",    "backward",
                                                "all-reduce wait", "optimizer", "eval",
                                                "checkpoint", "gpu wait", "SyncBN comm fwd",
-                                               "SyncBN comm bwd", NULL};
+                                               "SyncBN comm bwd", "data staging", NULL};
 
 const char *const *ch_trainer_phase_names(int *n)
 {
@@ -639,6 +641,8 @@ static int setup(trainer_t *j)
                           .rank = j->rank, .world_size = j->world, .pinned = j->on_gpu,
                           .eval = j->do_eval, .pg = j->pg};
     s = ch_data_create(&j->data_opt, &du, &j->data);
+    if (s == CH_OK && j->data_opt.stage[0])
+        ch_prof_add(j->prof, PH_STAGE, j->data->stage_stats.seconds); /* copy or verify, once */
     if (ch_job_agree(j->job, s, "data")) return CH_EXIT_BAD_INPUT;
     j->steps_per_epoch = ch_loader_num_batches(j->data->train_loader);
     if (j->max_steps > 0 && j->max_steps < j->steps_per_epoch) j->steps_per_epoch = j->max_steps;
@@ -654,6 +658,22 @@ static int setup(trainer_t *j)
     const char *from = NULL;
     s = ch_train_output_resume_source(&j->out, auto_path, sizeof auto_path, &from);
     if (s == CH_OK && from) s = resume(j, from);
+    if (ch_job_agree(j->job, s, "resume")) return CH_EXIT_BAD_INPUT;
+    /* A run starting afresh into a directory that holds an earlier run's
+     * resume file (a preempted run started again without --resume): that
+     * file is kept under another name, not overwritten by this run's first
+     * checkpoint. */
+    if (!from && j->rank == 0 && access(j->resume_path, F_OK) == 0) {
+        char kept[4200];
+        snprintf(kept, sizeof kept, "%s/resume-earlier.safetensors", j->out.dir);
+        if (rename(j->resume_path, kept) == 0)
+            ch_log_warn("output.dir %s holds the resume file of an earlier run and this run starts "
+                        "afresh (no --resume): that file is kept as %s (continue that run with "
+                        "--resume %s)", j->out.dir, kept, kept);
+        else
+            s = CH_ERROR(CH_ERR_IO, "output.dir %s: keeping the earlier run's %s as %s: %s",
+                         j->out.dir, j->resume_path, kept, strerror(errno));
+    }
     if (ch_job_agree(j->job, s, "resume")) return CH_EXIT_BAD_INPUT;
     /* all ranks start identical: rank 0's parameters and buffers */
     s = ch_ddp_broadcast_state(j->ddp);
@@ -843,6 +863,11 @@ int ch_trainer_fit(ch_trainer_t *j)
     if (rc == CH_JOB_CONTINUE) {
         ch_log_info("training finished: %d epochs", j->sched.o.epochs);
         rc = CH_EXIT_OK;
+        /* a completed run removes its staged copies (a stopped one keeps
+         * them for the requeue) */
+        if (j->data_opt.stage[0] && !j->data_opt.stage_keep &&
+            ch_data_unstage(j->data, ch_job_pg(j->job)) != CH_OK)
+            ch_log_warn("data.stage: %s", ch_error_message());
     }
     return rc;
 }

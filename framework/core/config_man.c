@@ -166,6 +166,29 @@ ch_status ch_man_write(FILE *out, const ch_man_page_t *page)
     put_first_sentence(out, summary);
 
     fputs("\n.SH SYNOPSIS\n", out);
+    /* a summary line "Usage: PROG ARGS" (a job's short form) is the
+     * synopsis' first form, and not repeated in the description */
+    char *desc = NULL;
+    const char *own = strstr(summary, "Usage: ");
+    if (own && own != summary && own[-1] != '\n') own = NULL;
+    const size_t plen = strlen(prog);
+    if (own && !strncmp(own + 7, prog, plen) && own[7 + plen] == ' ') {
+        const char *args = own + 7 + plen + 1, *end = args + strcspn(args, "\n");
+        fputs("\\fB", out);
+        put_esc(out, prog);
+        fputs("\\fR ", out);
+        put_esc_n(out, args, (size_t)(end - args), 0);
+        fputs("\n.br\n", out);
+        desc = malloc(strlen(summary) + 1);
+        if (desc) { /* the summary without that line */
+            size_t head = (size_t)(own - summary);
+            while (head > 0 && summary[head - 1] == '\n') head--;
+            memcpy(desc, summary, head);
+            strcpy(desc + head, *end ? end : "");
+            if (!*desc) strcpy(desc, "a cohort batch job");
+            summary = desc;
+        }
+    }
     const char *const launchers[] = {"", "mpiexec \\-n \\fIN\\fB ", "srun \\-\\-mpi=pmi2 "};
     for (int l = 0; l < 3; l++) {
         fputs(l ? ".br\n\\fB" : "\\fB", out);
@@ -274,6 +297,7 @@ ch_status ch_man_write(FILE *out, const ch_man_page_t *page)
         fputs(", ", out);
     }
     fputs("\\fBmpiexec\\fR(1), \\fBsrun\\fR(1), \\fBsbatch\\fR(1)\n", out);
+    free(desc);
     if (ferror(out)) return CH_ERROR(CH_ERR_IO, "man page of %s: write failed", prog);
     return CH_OK;
 }

@@ -13,6 +13,7 @@
 #include <limits.h>
 #include <math.h>
 #include <mpi.h>
+#include <sys/stat.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -151,9 +152,21 @@ static ch_status parse_text(const ch_config_key_t *k, const char *text, value_t 
     case CH_CFG_INT64: {
         errno = 0;
         long long x = strtoll(text, &end, 10);
+        /* a size key (name ending in _bytes) takes a binary suffix: 8M is
+         * 8 MiB, 1G 1 GiB (K, M, G, T, optionally followed by "iB" or "B") */
+        const size_t nl = strlen(k->name);
+        const int size_key = nl > 6 && !strcmp(k->name + nl - 6, "_bytes");
+        if (size_key && end != text && *end && strchr("KkMGT", *end) &&
+            (!end[1] || !strcmp(end + 1, "B") || !strcmp(end + 1, "iB"))) {
+            const int shift = *end == 'K' || *end == 'k' ? 10 : *end == 'M' ? 20 : *end == 'G' ? 30 : 40;
+            if (x > (LLONG_MAX >> shift) || x < -(LLONG_MAX >> shift)) errno = ERANGE;
+            else x *= 1LL << shift;
+            end += strlen(end);
+        }
         if (!*text || *end || end == text)
-            return CH_ERROR(code, "%s: %s: expected %s (a decimal integer), got '%s'", where,
-                            k->name, ch_config_type_name(k->type), text);
+            return CH_ERROR(code, "%s: %s: expected %s (a decimal integer%s), got '%s'", where,
+                            k->name, ch_config_type_name(k->type),
+                            size_key ? ", or with a suffix K, M, G or T" : "", text);
         if (errno == ERANGE || (k->type == CH_CFG_INT && (x < INT_MIN || x > INT_MAX)))
             return CH_ERROR(code, "%s: %s: '%s' does not fit in %s", where, k->name, text,
                             ch_config_type_name(k->type));
@@ -490,23 +503,43 @@ static ch_status assign_setting(slot_t *slot, const config_setting_t *s, const c
         if (!v.s) return CH_ERROR(CH_ERR_NOMEM, "config: out of memory");
         break;
     case CH_CFG_STRLIST: {
-        if (t != CONFIG_TYPE_ARRAY && t != CONFIG_TYPE_LIST)
-            return wrong_type(k, s, where, " (write [\"a\", \"b\"])");
-        int n = config_setting_length(s);
+        /* a list of strings or numbers (numbers kept as their text, so
+         * `mean = [0.5, 0.4, 0.3]` reads as the command line's
+         * --data.mean 0.5,0.4,0.3); a single string or number is a list of one */
+        const int scalar = t == CONFIG_TYPE_STRING || t == CONFIG_TYPE_INT ||
+                           t == CONFIG_TYPE_INT64 || t == CONFIG_TYPE_FLOAT;
+        if (t != CONFIG_TYPE_ARRAY && t != CONFIG_TYPE_LIST && !scalar)
+            return wrong_type(k, s, where, " (write [\"a\", \"b\"] or [0.5, 0.25])");
+        int n = scalar ? 1 : config_setting_length(s);
         if (n > 0) {
             v.list = calloc((size_t)n, sizeof *v.list);
             if (!v.list) return CH_ERROR(CH_ERR_NOMEM, "config: out of memory");
         }
         for (int i = 0; i < n; i++) {
-            const config_setting_t *e = config_setting_get_elem(s, (unsigned)i);
-            if (config_setting_type(e) != CONFIG_TYPE_STRING) {
+            const config_setting_t *e = scalar ? s : config_setting_get_elem(s, (unsigned)i);
+            char num[64];
+            const char *text = num;
+            switch (config_setting_type(e)) {
+            case CONFIG_TYPE_STRING: text = config_setting_get_string(e); break;
+            case CONFIG_TYPE_INT:
+            case CONFIG_TYPE_INT64:
+                snprintf(num, sizeof num, "%lld", config_setting_get_int64(e));
+                break;
+            case CONFIG_TYPE_FLOAT: {
+                const double d = config_setting_get_float(e); /* the shortest text that reads back */
+                snprintf(num, sizeof num, "%.15g", d);
+                if (strtod(num, NULL) != d) snprintf(num, sizeof num, "%.17g", d);
+                break;
+            }
+            default: {
                 char got[128];
                 describe_setting(got, sizeof got, e);
                 value_free(&v);
-                return CH_ERROR(CH_ERR_CONFIG, "%s: %s: element %d: expected string, got %s",
-                                where, k->name, i, got);
+                return CH_ERROR(CH_ERR_CONFIG, "%s: %s: element %d: expected a string or a number, "
+                                "got %s", where, k->name, i, got);
             }
-            v.list[i] = strdup(config_setting_get_string(e));
+            }
+            v.list[i] = strdup(text);
             if (!v.list[i]) {
                 value_free(&v);
                 return CH_ERROR(CH_ERR_NOMEM, "config: out of memory");
@@ -656,7 +689,11 @@ static ch_status load_file(ch_config_t *c, const char *path)
     if (!f)
         return CH_ERROR(CH_ERR_IO, "--config %s: cannot open config file: %s", path,
                         strerror(errno));
+    struct stat sb;
+    const int is_dir = fstat(fileno(f), &sb) == 0 && S_ISDIR(sb.st_mode);
     fclose(f);
+    if (is_dir)
+        return CH_ERROR(CH_ERR_IO, "--config %s: is a directory (a libconfig file expected)", path);
     config_t lc;
     config_init(&lc);
     /* @include "x.cfg" is relative to the including file's directory */
@@ -672,10 +709,14 @@ static ch_status load_file(ch_config_t *c, const char *path)
         config_destroy(&lc);
         return pre;
     }
+    errno = 0;
     if (config_read_file(&lc, path) != CONFIG_TRUE) {
         ch_status s;
         if (config_error_type(&lc) == CONFIG_ERR_FILE_IO)
-            s = CH_ERROR(CH_ERR_IO, "--config %s: cannot read config file", path);
+            s = CH_ERROR(CH_ERR_IO, "--config %s: cannot read config file%s%s%s%s", path,
+                         config_error_file(&lc) ? " " : "",
+                         config_error_file(&lc) ? config_error_file(&lc) : "",
+                         errno ? ": " : "", errno ? strerror(errno) : "");
         else
             s = CH_ERROR(CH_ERR_CONFIG, "%s:%d: %s", config_error_file(&lc) ? config_error_file(&lc)
                                                                               : path,
@@ -1260,9 +1301,24 @@ int *ch_config_sorted_order(const ch_config_key_t *keys, int n)
 
 static void print_usage(FILE *out, const char *prog, const char *summary)
 {
-    fprintf(out, "Usage: %s [--config FILE]... [--set KEY=VALUE]... [--KEY=VALUE]... [--help]\n",
-            prog ? prog : "cohort");
-    if (summary && *summary) fprintf(out, "%s\n", summary);
+    /* a summary with its own "Usage: " line (a job's short form) gives the
+     * first line; the generic form follows as the alternative, so there is
+     * one Usage line */
+    const char *own = summary ? strstr(summary, "Usage: ") : NULL;
+    if (own && own != summary && own[-1] != '\n') own = NULL;
+    if (own) {
+        const char *end = own + strcspn(own, "\n");
+        fprintf(out, "%.*s\n", (int)(end - own), own);
+        fprintf(out, "   or: %s [--config FILE]... [--set KEY=VALUE]... [--KEY=VALUE]... [--help]\n",
+                prog ? prog : "cohort");
+        /* the summary without its usage line */
+        if (own > summary) fprintf(out, "%.*s\n", (int)(own - summary - 1), summary);
+        if (*end == '\n' && end[1]) fprintf(out, "%s\n", end + 1);
+    } else {
+        fprintf(out, "Usage: %s [--config FILE]... [--set KEY=VALUE]... [--KEY=VALUE]... [--help]\n",
+                prog ? prog : "cohort");
+        if (summary && *summary) fprintf(out, "%s\n", summary);
+    }
     fprintf(out,
             "\nOptions:\n"
             "  --config FILE     Read settings from a libconfig file (may repeat; later\n"

@@ -35,6 +35,13 @@ void ch_log(ch_log_level level, const char *fmt, ...)
 #define ch_log_warn(...) ch_log(CH_LOG_WARN, __VA_ARGS__)
 #define ch_log_info(...) ch_log(CH_LOG_INFO, __VA_ARGS__)
 #define ch_log_debug(...) ch_log(CH_LOG_DEBUG, __VA_ARGS__)
+/* A warning every rank would print alike (it follows from inputs all ranks
+ * share: a weights file, the saved configuration): printed by rank 0 only,
+ * so N ranks do not repeat one line N times. */
+#define ch_log_warn_rank0(...)                                                   \
+    do {                                                                         \
+        if (ch_log_rank() == 0) ch_log(CH_LOG_WARN, __VA_ARGS__);                \
+    } while (0)
 
 #ifdef __cplusplus
 }

@@ -161,3 +161,32 @@ const char *ch_dnnl_status_string(int st)
     default: return "unknown oneDNN status";
     }
 }
+
+const char *ch_error_quote(const void *bytes, size_t n, char *buf, size_t len)
+{
+    static const char hex[] = "0123456789abcdef";
+    const unsigned char *b = bytes;
+    size_t k = 0;
+    if (len < 8) {
+        if (len) buf[0] = 0;
+        return buf;
+    }
+    for (size_t i = 0; i < n; i++) {
+        const int plain = b[i] >= 0x20 && b[i] < 0x7f && b[i] != '\\';
+        const size_t w = plain ? 1 : 4;
+        if (k + w + 4 > len) { /* room for "..." and the NUL */
+            memcpy(buf + k, "...", 4);
+            return buf;
+        }
+        if (plain) {
+            buf[k++] = (char)b[i];
+        } else {
+            buf[k++] = '\\';
+            buf[k++] = 'x';
+            buf[k++] = hex[b[i] >> 4];
+            buf[k++] = hex[b[i] & 15];
+        }
+    }
+    buf[k] = 0;
+    return buf;
+}

@@ -74,6 +74,13 @@ ch_status ch_error_code(void);
 /* Forget the calling thread's error. */
 void ch_error_clear(void);
 
+/* Bytes from a file as text for an error message: printable ASCII kept,
+ * every other byte (control characters, non-UTF-8, non-ASCII) written as
+ * \xHH, so a message stays one readable line whatever the file held.
+ * Writes at most len bytes including the NUL into buf (len >= 8; a longer
+ * text ends in "..."). Returns buf. */
+const char *ch_error_quote(const void *bytes, size_t n, char *buf, size_t len);
+
 /* Copy another thread's message into this thread (used when a worker thread's
  * error is handed to the consumer). Returns code. */
 ch_status ch_error_adopt(ch_status code, const char *message);

@@ -38,6 +38,13 @@ static const char *kind_name(ch_nn_kind_t k)
     case CH_NN_DROPOUT: return "Dropout";
     case CH_NN_SQUEEZE_EXCITATION: return "SqueezeExcitation";
     case CH_NN_CONCAT: return "Concat";
+    case CH_NN_GRAPH: return "Graph";
+    case CH_NN_ADD: return "Add";
+    case CH_NN_MUL: return "Mul";
+    case CH_NN_CAT: return "Cat";
+    case CH_NN_NARROW: return "Narrow";
+    case CH_NN_CHANNEL_SHUFFLE: return "ChannelShuffle";
+    case CH_NN_AFFINE: return "Affine";
     default: return "?";
     }
 }
@@ -52,6 +59,18 @@ static void module_free(ch_module_t *m)
     free(m->part_out);
     free(m->part_dy);
     free(m->part_dyp);
+    free(m->g_in);
+    free(m->g_x);
+    free(m->g_dxp);
+    free(m->g_dx);
+    free(m->g_val);
+    free(m->g_grad);
+    free(m->g_acc);
+    free(m->g_nacc);
+    free(m->g_live);
+    free(m->g_need);
+    free(m->g_have);
+    free(m->g_useacc);
     free(m->local);
     free(m->path);
     for (int i = 0; i < m->nent; i++) free((char *)m->ent[i].name);
@@ -115,6 +134,7 @@ void ch_model_destroy(ch_model_t *M)
 const char *ch_model_arch(const ch_model_t *M) { return M->arch; }
 ch_module_t *ch_model_root(ch_model_t *M) { return M->root; }
 ch_nn_kind_t ch_module_kind(const ch_module_t *m) { return m->kind; }
+ch_module_t *ch_module_parent(const ch_module_t *m) { return m ? m->parent : NULL; }
 const char *ch_module_path(const ch_module_t *m) { return m->path ? m->path : m->local; }
 
 ch_module_t *ch_module_child(const ch_module_t *m, const char *name)
@@ -139,14 +159,23 @@ static ch_status add_child(ch_module_t *parent, const char *name, ch_nn_kind_t k
         snprintf(autoname, sizeof autoname, "%d", parent->nchild);
         name = autoname;
     }
-    CH_REQUIRE(parent && name[0], "nn: adding a %s needs a parent and a non-empty name",
-               kind_name(kind));
+    /* a graph named "" under the model root: its nodes' paths are unprefixed */
+    const int root_graph = parent && name && !name[0] && kind == CH_NN_GRAPH && !parent->parent;
+    CH_REQUIRE(parent && (name[0] || root_graph),
+               "nn: adding a %s needs a parent and a non-empty name (\"\" only for a graph "
+               "under the model root)", kind_name(kind));
     if (out) *out = NULL;
     CH_REQUIRE(!parent->model->finalized, "nn: cannot add '%s' to a finalized model", name);
     CH_REQUIRE(parent->kind == CH_NN_SEQUENTIAL || parent->kind == CH_NN_RESIDUAL ||
-                   parent->kind == CH_NN_SQUEEZE_EXCITATION || parent->kind == CH_NN_CONCAT,
+                   parent->kind == CH_NN_SQUEEZE_EXCITATION || parent->kind == CH_NN_CONCAT ||
+                   parent->kind == CH_NN_GRAPH,
                "nn: '%s' cannot hold children (it is a %s)", parent->local, kind_name(parent->kind));
-    CH_REQUIRE(!strchr(name, '.'), "nn: module name '%s' contains a '.'", name);
+    /* inside a graph a node's local name may carry dots ("features.0") */
+    CH_REQUIRE(parent->kind == CH_NN_GRAPH || !strchr(name, '.'),
+               "nn: module name '%s' contains a '.'", name);
+    CH_REQUIRE(parent->kind != CH_NN_GRAPH || (name[0] != '.' && name[strlen(name) - 1] != '.' &&
+                                               !strstr(name, "..")),
+               "nn: graph node name '%s' in '%s': empty dotted component", name, parent->local);
     CH_REQUIRE(!ch_module_child(parent, name), "nn: duplicate module name '%s' in '%s'", name,
                parent->local);
     if (parent->nchild == parent->capchild) {
@@ -542,6 +571,137 @@ ch_status ch_nn_concat(ch_module_t *parent, const char *name, ch_module_t **out)
     return add_child(parent, name, CH_NN_CONCAT, out);
 }
 
+ch_status ch_nn_graph(ch_module_t *parent, const char *name, ch_module_t **out)
+{
+    ch_module_t *g;
+    CH_TRY(add_child(parent, name, CH_NN_GRAPH, &g));
+    g->g_out = -1; /* the last node's output */
+    if (out) *out = g;
+    return CH_OK;
+}
+
+/* A graph node of `kind` (only a graph may hold Add / Mul / Cat). */
+static ch_status graph_node(ch_module_t *parent, const char *name, ch_nn_kind_t kind,
+                            ch_module_t **out)
+{
+    CH_REQUIRE(parent, "nn: a %s needs a parent", kind_name(kind));
+    CH_REQUIRE(parent->kind == CH_NN_GRAPH ||
+                   (kind != CH_NN_ADD && kind != CH_NN_MUL && kind != CH_NN_CAT),
+               "nn: %s '%s' needs a graph as parent (ch_nn_graph), not the %s '%s'",
+               kind_name(kind), name ? name : "(automatic name)", kind_name(parent->kind),
+               parent->local);
+    return add_child(parent, name, kind, out);
+}
+
+ch_status ch_nn_add(ch_module_t *parent, const char *name, ch_module_t **out)
+{
+    return graph_node(parent, name, CH_NN_ADD, out);
+}
+
+ch_status ch_nn_mul(ch_module_t *parent, const char *name, ch_module_t **out)
+{
+    return graph_node(parent, name, CH_NN_MUL, out);
+}
+
+ch_status ch_nn_cat(ch_module_t *parent, const char *name, ch_module_t **out)
+{
+    return graph_node(parent, name, CH_NN_CAT, out);
+}
+
+ch_status ch_nn_narrow(ch_module_t *parent, const char *name, int start, int length,
+                       ch_module_t **out)
+{
+    CH_REQUIRE(start >= 0 && length >= 1, "nn: Narrow '%s': start %d, length %d, expected "
+               "start >= 0 and length >= 1", name ? name : "(automatic name)", start, length);
+    ch_module_t *m;
+    CH_TRY(graph_node(parent, name, CH_NN_NARROW, &m));
+    m->narrow_start = start;
+    m->narrow_len = length;
+    if (out) *out = m;
+    return CH_OK;
+}
+
+ch_status ch_nn_channel_shuffle(ch_module_t *parent, const char *name, int groups,
+                                ch_module_t **out)
+{
+    CH_REQUIRE(groups >= 1, "nn: ChannelShuffle '%s': groups %d, expected >= 1",
+               name ? name : "(automatic name)", groups);
+    ch_module_t *m;
+    CH_TRY(graph_node(parent, name, CH_NN_CHANNEL_SHUFFLE, &m));
+    m->groups = groups;
+    if (out) *out = m;
+    return CH_OK;
+}
+
+ch_status ch_nn_affine(ch_module_t *parent, const char *name, float alpha, float beta,
+                       ch_module_t **out)
+{
+    CH_REQUIRE(isfinite(alpha) && isfinite(beta), "nn: Affine '%s': alpha %g, beta %g, expected "
+               "finite values", name ? name : "(automatic name)", (double)alpha, (double)beta);
+    ch_module_t *m;
+    CH_TRY(graph_node(parent, name, CH_NN_AFFINE, &m));
+    m->alpha = alpha;
+    m->beta = beta;
+    if (out) *out = m;
+    return CH_OK;
+}
+
+static int node_id(const ch_module_t *g, const ch_module_t *m)
+{
+    for (int i = 0; i < g->nchild; i++)
+        if (g->child[i] == m) return i + 1;
+    return 0;
+}
+
+ch_status ch_nn_graph_connect(ch_module_t *g, ch_module_t *node, const int *inputs, int n)
+{
+    CH_REQUIRE(g && g->kind == CH_NN_GRAPH, "nn: ch_nn_graph_connect on a module that is not a "
+               "graph (%s)", g ? g->local : "NULL");
+    CH_REQUIRE(!g->model->finalized, "nn: graph '%s': connect after finalize", g->local);
+    const int id = node ? node_id(g, node) : 0;
+    CH_REQUIRE(id > 0, "nn: graph '%s': connect of a module that is not one of its nodes",
+               g->local);
+    CH_REQUIRE(!node->g_nin, "nn: graph '%s': node '%s' connected twice", g->local, node->local);
+    const ch_nn_kind_t k = node->kind;
+    const int two = k == CH_NN_ADD || k == CH_NN_MUL, many = k == CH_NN_CAT;
+    CH_REQUIRE(inputs && (two ? n == 2 : many ? n >= 1 : n == 1),
+               "nn: graph '%s': node '%s' (%s) takes %s input%s, got %d", g->local, node->local,
+               kind_name(k), two ? "2" : many ? ">= 1" : "1", two || many ? "s" : "", n);
+    for (int i = 0; i < n; i++)
+        CH_REQUIRE(inputs[i] >= 0 && inputs[i] < id,
+                   "nn: graph '%s': node '%s' (value %d) reads value %d, expected 0..%d (an "
+                   "earlier node's output or 0, the graph's input: nodes are added in "
+                   "topological order)", g->local, node->local, id, inputs[i], id - 1);
+    int *in = malloc((size_t)n * sizeof *in);
+    const ch_tensor_t **xs = calloc((size_t)n, sizeof *xs);
+    ch_tensor_t **dxp = calloc((size_t)n, sizeof *dxp);
+    ch_tensor_t *dx = calloc((size_t)n, sizeof *dx);
+    if (!in || !xs || !dxp || !dx) {
+        free(in);
+        free(xs);
+        free(dxp);
+        free(dx);
+        return CH_ERROR(CH_ERR_NOMEM, "nn: out of memory connecting '%s'", node->local);
+    }
+    memcpy(in, inputs, (size_t)n * sizeof *in);
+    node->g_in = in;
+    node->g_x = xs;
+    node->g_dxp = dxp;
+    node->g_dx = dx;
+    node->g_nin = n;
+    return CH_OK;
+}
+
+ch_status ch_nn_graph_set_output(ch_module_t *g, int value)
+{
+    CH_REQUIRE(g && g->kind == CH_NN_GRAPH, "nn: ch_nn_graph_set_output on a module that is not "
+               "a graph (%s)", g ? g->local : "NULL");
+    CH_REQUIRE(!g->model->finalized, "nn: graph '%s': set_output after finalize", g->local);
+    CH_REQUIRE(value >= 0, "nn: graph '%s': output value %d, expected >= 0", g->local, value);
+    g->g_out = value;
+    return CH_OK;
+}
+
 static int is_child(const ch_module_t *parent, const ch_module_t *m)
 {
     for (int i = 0; i < parent->nchild; i++)
@@ -590,6 +750,25 @@ static ch_status count_entries(ch_module_t *m, int *ne, int *np)
     if (m->kind == CH_NN_RESIDUAL && !m->main)
         return CH_ERROR(CH_ERR_INVALID, "nn: residual block '%s' has no path (ch_nn_residual_set_path)",
                         m->local);
+    for (int i = 0; i < m->nchild; i++) {
+        const ch_module_t *c = m->child[i];
+        if (!c->local[0] && m->nchild != 1)
+            return CH_ERROR(CH_ERR_INVALID, "nn: the graph named \"\" must be the model root's "
+                            "only child (the root has %d)", m->nchild);
+        if (m->kind == CH_NN_GRAPH && !c->g_nin)
+            return CH_ERROR(CH_ERR_INVALID, "nn: graph '%s': node '%s' (value %d) is never "
+                            "connected (ch_nn_graph_connect)", m->local, c->local, i + 1);
+        if (m->kind != CH_NN_GRAPH && (c->kind == CH_NN_ADD || c->kind == CH_NN_MUL ||
+                                       c->kind == CH_NN_CAT))
+            return CH_ERROR(CH_ERR_INVALID, "nn: %s '%s' is not in a graph", kind_name(c->kind),
+                            c->local);
+    }
+    if (m->kind == CH_NN_GRAPH) {
+        if (m->g_out < 0) m->g_out = m->nchild;
+        if (m->g_out > m->nchild)
+            return CH_ERROR(CH_ERR_INVALID, "nn: graph '%s': output value %d, but it has %d "
+                            "nodes", m->local, m->g_out, m->nchild);
+    }
     for (int i = 0; i < m->nchild; i++) CH_TRY(count_entries(m->child[i], ne, np));
     return CH_OK;
 }

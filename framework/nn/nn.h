@@ -70,6 +70,14 @@ typedef enum {
     CH_NN_DROPOUT,          /* torch.nn.Dropout(p) (own generator: ch_model_set_dropout_key) */
     CH_NN_SQUEEZE_EXCITATION, /* x * gate(x) (torchvision.ops.SqueezeExcitation) */
     CH_NN_CONCAT,           /* torch.cat([branch(x) for branch in children], dim=1) */
+    /* DAG graphs (ch_nn_graph) and their multi-input nodes */
+    CH_NN_GRAPH,            /* a DAG of child modules (the nodes), run in the order added */
+    CH_NN_ADD,              /* y = a + b (2 inputs), b a's shape or (N|1, C, 1, 1) broadcast */
+    CH_NN_MUL,              /* y = a * b (2 inputs), same broadcasting (SE gates) */
+    CH_NN_CAT,              /* torch.cat(inputs, dim=1), n >= 1 inputs */
+    CH_NN_NARROW,           /* x[:, start:start+length] (torch.narrow / chunk / ONNX Split) */
+    CH_NN_CHANNEL_SHUFFLE,  /* torchvision shufflenet channel_shuffle(x, groups) */
+    CH_NN_AFFINE,           /* y = alpha * x + beta, scalar constants */
     CH_NN_KIND_COUNT_
 } ch_nn_kind_t;
 
@@ -119,9 +127,10 @@ void ch_model_destroy(ch_model_t *model);
 const char *ch_model_arch(const ch_model_t *model);
 ch_module_t *ch_model_root(ch_model_t *model);
 
-/* Add children to `parent` (a Sequential, residual, squeeze-excitation or
- * concat container) under the
- * local name `name` (unique among its siblings). name NULL gives the child
+/* Add children to `parent` (a Sequential, residual, squeeze-excitation,
+ * concat or graph container) under the
+ * local name `name` (unique among its siblings; no '.' except in a
+ * graph, see "DAG graphs"). name NULL gives the child
  * PyTorch's automatic name in nn.Sequential(*layers): its position among
  * the parent's children, "0", "1", ... (parameterless children count).
  * The child is returned in *out (may be NULL). All fail with
@@ -301,6 +310,105 @@ ch_status ch_nn_squeeze_excitation(ch_module_t *parent, const char *name, ch_mod
  * disagree in N, H, W. */
 ch_status ch_nn_concat(ch_module_t *parent, const char *name, ch_module_t **out);
 
+/* ------------------------------------------------------------ DAG graphs
+ *
+ * A graph container runs its children (the nodes) in the order they were
+ * added, which must be a topological order; each node reads VALUES:
+ *
+ *   value 0            the graph's input x
+ *   value k (k >= 1)   the output of the k-th node added (1-based)
+ *
+ * Build: add a node with any ch_nn_* builder (parent = the graph), then
+ * ch_nn_graph_connect it to its input values (ids < its own id), then add
+ * the next; a node's own value id is ch_module_num_children(graph) right
+ * after it was added. Every existing single-input module (Conv2d, BatchNorm2d,
+ * activations, pools, Linear, Flatten, Dropout, Identity, Sequential,
+ * Residual, ...) is a node with one input; CH_NN_ADD and CH_NN_MUL take 2,
+ * CH_NN_CAT n >= 1, the others 1. The graph's output is the value
+ * ch_nn_graph_set_output names, by default the last node's; nodes that do
+ * not lead to it still run forward but get no gradient.
+ *
+ * Names: node local names may contain dots ("features.0", giving entries
+ * "features.0.weight"); a graph named "" must be the model root's only
+ * child, and its nodes then have unprefixed paths, so a graph can carry a
+ * PyTorch model's state-dict names verbatim. Entry names stay unique
+ * (finalize checks). Parameter and state-dict order = node order.
+ *
+ * Values and gradients (docs/nn-numerics.md, "DAG graphs"): a value keeps
+ * its producer's tensor and layout; consumers read it and never change it,
+ * except an in-place ReLU under the rule below. The gradient of a value
+ * read by one consumer is that consumer's input gradient as it comes (no
+ * copy); a value read by several (or twice by one node) gets an
+ * accumulation tensor: the first contribution copied in, the others added
+ * (summed in reverse node order).
+ *
+ * In-place ReLU rule: a CH_NN_RELU node runs in place (as in trees) only
+ * when its input value has no other consumer, is not the graph's input,
+ * and its producer writes a fresh output that its own backward does not
+ * read (Conv2d, BatchNorm2d, LayerNorm2d, Linear, pools, activations,
+ * Add, Mul, Cat, Narrow, ChannelShuffle, Affine, SqueezeExcitation,
+ * Concat); otherwise it writes an output of its own (torch's
+ * ReLU(inplace=False)); the results are the same either way. A
+ * Sequential node whose first layer is a ReLU follows the same rule, and
+ * an Add of one shape or with b broadcast writes its sum over a under it
+ * (as the residual block's add), else into a tensor of its own.
+ *
+ * Inside a graph AdaptiveAvgPool2d(1) keeps (N, C, 1, 1) (torch's shape;
+ * Linear and Flatten take it). A graph model ends in Linear or Flatten
+ * (logits (N, classes)), as every model. Everything of a tree model works
+ * on a graph model: ch_model_convert_sync_bn (BN nodes), the
+ * gradient-ready hook (reverse parameter order), requires_grad,
+ * train/eval, ch_model_to_device (the graph ops have CUDA kernels),
+ * state dicts and model files, dropout keys, both init schemes;
+ * ch_model_activation takes a node's path ("layer1.0.add").
+ *
+ * Layouts: values keep their producers' layouts (the compute context's
+ * preferred ones); Add, Mul and Cat accept operands in different layouts
+ * (Add reorders b into a's layout when they differ; Mul and Cat read any
+ * layout), the output takes the full operand's layout (Cat, Narrow: the
+ * preferred one for their channels).
+ *
+ * Errors (CH_ERR_INVALID, one line naming the graph and node): at connect,
+ * an input id >= the node's own id, a node connected twice or not a child
+ * of the graph, a wrong input count for the kind; at finalize, a node
+ * never connected; at plan, operand shapes that do not match (both
+ * shapes named). */
+ch_status ch_nn_graph(ch_module_t *parent, const char *name, ch_module_t **out);
+/* Connect `node` (the graph's most recently added child) to its input
+ * values inputs[0..n_inputs). */
+ch_status ch_nn_graph_connect(ch_module_t *graph, ch_module_t *node, const int *inputs,
+                              int n_inputs);
+/* The graph's output: value 0..number of nodes (checked at finalize). */
+ch_status ch_nn_graph_set_output(ch_module_t *graph, int value);
+/* Graph nodes (parent: a graph; Narrow, ChannelShuffle and Affine also work
+ * as one-input layers of a Sequential). No entries.
+ * Add: y = a + b; Mul: y = a * b. Inputs (a, b): both (N, C, H, W) of one
+ * shape, or one of them (N, C, 1, 1) / (1, C, 1, 1) (or (N, C) / (1, C))
+ * broadcast over H, W (and N) in either operand order; backward sums the
+ * broadcast operand's gradient over the broadcast dimensions
+ * (ops.h ch_op_binary_backward). */
+ch_status ch_nn_add(ch_module_t *parent, const char *name, ch_module_t **out);
+ch_status ch_nn_mul(ch_module_t *parent, const char *name, ch_module_t **out);
+/* torch.cat(inputs, dim=1) of n >= 1 inputs (N, C_i, H, W), same N, H, W;
+ * output in the preferred layout for sum C_i. */
+ch_status ch_nn_cat(ch_module_t *parent, const char *name, ch_module_t **out);
+/* x[:, start:start + length] of an (N, C, H, W) input (torch.narrow(x, 1,
+ * start, length), torch.chunk, ONNX Split / Slice on axis 1): start >= 0,
+ * length >= 1, start + length <= C at plan. Output in the preferred layout
+ * for length channels; backward scatters dy into a zero dx. */
+ch_status ch_nn_narrow(ch_module_t *parent, const char *name, int start, int length,
+                       ch_module_t **out);
+/* torchvision.models.shufflenetv2.channel_shuffle(x, groups), groups >= 1
+ * dividing C (checked at plan): y[:, j] = x[:, (j % g) * (C / g) + j / g];
+ * backward is the inverse permutation. Output in x's layout. */
+ch_status ch_nn_channel_shuffle(ch_module_t *parent, const char *name, int groups,
+                                ch_module_t **out);
+/* y = alpha * x + beta with scalar constants (ONNX Mul / Add / Sub / Div by
+ * a scalar), x (N, F) or (N, C, H, W); dx = alpha * dy. Output in x's
+ * layout. alpha, beta finite. */
+ch_status ch_nn_affine(ch_module_t *parent, const char *name, float alpha, float beta,
+                       ch_module_t **out);
+
 /* Find a child by local name (NULL if absent). */
 ch_module_t *ch_module_child(const ch_module_t *m, const char *name);
 /* The children of m in registration order (torch.nn.Module.children()):
@@ -308,6 +416,8 @@ ch_module_t *ch_module_child(const ch_module_t *m, const char *name);
 int ch_module_num_children(const ch_module_t *m);
 ch_module_t *ch_module_child_at(const ch_module_t *m, int i);
 ch_nn_kind_t ch_module_kind(const ch_module_t *m);
+/* The parent module (NULL for the root). */
+ch_module_t *ch_module_parent(const ch_module_t *m);
 /* Full dotted path of the module ("layer1.0.bn1"; "" for the root). */
 const char *ch_module_path(const ch_module_t *m);
 

@@ -32,6 +32,9 @@ static ch_status reserve(ch_model_t *M, ch_tensor_t *t, const shp_t *x)
     return ch_arena_reserve_tensor(M->arena, t);
 }
 
+static ch_status plan_graph(ch_model_t *M, ch_compute_t *cx, ch_module_t *g, const shp_t *in,
+                            shp_t *out);
+
 /* Plan module m for input shape `in`, giving its output shape. */
 static ch_status plan_module(ch_model_t *M, ch_compute_t *cx, ch_module_t *m, const shp_t *in,
                              shp_t *out)
@@ -164,7 +167,35 @@ static ch_status plan_module(ch_model_t *M, ch_compute_t *cx, ch_module_t *m, co
         return reserve(M, &m->dx, in);
     case CH_NN_RELU:
         *out = *in;
-        return CH_OK;
+        /* out of place inside a graph (the in-place rule, plan_graph) */
+        return m->relu_copy ? reserve(M, &m->y, out) : CH_OK;
+    case CH_NN_GRAPH:
+        return plan_graph(M, cx, m, in, out);
+    case CH_NN_NARROW:
+        CH_REQUIRE(in->ndim == 4 && (int64_t)m->narrow_start + m->narrow_len <= in->s[1],
+                   "nn: Narrow '%s': channels [%d, %d) of input %s, expected (N, C, H, W) with "
+                   "C >= %d", m->path, m->narrow_start, m->narrow_start + m->narrow_len,
+                   shp_str(in, b1, sizeof b1), m->narrow_start + m->narrow_len);
+        *out = (shp_t){4, {in->s[0], m->narrow_len, in->s[2], in->s[3]},
+                       ch_compute_preferred_layout(cx, M->dev, m->narrow_len)};
+        CH_TRY(reserve(M, &m->y, out));
+        return reserve(M, &m->dx, in);
+    case CH_NN_CHANNEL_SHUFFLE:
+        CH_REQUIRE(in->ndim == 4 && in->s[1] % m->groups == 0,
+                   "nn: ChannelShuffle '%s': groups %d must divide the channels of input %s",
+                   m->path, m->groups, shp_str(in, b1, sizeof b1));
+        *out = *in;
+        CH_TRY(reserve(M, &m->y, out));
+        return reserve(M, &m->dx, in);
+    case CH_NN_AFFINE: /* backward scales dy in place */
+        *out = *in;
+        return reserve(M, &m->y, out);
+    case CH_NN_ADD:
+    case CH_NN_MUL:
+    case CH_NN_CAT:
+        return CH_ERROR(CH_ERR_INVALID, "nn: %s '%s' is not a node of a graph",
+                        m->kind == CH_NN_CAT ? "Cat" : m->kind == CH_NN_ADD ? "Add" : "Mul",
+                        m->path);
     case CH_NN_LAYERNORM2D: {
         CH_REQUIRE(in->ndim == 4 && in->s[1] == m->channels,
                    "nn: LayerNorm2d '%s' expects (N, %d, H, W), got input %s", m->path,
@@ -230,6 +261,219 @@ static ch_status plan_module(ch_model_t *M, ch_compute_t *cx, ch_module_t *m, co
     default:
         return CH_ERROR(CH_ERR_INTERNAL, "nn: unknown module kind %d", (int)m->kind);
     }
+}
+
+/* ------------------------------------------------------------ graphs */
+
+/* Producers whose output is a fresh tensor that their own backward does not
+ * read: a ReLU may then run in place on it (nn.h, in-place rule). */
+static int fresh_output(ch_nn_kind_t k)
+{
+    if (ch_nn_is_activation(k)) return 1;
+    switch (k) {
+    case CH_NN_CONV2D: case CH_NN_BATCHNORM2D: case CH_NN_SYNC_BATCHNORM: case CH_NN_LAYERNORM2D:
+    case CH_NN_MAXPOOL2D: case CH_NN_AVGPOOL2D: case CH_NN_ADAPTIVE_AVGPOOL2D: case CH_NN_LINEAR:
+    case CH_NN_ADD: case CH_NN_MUL: case CH_NN_CAT: case CH_NN_NARROW: case CH_NN_CHANNEL_SHUFFLE:
+    case CH_NN_AFFINE: case CH_NN_SQUEEZE_EXCITATION: case CH_NN_CONCAT:
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+/* Nodes whose backward only reads dy (and returns a gradient of their own):
+ * two values may then share one gradient tensor (Add's two operands). */
+static int dy_readonly(ch_nn_kind_t k)
+{
+    if (ch_nn_is_activation(k)) return 1;
+    switch (k) {
+    case CH_NN_CONV2D: case CH_NN_BATCHNORM2D: case CH_NN_SYNC_BATCHNORM: case CH_NN_LAYERNORM2D:
+    case CH_NN_MAXPOOL2D: case CH_NN_AVGPOOL2D: case CH_NN_ADAPTIVE_AVGPOOL2D: case CH_NN_LINEAR:
+    case CH_NN_MUL: case CH_NN_CAT: case CH_NN_NARROW: case CH_NN_CHANNEL_SHUFFLE:
+    case CH_NN_SQUEEZE_EXCITATION: case CH_NN_CONCAT:
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+/* The in-place rule for the first layer of a container node: a leading
+ * ReLU (after pass-through layers) runs in place only when `ok`. */
+static void first_relu_rule(ch_module_t *m, int ok)
+{
+    if (m->kind == CH_NN_RELU) {
+        m->relu_copy = !ok;
+        return;
+    }
+    if (m->kind != CH_NN_SEQUENTIAL) return;
+    for (int i = 0; i < m->nchild; i++) {
+        ch_module_t *c = m->child[i];
+        if (c->kind == CH_NN_RELU || c->kind == CH_NN_SEQUENTIAL) {
+            first_relu_rule(c, ok);
+            return;
+        }
+        if (c->kind != CH_NN_IDENTITY && c->kind != CH_NN_FLATTEN && c->kind != CH_NN_DROPOUT)
+            return;
+    }
+}
+
+static int same_shp(const shp_t *a, const shp_t *b)
+{
+    if (a->ndim != b->ndim) return 0;
+    for (int d = 0; d < a->ndim; d++)
+        if (a->s[d] != b->s[d]) return 0;
+    return 1;
+}
+
+/* b broadcast to a: (N|1, C, 1, 1) or (N|1, C) for a (N, C, H, W). */
+static int bcast_of(const shp_t *b, const shp_t *a)
+{
+    return a->ndim == 4 && b->s[1] == a->s[1] && (b->s[0] == a->s[0] || b->s[0] == 1) &&
+           (b->ndim == 2 || (b->ndim == 4 && b->s[2] == 1 && b->s[3] == 1));
+}
+
+/* Plan a multi-input node (Add, Mul, Cat) of graph g for input shapes
+ * vs[m->g_in[i]]. */
+static ch_status plan_multi(ch_model_t *M, ch_compute_t *cx, ch_module_t *g, ch_module_t *m,
+                            const shp_t *vs, const unsigned char *writable, shp_t *out)
+{
+    char b1[96], b2[96];
+    const shp_t *a = &vs[m->g_in[0]];
+    if (m->kind == CH_NN_CAT) {
+        int64_t c = 0;
+        for (int i = 0; i < m->g_nin; i++) {
+            const shp_t *x = &vs[m->g_in[i]];
+            if (x->ndim != 4 || a->ndim != 4 || x->s[0] != a->s[0] || x->s[2] != a->s[2] ||
+                x->s[3] != a->s[3])
+                return CH_ERROR(CH_ERR_INVALID, "nn: graph '%s': Cat '%s': input %d (value %d) "
+                                "is %s, input 0 (value %d) %s: expected (N, C_i, H, W) with one "
+                                "N, H, W", g->path, m->local, i, m->g_in[i],
+                                shp_str(x, b1, sizeof b1), m->g_in[0], shp_str(a, b2, sizeof b2));
+            CH_TRY(reserve(M, &m->g_dx[i], x));
+            m->g_dxp[i] = &m->g_dx[i];
+            c += x->s[1];
+        }
+        *out = (shp_t){4, {a->s[0], c, a->s[2], a->s[3]},
+                       ch_compute_preferred_layout(cx, M->dev, c)};
+        return reserve(M, &m->y, out);
+    }
+    const shp_t *b = &vs[m->g_in[1]];
+    const char *what = m->kind == CH_NN_ADD ? "Add" : "Mul";
+    m->g_bcast = m->g_swap = m->g_reorder = 0;
+    if (same_shp(a, b) && (a->ndim == 4 || (a->ndim == 2 && m->kind == CH_NN_ADD))) {
+        m->g_reorder = a->layout != b->layout;
+    } else if (bcast_of(b, a)) {
+        m->g_bcast = 1;
+    } else if (bcast_of(a, b)) {
+        m->g_bcast = m->g_swap = 1;
+    } else {
+        return CH_ERROR(CH_ERR_INVALID, "nn: graph '%s': %s '%s': operands %s (value %d) and %s "
+                        "(value %d) do not match: expected one shape or one of them (N or 1, C, "
+                        "1, 1) broadcast", g->path, what, m->local, shp_str(a, b1, sizeof b1),
+                        m->g_in[0], shp_str(b, b2, sizeof b2), m->g_in[1]);
+    }
+    const int bi = m->g_swap ? 0 : 1, ai = 1 - bi;
+    const shp_t *big = &vs[m->g_in[ai]], *small = &vs[m->g_in[bi]];
+    *out = *big;
+    /* Add over its full operand when nothing else reads that value (the
+     * in-place rule, as the tree's residual add) */
+    m->g_inplace = m->kind == CH_NN_ADD && writable[m->g_in[ai]] && m->g_in[0] != m->g_in[1];
+    if (!m->g_inplace) CH_TRY(reserve(M, &m->y, out));
+    if (m->kind == CH_NN_MUL) {
+        CH_TRY(reserve(M, &m->g_dx[ai], big));
+        CH_TRY(reserve(M, &m->g_dx[bi], small));
+        m->g_dxp[ai] = &m->g_dx[ai];
+        m->g_dxp[bi] = &m->g_dx[bi];
+    } else if (m->g_bcast || m->g_reorder) {
+        CH_TRY(reserve(M, &m->g_dx[bi], small));
+        if (m->g_reorder) {
+            shp_t t = *small;
+            t.layout = big->layout;
+            CH_TRY(reserve(M, &m->g_tmp, &t));
+        }
+    }
+    return CH_OK;
+}
+
+static ch_status plan_graph(ch_model_t *M, ch_compute_t *cx, ch_module_t *g, const shp_t *in,
+                            shp_t *out)
+{
+    const int n = g->nchild, nv = n + 1;
+    free(g->g_val);
+    free(g->g_grad);
+    free(g->g_acc);
+    free(g->g_nacc);
+    free(g->g_live);
+    free(g->g_need);
+    free(g->g_have);
+    free(g->g_useacc);
+    g->g_val = calloc((size_t)nv, sizeof *g->g_val);
+    g->g_grad = calloc((size_t)nv, sizeof *g->g_grad);
+    g->g_acc = calloc((size_t)nv, sizeof *g->g_acc);
+    g->g_nacc = calloc((size_t)nv, sizeof *g->g_nacc);
+    g->g_live = calloc((size_t)nv, 1);
+    g->g_need = calloc((size_t)nv, 1);
+    g->g_have = calloc((size_t)nv, 1);
+    g->g_useacc = calloc((size_t)nv, 1);
+    shp_t *vs = calloc((size_t)nv, sizeof *vs);
+    int *ncons = calloc((size_t)nv, sizeof *ncons);
+    unsigned char *writable = calloc((size_t)nv, 1);
+    ch_status s = CH_OK;
+    if (!g->g_val || !g->g_grad || !g->g_acc || !g->g_nacc || !g->g_live || !g->g_need ||
+        !g->g_have || !g->g_useacc || !vs || !ncons || !writable) {
+        s = CH_ERROR(CH_ERR_NOMEM, "nn: out of memory planning graph '%s'", g->path);
+        goto done;
+    }
+    /* consumers (all) and live nodes (those leading to the output) */
+    for (int k = 1; k <= n; k++)
+        for (int i = 0; i < g->child[k - 1]->g_nin; i++) ncons[g->child[k - 1]->g_in[i]]++;
+    g->g_live[g->g_out] = 1;
+    for (int k = n; k >= 1; k--) {
+        const ch_module_t *m = g->child[k - 1];
+        if (!g->g_live[k]) continue;
+        for (int i = 0; i < m->g_nin; i++) {
+            g->g_live[m->g_in[i]] = 1;
+            g->g_nacc[m->g_in[i]]++; /* gradient contributions */
+        }
+    }
+    /* the in-place rule: values only their one consumer reads, from
+     * producers writing fresh tensors their backward does not read */
+    for (int v = 1; v <= n; v++)
+        writable[v] = ncons[v] == 1 && fresh_output(g->child[v - 1]->kind);
+    vs[0] = *in;
+    for (int k = 1; k <= n && s == CH_OK; k++) {
+        ch_module_t *m = g->child[k - 1];
+        const int v = m->g_in[0];
+        first_relu_rule(m, writable[v]);
+        /* AdaptiveAvgPool2d(1) keeps (N, C, 1, 1) in a graph, as torch's
+         * (Linear and Flatten take it; 1x1 convolutions need it) */
+        if (m->kind == CH_NN_ADAPTIVE_AVGPOOL2D && m->out_h == 0) m->out_h = m->out_w = 1;
+        if (m->kind == CH_NN_ADD || m->kind == CH_NN_MUL || m->kind == CH_NN_CAT)
+            s = plan_multi(M, cx, g, m, vs, writable, &vs[k]);
+        else
+            s = plan_module(M, cx, m, &vs[v], &vs[k]);
+    }
+    if (s != CH_OK) goto done;
+    for (int v = 0; v <= n; v++) g->g_useacc[v] = g->g_nacc[v] > 1;
+    /* Add of one shape hands dy to both operands: each must then only read
+     * it, or take its own gradient tensor */
+    for (int k = 1; k <= n; k++) {
+        const ch_module_t *m = g->child[k - 1];
+        if (m->kind != CH_NN_ADD || !g->g_live[k] || m->g_bcast) continue;
+        for (int i = 0; i < 2; i++) {
+            const int v = m->g_in[i];
+            if (m->g_reorder && i == 1) continue; /* its own reordered copy */
+            if (v == 0 || !dy_readonly(g->child[v - 1]->kind)) g->g_useacc[v] = 1;
+        }
+    }
+    for (int v = 0; v <= n && s == CH_OK; v++)
+        if (g->g_useacc[v]) s = reserve(M, &g->g_acc[v], &vs[v]);
+    *out = vs[g->g_out];
+done:
+    free(vs);
+    free(ncons);
+    free(writable);
+    return s;
 }
 
 size_t ch_model_arena_bytes(const ch_model_t *M) { return M->arena ? ch_arena_bytes(M->arena) : 0; }
@@ -552,11 +796,62 @@ static ch_status fwd(ch_model_t *M, ch_compute_t *cx, ch_module_t *m, const ch_t
         *y = &m->y;
         break;
     case CH_NN_RELU: {
+        if (m->relu_copy) { /* a graph's in-place rule said no */
+            CH_TRY(ch_op_relu_forward(cx, x, &m->y));
+            *y = &m->y;
+            break;
+        }
         ch_tensor_t *t = (ch_tensor_t *)x; /* in place (ReLU(inplace=True)) */
         CH_TRY(ch_op_relu_forward(cx, t, t));
         *y = t;
         break;
     }
+    case CH_NN_GRAPH: {
+        const ch_tensor_t **val = m->g_val;
+        val[0] = x;
+        for (int k = 1; k <= m->nchild; k++) {
+            ch_module_t *c = m->child[k - 1];
+            for (int i = 0; i < c->g_nin; i++) c->g_x[i] = val[c->g_in[i]];
+            CH_TRY(fwd(M, cx, c, c->g_x[0], &val[k]));
+        }
+        *y = val[m->g_out];
+        break;
+    }
+    case CH_NN_ADD:
+    case CH_NN_MUL: {
+        const int bi = m->g_swap ? 0 : 1, ai = 1 - bi;
+        const ch_tensor_t *a = m->g_x[ai], *b = m->g_x[bi];
+        /* in place over a when the in-place rule allows (plan_multi) */
+        ch_tensor_t *out = m->g_inplace ? (ch_tensor_t *)a : &m->y;
+        if (m->kind == CH_NN_MUL || m->g_bcast) {
+            CH_TRY(ch_op_binary(cx, m->kind == CH_NN_ADD ? CH_BINARY_ADD : CH_BINARY_MUL, a, b,
+                                out));
+        } else {
+            if (m->g_reorder) {
+                CH_TRY(ch_op_reorder(cx, b, &m->g_tmp));
+                b = &m->g_tmp;
+            }
+            CH_TRY(ch_op_add(cx, a, b, out));
+        }
+        *y = out;
+        break;
+    }
+    case CH_NN_CAT:
+        CH_TRY(ch_op_concat_channels(cx, m->g_x, m->g_nin, &m->y));
+        *y = &m->y;
+        break;
+    case CH_NN_NARROW:
+        CH_TRY(ch_op_copy_channels(cx, x, m->narrow_start, &m->y, 0, m->narrow_len));
+        *y = &m->y;
+        break;
+    case CH_NN_CHANNEL_SHUFFLE:
+        CH_TRY(ch_op_channel_shuffle(cx, x, m->groups, &m->y));
+        *y = &m->y;
+        break;
+    case CH_NN_AFFINE:
+        CH_TRY(ch_op_affine(cx, x, m->alpha, m->beta, &m->y));
+        *y = &m->y;
+        break;
     case CH_NN_LAYERNORM2D:
         CH_TRY(ch_op_layernorm2d_forward(cx, x, &m->w, &m->b, m->ln_eps, &m->y, &m->ln_mean,
                                          &m->ln_rstd));
@@ -735,6 +1030,19 @@ static int grad_flags(ch_module_t *m, int upstream)
         m->trainable = t;
         return upstream || t;
     }
+    case CH_NN_GRAPH: { /* a node needs dx when one of its inputs does */
+        int t = 0;
+        m->g_need[0] = (unsigned char)upstream;
+        for (int k = 1; k <= m->nchild; k++) {
+            ch_module_t *c = m->child[k - 1];
+            int u = 0;
+            for (int i = 0; i < c->g_nin; i++) u |= m->g_need[c->g_in[i]];
+            m->g_need[k] = (unsigned char)grad_flags(c, u);
+            t |= c->trainable;
+        }
+        m->trainable = t;
+        return m->g_need[m->g_out];
+    }
     case CH_NN_CONCAT: { /* every branch runs on x */
         int u = upstream, t = 0;
         for (int i = 0; i < m->nchild; i++) {
@@ -824,6 +1132,61 @@ static ch_status sync_bn_reduce_sums(ch_model_t *M, ch_compute_t *cx, ch_module_
     if (s) return s;
     if (w) return ch_error_context("SyncBN '%s': all-reduce of gradient sums", m->path);
     return CH_OK;
+}
+
+/* Graph g's gradient contribution d (from node c) to value v (nn.h): a
+ * value with one contribution takes d itself; an accumulating value holds
+ * the first d while it is not c's own tensor (pending, read only), adopts
+ * c's own dx as its accumulator, or copies into its accumulation tensor. */
+static int own_dx(const ch_module_t *c, const ch_tensor_t *d)
+{
+    if (d == &c->dx) return 1;
+    for (int i = 0; i < c->g_nin; i++)
+        if (d == &c->g_dx[i]) return 1;
+    return 0;
+}
+
+static ch_status settle(ch_compute_t *cx, ch_module_t *g, int v)
+{
+    if (g->g_have[v] != 1) return CH_OK;
+    ch_tensor_t *acc = &g->g_acc[v];
+    const ch_tensor_t *p = g->g_grad[v];
+    if (p->layout == acc->layout) CH_TRY(ch_op_copy(cx, p, acc));
+    else CH_TRY(ch_op_reorder(cx, p, acc));
+    g->g_grad[v] = acc;
+    g->g_have[v] = 2;
+    return CH_OK;
+}
+
+static ch_status contribute(ch_compute_t *cx, ch_module_t *g, const ch_module_t *c, int v,
+                            ch_tensor_t *d)
+{
+    if (!d) return CH_OK;
+    if (!g->g_useacc[v]) {
+        g->g_grad[v] = d;
+        return CH_OK;
+    }
+    if (d->layout != g->g_acc[v].layout)
+        return CH_ERROR(CH_ERR_INTERNAL, "nn: graph '%s': gradient of value %d from '%s' is %s, "
+                        "the value %s", g->path, v, c->local, ch_layout_name(d->layout),
+                        ch_layout_name(g->g_acc[v].layout));
+    switch (g->g_have[v]) {
+    case 0:
+        g->g_grad[v] = d;
+        g->g_have[v] = own_dx(c, d) ? 2 : 1;
+        return CH_OK;
+    case 1:
+        if (own_dx(c, d)) {
+            CH_TRY(ch_op_add_inplace(cx, d, g->g_grad[v]));
+            g->g_grad[v] = d;
+            g->g_have[v] = 2;
+            return CH_OK;
+        }
+        CH_TRY(settle(cx, g, v));
+        return ch_op_add_inplace(cx, g->g_grad[v], d);
+    default:
+        return ch_op_add_inplace(cx, g->g_grad[v], d);
+    }
 }
 
 static ch_status bwd(ch_model_t *M, ch_compute_t *cx, ch_module_t *m, ch_tensor_t *dy,
@@ -953,8 +1316,82 @@ static ch_status bwd(ch_model_t *M, ch_compute_t *cx, ch_module_t *m, ch_tensor_
         }
         return CH_OK;
     }
-    case CH_NN_RELU:
+    case CH_NN_RELU: /* in place on dy (its own gradient) either way */
         CH_TRY(ch_op_relu_backward(cx, m->out, dy, dy));
+        *dx = dy;
+        return CH_OK;
+    case CH_NN_GRAPH: {
+        const int n = m->nchild;
+        memset(m->g_grad, 0, (size_t)(n + 1) * sizeof *m->g_grad);
+        memset(m->g_have, 0, (size_t)(n + 1));
+        m->g_grad[m->g_out] = dy;
+        if (m->g_useacc[m->g_out]) m->g_have[m->g_out] = 2; /* the caller's: ours to change */
+        for (int k = n; k >= 1; k--) {
+            ch_module_t *c = m->child[k - 1];
+            if (!m->g_live[k] || !m->g_grad[k]) continue;
+            /* the value's gradient is final: make it writable for c */
+            CH_TRY(settle(cx, m, k));
+            for (int i = 0; i < c->g_nin; i++) c->g_dxp[i] = NULL;
+            ch_tensor_t *d = NULL;
+            ch_status st = bwd(M, cx, c, m->g_grad[k], &d);
+            if (st) return ch_error_context("graph '%s', node '%s' (value %d)", m->path, c->local, k);
+            if (c->kind == CH_NN_ADD || c->kind == CH_NN_MUL || c->kind == CH_NN_CAT) {
+                for (int i = 0; i < c->g_nin; i++)
+                    CH_TRY(contribute(cx, m, c, c->g_in[i], c->g_dxp[i]));
+            } else {
+                CH_TRY(contribute(cx, m, c, c->g_in[0], d));
+            }
+        }
+        if (m->needs_dx) {
+            CH_TRY(settle(cx, m, 0));
+            *dx = m->g_grad[0];
+        }
+        return CH_OK;
+    }
+    case CH_NN_ADD:
+    case CH_NN_MUL: {
+        if (!m->needs_dx) return CH_OK;
+        const int bi = m->g_swap ? 0 : 1, ai = 1 - bi;
+        const ch_tensor_t *a = m->g_x[ai], *b = m->g_x[bi];
+        if (m->kind == CH_NN_MUL) {
+            CH_TRY(ch_op_binary_backward(cx, CH_BINARY_MUL, a, b, dy, &m->g_dx[ai], &m->g_dx[bi]));
+            m->g_dxp[ai] = &m->g_dx[ai];
+            m->g_dxp[bi] = &m->g_dx[bi];
+        } else {
+            m->g_dxp[ai] = dy; /* d(a + b)/da = 1 */
+            if (m->g_bcast) {
+                CH_TRY(ch_op_binary_backward(cx, CH_BINARY_ADD, a, b, dy, NULL, &m->g_dx[bi]));
+                m->g_dxp[bi] = &m->g_dx[bi];
+            } else if (m->g_reorder) {
+                CH_TRY(ch_op_reorder(cx, dy, &m->g_dx[bi]));
+                m->g_dxp[bi] = &m->g_dx[bi];
+            } else {
+                m->g_dxp[bi] = dy;
+            }
+        }
+        *dx = m->g_dxp[0];
+        return CH_OK;
+    }
+    case CH_NN_CAT:
+        if (!m->needs_dx) return CH_OK;
+        for (int i = 0; i < m->g_nin; i++) m->g_dxp[i] = &m->g_dx[i];
+        CH_TRY(ch_op_split_channels(cx, dy, m->g_dxp, m->g_nin));
+        *dx = m->g_dxp[0];
+        return CH_OK;
+    case CH_NN_NARROW:
+        if (!m->needs_dx) return CH_OK;
+        CH_TRY(ch_op_zero(cx, &m->dx));
+        CH_TRY(ch_op_copy_channels(cx, dy, 0, &m->dx, m->narrow_start, m->narrow_len));
+        *dx = &m->dx;
+        return CH_OK;
+    case CH_NN_CHANNEL_SHUFFLE:
+        if (!m->needs_dx) return CH_OK;
+        CH_TRY(ch_op_channel_shuffle(cx, dy, (int)(dy->shape[1] / m->groups), &m->dx));
+        *dx = &m->dx;
+        return CH_OK;
+    case CH_NN_AFFINE:
+        if (!m->needs_dx) return CH_OK;
+        CH_TRY(ch_op_scale(cx, dy, m->alpha));
         *dx = dy;
         return CH_OK;
     case CH_NN_LAYERNORM2D:

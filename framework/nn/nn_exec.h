@@ -22,7 +22,10 @@
  * model.parameters()), which is what DDP's buckets need.
  *
  * Activations use the layout the compute context prefers; ReLU is in place
- * (torch.nn.ReLU(inplace=True), as torchvision's ResNet).
+ * (torch.nn.ReLU(inplace=True), as torchvision's ResNet), inside a DAG
+ * graph only under the in-place rule of nn.h ("DAG graphs"). Graphs are
+ * planned, run and differentiated by the same functions: a value read by
+ * several nodes sums its gradient contributions (nn.h).
  *
  * Devices: everything below runs where the model lives (ch_model_device,
  * nn.h). A model moved with ch_model_to_device(CH_DEV_CUDA, g) takes its

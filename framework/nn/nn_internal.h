@@ -79,6 +79,33 @@ struct ch_module {
     float ln_eps;
     ch_tensor_t ln_mean, ln_rstd;          /* (N*H*W) per position, arena */
 
+    /* graph node (a child of a CH_NN_GRAPH): input value ids (g_nin; 0:
+     * not connected), inputs seen in forward, per-input gradients of the
+     * last backward (NULL: none) and, for Add / Mul / Cat, per-input
+     * gradient tensors (arena; Add: the broadcast operand's only) */
+    int *g_in;
+    int g_nin;
+    const ch_tensor_t **g_x;
+    ch_tensor_t **g_dxp;
+    ch_tensor_t *g_dx;
+    ch_tensor_t g_tmp;                     /* add: b reordered into a's layout */
+    int g_bcast;                           /* add/mul: input 1 (or 0 if g_swap) broadcast */
+    int g_swap;                            /* add/mul: the broadcast operand is input 0 */
+    int g_reorder;                         /* add: b in another layout (g_tmp) */
+    int g_inplace;                         /* add: y written over the full operand */
+    int relu_copy;                         /* ReLU: out of place (graph in-place rule) */
+    int narrow_start, narrow_len, groups;  /* narrow, channel shuffle */
+    float alpha, beta;                     /* affine */
+    /* graph container: output value, per value (nnodes + 1) its tensor in
+     * the last forward, its gradient in backward, its accumulation tensor
+     * (arena, used when g_nacc[v] > 1 contributions), live flags */
+    int g_out;
+    const ch_tensor_t **g_val;
+    ch_tensor_t **g_grad;
+    ch_tensor_t *g_acc;
+    int *g_nacc;
+    unsigned char *g_live, *g_need, *g_have, *g_useacc;
+
     /* backward flags, recomputed at the start of each backward */
     int needs_dx;                          /* gradient w.r.t. the input is wanted */
     int trainable;                         /* subtree has a parameter with requires_grad */

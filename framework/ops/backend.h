@@ -155,6 +155,16 @@ typedef struct ch_ops_backend {
                                       const ch_tensor_t *dy, ch_tensor_t *dx, ch_tensor_t *ds);
     ch_status (*concat_channels)(void *st, const ch_tensor_t *const *xs, int n, ch_tensor_t *y);
     ch_status (*split_channels)(void *st, const ch_tensor_t *dy, ch_tensor_t *const *dxs, int n);
+    /* graph ops (ops.h ch_op_binary*, ch_op_copy_channels, ch_op_channel_shuffle,
+     * ch_op_affine; arguments checked); NULL: CH_ERR_UNSUPPORTED */
+    ch_status (*binary)(void *st, int op, const ch_tensor_t *a, const ch_tensor_t *b,
+                        ch_tensor_t *y);
+    ch_status (*binary_backward)(void *st, int op, const ch_tensor_t *a, const ch_tensor_t *b,
+                                 const ch_tensor_t *dy, ch_tensor_t *da, ch_tensor_t *db);
+    ch_status (*copy_channels)(void *st, const ch_tensor_t *src, int64_t src_c0, ch_tensor_t *dst,
+                               int64_t dst_c0, int64_t n);
+    ch_status (*channel_shuffle)(void *st, const ch_tensor_t *x, int groups, ch_tensor_t *y);
+    ch_status (*affine)(void *st, const ch_tensor_t *x, float alpha, float beta, ch_tensor_t *y);
 } ch_ops_backend_t;
 
 /* The CPU backend (always built). */

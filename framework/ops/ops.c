@@ -1564,3 +1564,138 @@ ch_status ch_op_layernorm2d_backward(ch_compute_t *cx, const ch_tensor_t *x,
     return be->ln2d_backward(st, x, dy, mean, rstd, weight, dx, dweight, dbias);
 #undef OP
 }
+
+/* ------------------------------------------------------------ graph ops */
+
+/* b is a's shape or (N|1, C[, 1, 1]) for a (N, C, H, W). */
+static ch_status need_binary(const char *op, const ch_tensor_t *a, const ch_tensor_t *b)
+{
+    CH_TRY(need(op, "a", a, CH_F32, 4));
+    CH_TRY(need(op, "b", b, CH_F32, 0));
+    int ok = ch_tensor_same_shape(a, b);
+    if (!ok && b->ndim >= 2 && b->shape[1] == a->shape[1] &&
+        (b->shape[0] == a->shape[0] || b->shape[0] == 1))
+        ok = b->ndim == 2 || (b->ndim == 4 && b->shape[2] == 1 && b->shape[3] == 1);
+    if (!ok) {
+        char b1[128], b2[128];
+        return CH_ERROR(CH_ERR_INVALID, "%s: b is %s, expected a's shape or (N or 1, C, 1, 1) "
+                        "for a %s", op, DESC(b, b1), DESC(a, b2));
+    }
+    return CH_OK;
+}
+
+ch_status ch_op_binary(ch_compute_t *cx, ch_binary_op_t op, const ch_tensor_t *a,
+                       const ch_tensor_t *b, ch_tensor_t *y)
+{
+#define OP "ch_op_binary"
+    CH_REQUIRE(a && b && y, OP ": NULL tensor");
+    CH_REQUIRE(op == CH_BINARY_ADD || op == CH_BINARY_MUL, OP ": unknown op %d", (int)op);
+    CH_TRY(need_binary(OP, a, b));
+    CH_TRY(need(OP, "y", y, CH_F32, 4));
+    CH_TRY(need_same_shape(OP, "a", a, "y", y));
+    CH_REQUIRE(y->data != b->data || !y->nbytes, OP ": y must not alias b");
+    CH_REQUIRE(y->data != a->data || y->layout == a->layout,
+               OP ": y may alias a only in a's layout");
+    SAME_DEVICE(OP, a, b, y);
+    BE(a);
+    if (!be->binary) return CH_ERROR(CH_ERR_UNSUPPORTED, OP ": not available on this device");
+    wrote(y, NULL, NULL);
+    return be->binary(st, (int)op, a, b, y);
+#undef OP
+}
+
+ch_status ch_op_binary_backward(ch_compute_t *cx, ch_binary_op_t op, const ch_tensor_t *a,
+                                const ch_tensor_t *b, const ch_tensor_t *dy, ch_tensor_t *da,
+                                ch_tensor_t *db)
+{
+#define OP "ch_op_binary_backward"
+    CH_REQUIRE(a && b && dy, OP ": NULL tensor");
+    CH_REQUIRE(op == CH_BINARY_ADD || op == CH_BINARY_MUL, OP ": unknown op %d", (int)op);
+    CH_TRY(need_binary(OP, a, b));
+    CH_TRY(need(OP, "dy", dy, CH_F32, 4));
+    CH_TRY(need_same_shape(OP, "a", a, "dy", dy));
+    if (da) {
+        CH_TRY(need(OP, "da", da, CH_F32, 4));
+        CH_TRY(need_same_shape(OP, "a", a, "da", da));
+        CH_REQUIRE(!da->nbytes || (da->data != a->data && da->data != b->data &&
+                                   da->data != dy->data), OP ": da must not alias a, b or dy");
+    }
+    if (db) {
+        CH_TRY(need(OP, "db", db, CH_F32, b->ndim));
+        CH_TRY(need_same_shape(OP, "b", b, "db", db));
+        CH_REQUIRE(!db->nbytes || (db->data != a->data && db->data != b->data &&
+                                   db->data != dy->data), OP ": db must not alias a, b or dy");
+    }
+    SAME_DEVICE(OP, a, b, dy, da, db);
+    BE(a);
+    if (!be->binary_backward)
+        return CH_ERROR(CH_ERR_UNSUPPORTED, OP ": not available on this device");
+    wrote(da, db, NULL);
+    return be->binary_backward(st, (int)op, a, b, dy, da, db);
+#undef OP
+}
+
+ch_status ch_op_copy_channels(ch_compute_t *cx, const ch_tensor_t *src, int64_t src_c0,
+                              ch_tensor_t *dst, int64_t dst_c0, int64_t n)
+{
+#define OP "ch_op_copy_channels"
+    CH_REQUIRE(src && dst, OP ": NULL tensor");
+    CH_TRY(need(OP, "src", src, CH_F32, 4));
+    CH_TRY(need(OP, "dst", dst, CH_F32, 4));
+    char b1[128], b2[128];
+    if (src->shape[0] != dst->shape[0] || src->shape[2] != dst->shape[2] ||
+        src->shape[3] != dst->shape[3] || n < 0 || src_c0 < 0 || dst_c0 < 0 ||
+        src_c0 + n > src->shape[1] || dst_c0 + n > dst->shape[1])
+        return CH_ERROR(CH_ERR_INVALID, "%s: channels [%lld, %lld) of %s to [%lld, %lld) of %s: "
+                        "expected ranges inside both and the same N, H, W", OP,
+                        (long long)src_c0, (long long)(src_c0 + n), DESC(src, b1),
+                        (long long)dst_c0, (long long)(dst_c0 + n), DESC(dst, b2));
+    CH_REQUIRE(src->data != dst->data || !dst->nbytes, OP ": src and dst alias");
+    SAME_DEVICE(OP, src, dst);
+    BE(src);
+    if (!be->copy_channels) return CH_ERROR(CH_ERR_UNSUPPORTED, OP ": not available on this device");
+    wrote(dst, NULL, NULL);
+    return be->copy_channels(st, src, src_c0, dst, dst_c0, n);
+#undef OP
+}
+
+ch_status ch_op_channel_shuffle(ch_compute_t *cx, const ch_tensor_t *x, int groups,
+                                ch_tensor_t *y)
+{
+#define OP "ch_op_channel_shuffle"
+    CH_REQUIRE(x && y, OP ": NULL tensor");
+    CH_TRY(need(OP, "x", x, CH_F32, 4));
+    CH_TRY(need(OP, "y", y, CH_F32, 4));
+    CH_TRY(need_same_shape(OP, "x", x, "y", y));
+    CH_REQUIRE(groups >= 1 && x->shape[1] % groups == 0,
+               OP ": groups = %d must be >= 1 and divide the %lld channels", groups,
+               (long long)x->shape[1]);
+    CH_REQUIRE(x->data != y->data || !y->nbytes, OP ": x and y alias");
+    SAME_DEVICE(OP, x, y);
+    BE(x);
+    if (!be->channel_shuffle)
+        return CH_ERROR(CH_ERR_UNSUPPORTED, OP ": not available on this device");
+    wrote(y, NULL, NULL);
+    return be->channel_shuffle(st, x, groups, y);
+#undef OP
+}
+
+ch_status ch_op_affine(ch_compute_t *cx, const ch_tensor_t *x, float alpha, float beta,
+                       ch_tensor_t *y)
+{
+#define OP "ch_op_affine"
+    CH_REQUIRE(x && y, OP ": NULL tensor");
+    CH_TRY(need(OP, "x", x, CH_F32, 0));
+    CH_TRY(need(OP, "y", y, CH_F32, 0));
+    CH_TRY(need_same_shape(OP, "x", x, "y", y));
+    CH_REQUIRE(x->ndim == 2 || x->ndim == 4, OP ": x must be (N, F) or (N, C, H, W), got %d "
+               "dimensions", x->ndim);
+    CH_REQUIRE(x->data != y->data || x->layout == y->layout,
+               OP ": y may alias x only in x's layout");
+    SAME_DEVICE(OP, x, y);
+    BE(x);
+    if (!be->affine) return CH_ERROR(CH_ERR_UNSUPPORTED, OP ": not available on this device");
+    wrote(y, NULL, NULL);
+    return be->affine(st, x, alpha, beta, y);
+#undef OP
+}

@@ -598,6 +598,56 @@ ch_status ch_op_concat_channels(ch_compute_t *cx, const ch_tensor_t *const *xs, 
 ch_status ch_op_split_channels(ch_compute_t *cx, const ch_tensor_t *dy, ch_tensor_t *const *dxs,
                                int n);
 
+/* ------------------------------------------------------------ graph ops
+ * Multi-input and channel-rearranging ops of DAG graphs (framework/nn
+ * CH_NN_ADD, _MUL, _NARROW, _CHANNEL_SHUFFLE, _AFFINE). CPU backend: plain C
+ * over the channel view of every layout, each (n, c) plane (or channel) by
+ * one thread in h, w order, so bitwise the same for any thread count.
+ * CUDA backend (framework/ops/cuda/channel.cu): PLAIN and NHWC, one thread
+ * per element, sums one thread per output element in the CPU's order. */
+
+typedef enum { CH_BINARY_ADD = 0, CH_BINARY_MUL = 1 } ch_binary_op_t;
+
+/* y = a + b or a * b (torch broadcasting restricted to what CNN graphs
+ * use): a, y (N, C, H, W) float32, any layouts (may differ); b either a's
+ * shape (any layout) or broadcast over H, W from (N, C, 1, 1) / (N, C), or
+ * over N, H, W from (1, C, 1, 1) / (1, C). y may alias a when a and y have
+ * one layout. Errors: CH_ERR_INVALID on shapes naming both;
+ * CH_ERR_UNSUPPORTED on a backend without the op. */
+ch_status ch_op_binary(ch_compute_t *cx, ch_binary_op_t op, const ch_tensor_t *a,
+                       const ch_tensor_t *b, ch_tensor_t *y);
+
+/* Backward of ch_op_binary for dy (a's shape): da = dy (add) or dy * b
+ * (mul, b broadcast as forward); db = dy (add) or dy * a (mul), summed over
+ * the broadcast dimensions (h, w in order, then n) into b's shape. da (a's
+ * shape, any layout) or db (b's shape) may be NULL: not computed; neither
+ * may alias a, b or dy. Overwrites both. Errors as ch_op_binary. */
+ch_status ch_op_binary_backward(ch_compute_t *cx, ch_binary_op_t op, const ch_tensor_t *a,
+                                const ch_tensor_t *b, const ch_tensor_t *dy, ch_tensor_t *da,
+                                ch_tensor_t *db);
+
+/* dst[:, dst_c0 : dst_c0 + n] = src[:, src_c0 : src_c0 + n] (torch.narrow
+ * on dim 1 and its backward): (N, C, H, W) float32, same N, H, W, any
+ * layouts; the other channels of dst are left as they are. n >= 0 and both
+ * ranges inside their tensors (CH_ERR_INVALID otherwise); src and dst must
+ * not alias. */
+ch_status ch_op_copy_channels(ch_compute_t *cx, const ch_tensor_t *src, int64_t src_c0,
+                              ch_tensor_t *dst, int64_t dst_c0, int64_t n);
+
+/* torchvision's channel_shuffle(x, groups) (shufflenetv2.py: view(N, g,
+ * C/g, H, W), transpose(1, 2), view(N, C, H, W)): y[:, j] = x[:, (j % g) *
+ * (C / g) + j / g]. x, y (N, C, H, W) float32, any layouts, not aliased;
+ * groups >= 1 dividing C (CH_ERR_INVALID otherwise). The inverse (the
+ * backward) is the shuffle with groups C / groups. */
+ch_status ch_op_channel_shuffle(ch_compute_t *cx, const ch_tensor_t *x, int groups,
+                                ch_tensor_t *y);
+
+/* y = alpha * x + beta elementwise ((N, F) or (N, C, H, W); x, y one shape, any layouts
+ * of the channel view; y may alias x). Padding channels of blocked layouts
+ * are not written. Backward: dx = alpha * dy (ch_op_scale). */
+ch_status ch_op_affine(ch_compute_t *cx, const ch_tensor_t *x, float alpha, float beta,
+                       ch_tensor_t *y);
+
 /* -------------------------------------------------------------- dropout */
 
 /* Which mask a dropout call draws (framework/ops/dropout_mask.h): local

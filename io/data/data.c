@@ -61,7 +61,12 @@ static const ch_config_key_t ch_data_config_keys[] = {
     {"data.stage", CH_CFG_STRING, "", CH_CFG_NO_RANGE,
      "shards only: node-local directory (e.g. $SLURM_TMPDIR, /dev/shm/USER) each node copies "
      "the shards and their index into before the first epoch, verified by CRC-32, reused by a "
-     "later job on the node; empty: read data.path in place."},
+     "later job on the node; empty: read data.path in place. The copies are removed when "
+     "the run completes (kept when it stops for preemption, for the requeue) unless "
+     "data.stage_keep."},
+    {"data.stage_keep", CH_CFG_BOOL, "false", CH_CFG_NO_RANGE,
+     "Keep the staged copies in data.stage after a completed run (for a next job on the same "
+     "nodes)."},
 };
 
 ch_config_table_t ch_data_config_table(void)
@@ -116,6 +121,7 @@ ch_status ch_data_options_from_config(const ch_config_t *cfg, ch_data_options_t 
     CH_TRY(ch_config_get_int(cfg, "data.random_crop_padding", &o->random_crop_padding));
     CH_TRY(ch_config_get_bool(cfg, "data.hflip", &o->hflip));
     CH_TRY(ch_config_get_string(cfg, "data.stage", &o->stage));
+    CH_TRY(ch_config_get_bool(cfg, "data.stage_keep", &o->stage_keep));
     CH_TRY(ch_config_get_int(cfg, "data.random_resized_crop", &o->random_resized_crop));
     if (o->random_resized_crop > 0 && (o->image_size > 0 || o->random_crop_padding > 0))
         return CH_ERROR(CH_ERR_CONFIG, "data.random_resized_crop = %d sets the image size: leave "
@@ -170,13 +176,30 @@ static ch_status first_n_subset(ch_dataset_t *base, long long n, ch_dataset_t **
 
 /* Shards in place, or staged to node-local storage first (data.stage). */
 static ch_status open_shards(const char *spec, const char *stage, const ch_data_setup_t *u,
-                             ch_dataset_t **out)
+                             ch_data_t *d, ch_dataset_t **out)
 {
     if (!stage || !stage[0]) return ch_dataset_shards_open(spec, u->in_channels, u->pg, out);
-    char *staged;
-    CH_TRY(ch_shards_stage(spec, stage, u->pg, &staged, NULL));
-    ch_status s = ch_dataset_shards_open(staged, u->in_channels, u->pg, out);
-    free(staged);
+    char **slot = d->staged_[0] ? &d->staged_[1] : &d->staged_[0];
+    ch_stage_stats_t st;
+    CH_TRY(ch_shards_stage(spec, stage, u->pg, slot, &st));
+    d->stage_stats.files += st.files;
+    d->stage_stats.bytes_copied += st.bytes_copied;
+    d->stage_stats.bytes_reused += st.bytes_reused;
+    d->stage_stats.files_copied += st.files_copied;
+    d->stage_stats.seconds += st.seconds;
+    return ch_dataset_shards_open(*slot, u->in_channels, u->pg, out);
+}
+
+ch_status ch_data_unstage(ch_data_t *d, ch_pg_t *pg)
+{
+    ch_status s = CH_OK;
+    for (int i = 0; d && i < 2; i++) {
+        if (!d->staged_[i]) continue;
+        /* the same directory for train and val: removed once */
+        if (i == 1 && d->staged_[0] && !strcmp(d->staged_[0], d->staged_[1])) continue;
+        ch_status r = ch_shards_unstage(d->staged_[i], pg, NULL);
+        if (s == CH_OK) s = r;
+    }
     return s;
 }
 
@@ -200,9 +223,9 @@ static ch_status open_datasets(const ch_data_options_t *o, const ch_data_setup_t
                                            &d->test));
         break;
     case CH_DATA_SHARDS:
-        CH_TRY(open_shards(o->path, o->stage, u, &d->train_base_));
+        CH_TRY(open_shards(o->path, o->stage, u, d, &d->train_base_));
         if (o->val_path[0])
-            CH_TRY(open_shards(o->val_path, o->stage, u, &d->test_base_));
+            CH_TRY(open_shards(o->val_path, o->stage, u, d, &d->test_base_));
         else
             CH_TRY(ch_dataset_random_split(d->train_base_, o->val_fraction, u->seed, &d->train,
                                            &d->test));
@@ -412,5 +435,7 @@ void ch_data_destroy(ch_data_t *d)
     if (d->test != d->test_base_) ch_dataset_destroy(d->test);
     ch_dataset_destroy(d->train_base_);
     ch_dataset_destroy(d->test_base_);
+    free(d->staged_[0]);
+    free(d->staged_[1]);
     free(d);
 }

@@ -36,6 +36,7 @@
 #include "framework/dist/dist.h"
 #include "io/data/dataset.h"
 #include "io/data/loader.h"
+#include "io/data/stage.h"
 
 #include <stdint.h>
 
@@ -69,6 +70,7 @@ typedef struct {
     int random_crop_padding;   /* data.random_crop_padding (0: off) */
     int hflip;                 /* data.hflip */
     const char *stage;         /* data.stage ("" = read in place; shards only, io/data/stage.h) */
+    int stage_keep;            /* data.stage_keep: ch_data_unstage is the caller's to skip */
     int shard_window;          /* data.order = shard_window: data.shard_window; 0: sampler order */
     int random_resized_crop;   /* data.random_resized_crop (0: off) */
 } ch_data_options_t;
@@ -108,7 +110,9 @@ typedef struct {
     ch_dataset_t *train, *test;
     ch_loader_t *train_loader, *test_loader;
     float mean[3], std[3]; /* Normalize per channel (in_channels values), auto or given */
+    ch_stage_stats_t stage_stats; /* data.stage: files, bytes and seconds (train + val); 0s without */
     ch_dataset_t *train_base_, *test_base_; /* private: the opened datasets */
+    char *staged_[2];             /* private: the staged specs (train, val) */
 } ch_data_t;
 
 /* Per-channel statistics of ds (data.mean = auto / data.std = auto), as
@@ -136,6 +140,13 @@ ch_status ch_data_channel_stats(const ch_dataset_t *ds, ch_pg_t *pg, float *mean
  * (*out is NULL). */
 ch_status ch_data_create(const ch_data_options_t *o, const ch_data_setup_t *setup,
                          ch_data_t **out);
+
+/* Remove the copies data.stage made (io/data/stage.h ch_shards_unstage:
+ * collective over pg; a directory another job still uses is kept). The
+ * trainer calls it when a run completes and data.stage_keep is false; a
+ * no-op without staging. Call it before ch_data_destroy, with the loaders
+ * idle. Errors: CH_ERR_MPI. */
+ch_status ch_data_unstage(ch_data_t *d, ch_pg_t *pg);
 
 /* Join the loaders' threads and free everything. NULL is a no-op. */
 void ch_data_destroy(ch_data_t *d);

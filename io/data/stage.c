@@ -13,13 +13,109 @@
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <dirent.h>
+#include <pthread.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <zlib.h>
 
 #define CHUNK (4u << 20)
+#define LOCK_NAME ".cohort-stage.lock"
+
+/* The staging directories this process uses, each with its shared lock
+ * (flock LOCK_SH on DIR/.cohort-stage.lock): ch_shards_unstage removes a
+ * directory only when it can take the lock exclusively, i.e. no process of
+ * any job still holds it. */
+typedef struct held {
+    char *dir;
+    int fd;
+    struct held *next;
+} held_t;
+static held_t *g_held;
+static pthread_mutex_t g_held_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* Take the shared lock on sdir (made by the node's first rank). The lock
+ * file is checked to still be the one in the directory after the lock is
+ * granted (a remover may have unlinked it meanwhile: then the directory is
+ * made again and locked anew). */
+static ch_status hold_dir(const char *sdir)
+{
+    pthread_mutex_lock(&g_held_lock);
+    for (held_t *h = g_held; h; h = h->next)
+        if (!strcmp(h->dir, sdir)) {
+            pthread_mutex_unlock(&g_held_lock);
+            return CH_OK;
+        }
+    pthread_mutex_unlock(&g_held_lock);
+    char path[4200];
+    snprintf(path, sizeof path, "%s/" LOCK_NAME, sdir);
+    for (int tries = 0; tries < 100; tries++) {
+        if (mkdir(sdir, 0777) != 0 && errno != EEXIST)
+            return CH_ERROR(CH_ERR_IO, "data.stage %s: %s", sdir, strerror(errno));
+        int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+        if (fd < 0) {
+            if (errno == ENOENT) continue; /* the directory was just removed */
+            return CH_ERROR(CH_ERR_IO, "data.stage %s: %s", path, strerror(errno));
+        }
+        if (flock(fd, LOCK_SH) != 0) {
+            int e = errno;
+            close(fd);
+            return CH_ERROR(CH_ERR_IO, "data.stage %s: lock: %s", path, strerror(e));
+        }
+        struct stat a, b;
+        if (fstat(fd, &a) != 0 || stat(path, &b) != 0 || a.st_ino != b.st_ino || a.st_dev != b.st_dev) {
+            close(fd); /* unlinked by a remover between open and lock */
+            continue;
+        }
+        held_t *h = malloc(sizeof *h);
+        char *d = strdup(sdir);
+        if (!h || !d) {
+            free(h);
+            free(d);
+            close(fd);
+            return CH_ERROR(CH_ERR_NOMEM, "data.stage %s", sdir);
+        }
+        h->dir = d;
+        h->fd = fd;
+        pthread_mutex_lock(&g_held_lock);
+        h->next = g_held;
+        g_held = h;
+        pthread_mutex_unlock(&g_held_lock);
+        return CH_OK;
+    }
+    return CH_ERROR(CH_ERR_IO, "data.stage %s: the directory keeps being removed by another job",
+                    sdir);
+}
+
+/* Drop this process's shared lock on sdir (if it holds one). */
+static void release_dir(const char *sdir)
+{
+    pthread_mutex_lock(&g_held_lock);
+    for (held_t **pp = &g_held; *pp; pp = &(*pp)->next)
+        if (!strcmp((*pp)->dir, sdir)) {
+            held_t *h = *pp;
+            *pp = h->next;
+            close(h->fd);
+            free(h->dir);
+            free(h);
+            break;
+        }
+    pthread_mutex_unlock(&g_held_lock);
+}
+
+/* A file staging writes: a shard copy (.tar), the index, a sidecar
+ * (.NAME.crc32) or a copy's temp file (NAME.tmp.XXXXXX). */
+static int staged_name(const char *n)
+{
+    const size_t l = strlen(n);
+    if (!strcmp(n, "cohort-shards.index")) return 1;
+    if (l > 4 && !strcmp(n + l - 4, ".tar")) return 1;
+    if (n[0] == '.' && l > 7 && !strcmp(n + l - 6, ".crc32")) return 1;
+    return strstr(n, ".tmp.") != NULL;
+}
 
 static const char *base_name(const char *p)
 {
@@ -196,6 +292,8 @@ ch_status ch_shards_stage(const char *spec, const char *stage_dir, ch_pg_t *pg, 
             st = CH_ERROR(CH_ERR_IO, "data.stage %s: %s", sdir, strerror(errno));
     }
     if (pg && world > 1) st = ch_pg_check_all(pg, st, NULL); /* the directory exists */
+    if (st == CH_OK) st = hold_dir(sdir);
+    if (pg && world > 1) st = ch_pg_check_all(pg, st, NULL);
     struct stat isb;
     int has_index = st == CH_OK && stat(index, &isb) == 0;
     for (int j = lrank; st == CH_OK && j < n + has_index; j += lsize)
@@ -235,5 +333,75 @@ ch_status ch_shards_stage(const char *spec, const char *stage_dir, ch_pg_t *pg, 
     free(real);
     free(sdir);
     free(buf);
+    return st;
+}
+
+ch_status ch_shards_unstage(const char *staged, ch_pg_t *pg, int *removed)
+{
+    if (removed) *removed = 0;
+    const int world = pg ? ch_pg_size(pg) : 1;
+    /* the staging directory: the spec itself, or the directory of its file / pattern */
+    struct stat sb;
+    char sdir[4096];
+    snprintf(sdir, sizeof sdir, "%s", staged);
+    if (!(!strchr(staged, '{') && stat(staged, &sb) == 0 && S_ISDIR(sb.st_mode))) {
+        char *slash = strrchr(sdir, '/');
+        if (slash) *slash = 0;
+    }
+    ch_status st = CH_OK;
+    if (pg && world > 1) st = ch_pg_barrier(pg); /* every rank has done reading */
+    release_dir(sdir);
+    if (st == CH_OK && pg && world > 1) st = ch_pg_barrier(pg); /* every lock dropped */
+    int lrank = 0;
+    MPI_Comm node = MPI_COMM_NULL;
+    if (st == CH_OK && pg && world > 1) {
+        if (MPI_Comm_split_type(ch_pg_mpi_comm(pg), MPI_COMM_TYPE_SHARED, ch_pg_rank(pg),
+                                MPI_INFO_NULL, &node) != MPI_SUCCESS)
+            st = CH_ERROR(CH_ERR_MPI, "unstaging: MPI_Comm_split_type failed");
+        else
+            MPI_Comm_rank(node, &lrank);
+    }
+    int64_t counts[2] = {0, 0}; /* files, bytes removed */
+    int gone = 0;
+    if (st == CH_OK && lrank == 0) {
+        char lock[4200];
+        snprintf(lock, sizeof lock, "%s/" LOCK_NAME, sdir);
+        int fd = open(lock, O_RDWR | O_CLOEXEC);
+        if (fd < 0) {
+            ch_log_warn("data.stage: %s: %s; the staged copies are left", lock, strerror(errno));
+        } else if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+            ch_log_info("data.stage: %s is in use by another job: the staged copies are kept", sdir);
+        } else {
+            DIR *d = opendir(sdir);
+            struct dirent *e;
+            char path[4400];
+            while (d && (e = readdir(d)) != NULL) {
+                if (!staged_name(e->d_name)) continue;
+                snprintf(path, sizeof path, "%s/%s", sdir, e->d_name);
+                struct stat fsb;
+                if (lstat(path, &fsb) == 0 && S_ISREG(fsb.st_mode) && unlink(path) == 0 &&
+                    e->d_name[0] != '.') { /* counted: the copies, not their sidecars */
+                    counts[0]++;
+                    counts[1] += (int64_t)fsb.st_size;
+                }
+            }
+            if (d) closedir(d);
+            unlink(lock); /* before the lock is released: a new stager sees a fresh file */
+            gone = rmdir(sdir) == 0;
+            if (!gone)
+                ch_log_info("data.stage: %s: %s (other files in it are kept)", sdir, strerror(errno));
+        }
+        if (fd >= 0) close(fd);
+    }
+    if (node != MPI_COMM_NULL) MPI_Comm_free(&node);
+    if (pg && world > 1) {
+        st = ch_pg_check_all(pg, st, NULL);
+        if (st == CH_OK) st = ch_pg_allreduce(pg, counts, counts, 2, CH_DIST_INT64, CH_REDUCE_SUM);
+    }
+    if (st == CH_OK && counts[0] > 0)
+        ch_log_info("data.stage: removed the staged copies in %s (%lld files, %.1f MB, summed "
+                    "over the nodes)", sdir, (long long)counts[0], counts[1] / 1e6);
+    if (removed) *removed = (int)counts[0];
+    (void)gone;
     return st;
 }

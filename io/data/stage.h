@@ -16,8 +16,11 @@
  * source's size, mtime and the CRC-32. A later job on the same node (a
  * requeue) reuses a copy whose sidecar matches the source's size and mtime
  * and whose bytes still have the recorded CRC-32 (read back again), and
- * copies the rest. The copies are left in DIR when the job ends, for that
- * reuse; remove DIR in the batch script when the job is done with it
+ * copies the rest. Each process staging holds a shared lock (flock) on
+ * DIR/NAME-HASH/.cohort-stage.lock while it uses the copies;
+ * ch_shards_unstage removes them when no process of any job holds it. The
+ * trainer does that when a run completes (not when it stops for preemption
+ * or train.stop_after: a requeue reuses them) unless data.stage_keep
  * (docs/shards.md). */
 #ifndef COHORT_IO_DATA_STAGE_H
 #define COHORT_IO_DATA_STAGE_H
@@ -48,6 +51,18 @@ typedef struct {
  * than its source (naming both); CH_ERR_NOMEM. */
 ch_status ch_shards_stage(const char *spec, const char *stage_dir, ch_pg_t *pg, char **staged,
                           ch_stage_stats_t *stats);
+
+/* Remove the staged copies named by `staged` (the spec ch_shards_stage
+ * returned): collective over pg (NULL: this process alone). Every rank
+ * drops its shared lock; then the first rank of each node takes the lock
+ * exclusively without waiting and, if it gets it, unlinks the files
+ * staging wrote there (shard copies, the index, the .crc32 sidecars, temp
+ * files) and the directory (left, with a line, when other files are in
+ * it). A directory another job still uses (its lock held) is kept, with an
+ * info line. *removed (may be NULL): copies removed over all nodes (the
+ * sidecars not counted). Errors:
+ * CH_ERR_MPI; failures to remove are logged, not errors. */
+ch_status ch_shards_unstage(const char *staged, ch_pg_t *pg, int *removed);
 
 #ifdef __cplusplus
 }

@@ -563,12 +563,17 @@ static int is_state_dict(const ch_pk_value_t *v)
     return 1;
 }
 
-/* "epoch, model, optimizer" (the str keys of d, at most ~400 bytes). */
+/* "'epoch', 'model', 'optimizer'" (the first 8 str keys of d, then
+ * "... (N keys)"; at most ~400 bytes). */
 static void key_list(const ch_pk_value_t *d, char *buf, size_t len)
 {
     size_t k = 0;
     buf[0] = 0;
     for (size_t i = 0; d->kind == CH_PK_DICT && i < d->n && k + 8 < len; i++) {
+        if (i == 8) {
+            snprintf(buf + k, len - k, ", ... (%zu keys)", d->n);
+            break;
+        }
         const ch_pk_value_t *key = d->items[2 * i];
         int w = key->kind == CH_PK_STR
                     ? snprintf(buf + k, len - k, "%s'%.60s'", i ? ", " : "", key->s)
@@ -594,6 +599,10 @@ static ch_status select_state_dict(ch_pth_t *p, const ch_pk_value_t *root, const
             *sd = v;
             return CH_OK;
         }
+        if (!v && is_state_dict(root))
+            return CH_ERROR(CH_ERR_FORMAT, "%s: model.weights_key '%s': no such key; the file is "
+                            "itself a state dict (%zu tensors): leave model.weights_key unset",
+                            p->label, state_key, root->n);
         key_list(root, list, sizeof list);
         return CH_ERROR(CH_ERR_FORMAT, "%s: model.weights_key '%s': %s (top-level %s: %s)",
                         p->label, state_key, v ? "its value is not a state dict of tensors"

@@ -344,9 +344,12 @@ static ch_status member(gather_t *g, ch_tar_read_fn read, void *ctx, const char 
                             "(expected a decimal class index)", shard, path,
                             (unsigned long long)hdr, (unsigned long long)size);
         CH_TRY(read_exact(read, ctx, off, t, (size_t)size, shard, path));
-        if (parse_label(t, (size_t)size, &g->label))
-            return CH_ERROR(CH_ERR_FORMAT, "shard %s: %s (byte %llu): '%.*s' is not a class index "
-                            "in [0, 2^31)", shard, path, (unsigned long long)hdr, (int)size, t);
+        if (parse_label(t, (size_t)size, &g->label)) {
+            char q[160];
+            return CH_ERROR(CH_ERR_FORMAT, "shard %s: %s (byte %llu): '%s' is not a class index "
+                            "in [0, 2^31)", shard, path, (unsigned long long)hdr,
+                            ch_error_quote(t, (size_t)size, q, sizeof q));
+        }
         g->has_label = 1;
     }
     return CH_OK;

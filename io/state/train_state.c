@@ -138,12 +138,15 @@ static ch_status model_views(ch_model_t *m, ch_st_view_t **views, int *n)
  * is NULL. */
 static void module_versions(ch_module_t *m, ch_pth_module_t *list, size_t *n)
 {
-    if (list) {
-        ch_nn_kind_t k = ch_module_kind(m);
+    const ch_nn_kind_t k = ch_module_kind(m);
+    /* a graph named "" under the root is not a module of torch's: its nodes
+     * are the root's children there (nn.h, DAG graphs) */
+    const int unnamed_graph = k == CH_NN_GRAPH && !ch_module_path(m)[0] && ch_module_parent(m);
+    if (list && !unnamed_graph) {
         list[*n].prefix = ch_module_path(m);
         list[*n].version = k == CH_NN_BATCHNORM2D || k == CH_NN_SYNC_BATCHNORM ? 2 : 1;
     }
-    (*n)++;
+    if (!unnamed_graph) (*n)++;
     for (int i = 0; i < ch_module_num_children(m); i++)
         module_versions(ch_module_child_at(m, i), list, n);
 }
@@ -537,7 +540,7 @@ ch_status ch_train_state_load_pretrained(ch_model_t *model, const char *path,
         if (reshaped) {
             r.reshaped++;
             if (ch_log_rank() == 0)
-                ch_log_warn("pretrained weights: %s of %s has shape %s, the model's is %s: loaded "
+                ch_log_warn_rank0("pretrained weights: %s of %s has shape %s, the model's is %s: loaded "
                             "by element count (model.weights_reshape)", name, path, a, b);
         }
         /* the file's bytes are copied by ch_model_load_state_dict (memcpy:
@@ -571,7 +574,7 @@ ch_status ch_train_state_load_pretrained(ch_model_t *model, const char *path,
         int more = r.not_in_file > SKIP_EXAMPLES ? r.not_in_file - SKIP_EXAMPLES : 0;
         char tail[48] = "";
         if (more) snprintf(tail, sizeof tail, "; and %d more", more);
-        ch_log_warn("pretrained weights: %d model tensor%s not in %s, left at %s initial "
+        ch_log_warn_rank0("pretrained weights: %d model tensor%s not in %s, left at %s initial "
                     "value%s: %s%s", r.not_in_file, r.not_in_file == 1 ? " is" : "s are", path,
                     r.not_in_file == 1 ? "its" : "their", r.not_in_file == 1 ? "" : "s",
                     missing.examples[0], tail);
@@ -661,7 +664,7 @@ ch_status ch_train_resume_config_check(const char *path, const char *saved_confi
                             allow[i]);
     }
     if (!*saved_config) {
-        ch_log_warn("resume: %s holds no saved configuration (an older cohort wrote it): "
+        ch_log_warn_rank0("resume: %s holds no saved configuration (an older cohort wrote it): "
                     "the configuration is not compared", path);
         return CH_OK;
     }

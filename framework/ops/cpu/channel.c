@@ -94,3 +94,134 @@ ch_status ch_cpu_split_channels(void *st, const ch_tensor_t *dy, ch_tensor_t *co
     }
     return CH_OK;
 }
+
+/* ------------------------------------------------------------ graph ops */
+
+/* b's element (n, c, hw) for a broadcast or full b: bn = 1 broadcasts over
+ * N, bhw = 1 over H, W. */
+static inline float bval(const float *bp, const cpu_cview *vb, int64_t n, int64_t c, int64_t hw)
+{
+    return bp[at(vb, vb->N == 1 ? 0 : n, c, vb->HW == 1 ? 0 : hw)];
+}
+
+ch_status ch_cpu_binary(void *st, int op, const ch_tensor_t *a, const ch_tensor_t *b,
+                        ch_tensor_t *y)
+{
+    (void)st;
+    const cpu_cview va = ch_cpu_cview(a), vb = ch_cpu_cview(b), vy = ch_cpu_cview(y);
+    const float *ap = a->data, *bp = b->data;
+    float *yp = y->data;
+    const int64_t NC = va.N * va.C, HW = va.HW;
+#pragma omp parallel for schedule(static) if (3 * NC * HW >= CH_CPU_PAR_MIN)
+    for (int64_t p = 0; p < NC; p++) {
+        const int64_t n = p / va.C, c = p % va.C;
+        if (op == 0)
+            for (int64_t hw = 0; hw < HW; hw++)
+                yp[at(&vy, n, c, hw)] = ap[at(&va, n, c, hw)] + bval(bp, &vb, n, c, hw);
+        else
+            for (int64_t hw = 0; hw < HW; hw++)
+                yp[at(&vy, n, c, hw)] = ap[at(&va, n, c, hw)] * bval(bp, &vb, n, c, hw);
+    }
+    return CH_OK;
+}
+
+ch_status ch_cpu_binary_backward(void *st, int op, const ch_tensor_t *a, const ch_tensor_t *b,
+                                 const ch_tensor_t *dy, ch_tensor_t *da, ch_tensor_t *db)
+{
+    (void)st;
+    const cpu_cview va = ch_cpu_cview(a), vb = ch_cpu_cview(b), vd = ch_cpu_cview(dy);
+    const float *ap = a->data, *bp = b->data, *dyp = dy->data;
+    const int64_t N = va.N, C = va.C, HW = va.HW;
+    if (da) {
+        const cpu_cview vda = ch_cpu_cview(da);
+        float *dap = da->data;
+#pragma omp parallel for schedule(static) if (3 * N * C * HW >= CH_CPU_PAR_MIN)
+        for (int64_t p = 0; p < N * C; p++) {
+            const int64_t n = p / C, c = p % C;
+            for (int64_t hw = 0; hw < HW; hw++) {
+                const float d = dyp[at(&vd, n, c, hw)];
+                dap[at(&vda, n, c, hw)] = op == 0 ? d : d * bval(bp, &vb, n, c, hw);
+            }
+        }
+    }
+    if (!db) return CH_OK;
+    const cpu_cview vdb = ch_cpu_cview(db);
+    float *dbp = db->data;
+    if (vb.HW != 1 || HW == 1) {
+        if (vb.N == N) { /* same shape: elementwise */
+#pragma omp parallel for schedule(static) if (3 * N * C * HW >= CH_CPU_PAR_MIN)
+            for (int64_t p = 0; p < N * C; p++) {
+                const int64_t n = p / C, c = p % C;
+                for (int64_t hw = 0; hw < HW; hw++) {
+                    const float d = dyp[at(&vd, n, c, hw)];
+                    dbp[at(&vdb, n, c, hw)] = op == 0 ? d : d * ap[at(&va, n, c, hw)];
+                }
+            }
+            return CH_OK;
+        }
+    }
+    /* broadcast over H, W (and N when b's N is 1): per (n_b, c) a sum in
+     * n, h, w order */
+    const int64_t NB = vb.N;
+#pragma omp parallel for schedule(static) if (2 * N * C * HW >= CH_CPU_PAR_MIN)
+    for (int64_t p = 0; p < NB * C; p++) {
+        const int64_t nb = p / C, c = p % C;
+        const int64_t n0 = NB == 1 ? 0 : nb, n1 = NB == 1 ? N : nb + 1;
+        float acc = 0.0f;
+        for (int64_t n = n0; n < n1; n++)
+            for (int64_t hw = 0; hw < HW; hw++) {
+                const float d = dyp[at(&vd, n, c, hw)];
+                acc += op == 0 ? d : d * ap[at(&va, n, c, hw)];
+            }
+        dbp[at(&vdb, nb, c, 0)] = acc;
+    }
+    return CH_OK;
+}
+
+ch_status ch_cpu_copy_channels(void *st, const ch_tensor_t *src, int64_t src_c0,
+                               ch_tensor_t *dst, int64_t dst_c0, int64_t nc)
+{
+    (void)st;
+    const cpu_cview vs = ch_cpu_cview(src), vd = ch_cpu_cview(dst);
+    const float *sp = src->data;
+    float *dp = dst->data;
+    const int64_t NC = vs.N * nc, HW = vs.HW;
+#pragma omp parallel for schedule(static) if (2 * NC * HW >= CH_CPU_PAR_MIN)
+    for (int64_t p = 0; p < NC; p++) {
+        const int64_t n = p / nc, c = p % nc;
+        for (int64_t hw = 0; hw < HW; hw++)
+            dp[at(&vd, n, dst_c0 + c, hw)] = sp[at(&vs, n, src_c0 + c, hw)];
+    }
+    return CH_OK;
+}
+
+ch_status ch_cpu_channel_shuffle(void *st, const ch_tensor_t *x, int groups, ch_tensor_t *y)
+{
+    (void)st;
+    const cpu_cview vx = ch_cpu_cview(x), vy = ch_cpu_cview(y);
+    const float *xp = x->data;
+    float *yp = y->data;
+    const int64_t C = vx.C, NC = vx.N * C, HW = vx.HW, cpg = C / groups;
+#pragma omp parallel for schedule(static) if (2 * NC * HW >= CH_CPU_PAR_MIN)
+    for (int64_t p = 0; p < NC; p++) {
+        const int64_t n = p / C, j = p % C, src = (j % groups) * cpg + j / groups;
+        for (int64_t hw = 0; hw < HW; hw++) yp[at(&vy, n, j, hw)] = xp[at(&vx, n, src, hw)];
+    }
+    return CH_OK;
+}
+
+ch_status ch_cpu_affine(void *st, const ch_tensor_t *x, float alpha, float beta, ch_tensor_t *y)
+{
+    (void)st;
+    const cpu_cview vx = ch_cpu_cview(x), vy = ch_cpu_cview(y);
+    const float *xp = x->data;
+    float *yp = y->data;
+    const int64_t NC = vx.N * vx.C, HW = vx.HW;
+#pragma omp parallel for schedule(static) if (2 * NC * HW >= CH_CPU_PAR_MIN)
+    for (int64_t p = 0; p < NC; p++) {
+        const int64_t n = p / vx.C, c = p % vx.C;
+        for (int64_t hw = 0; hw < HW; hw++)
+            yp[at(&vy, n, c, hw)] = alpha * xp[at(&vx, n, c, hw)] + beta;
+    }
+    return CH_OK;
+}

@@ -252,5 +252,14 @@ ch_status ch_cpu_mul_channel_backward(void *st, const ch_tensor_t *x, const ch_t
                                       const ch_tensor_t *dy, ch_tensor_t *dx, ch_tensor_t *ds);
 ch_status ch_cpu_concat_channels(void *st, const ch_tensor_t *const *xs, int n, ch_tensor_t *y);
 ch_status ch_cpu_split_channels(void *st, const ch_tensor_t *dy, ch_tensor_t *const *dxs, int n);
+/* graph ops (channel.c; ops.h ch_op_binary*, ch_op_copy_channels, ...) */
+ch_status ch_cpu_binary(void *st, int op, const ch_tensor_t *a, const ch_tensor_t *b,
+                        ch_tensor_t *y);
+ch_status ch_cpu_binary_backward(void *st, int op, const ch_tensor_t *a, const ch_tensor_t *b,
+                                 const ch_tensor_t *dy, ch_tensor_t *da, ch_tensor_t *db);
+ch_status ch_cpu_copy_channels(void *st, const ch_tensor_t *src, int64_t src_c0,
+                               ch_tensor_t *dst, int64_t dst_c0, int64_t n);
+ch_status ch_cpu_channel_shuffle(void *st, const ch_tensor_t *x, int groups, ch_tensor_t *y);
+ch_status ch_cpu_affine(void *st, const ch_tensor_t *x, float alpha, float beta, ch_tensor_t *y);
 
 #endif /* COHORT_OPS_CPU_H */
