@@ -653,11 +653,15 @@ static ch_status map_bn(mp_t *p)
         if (!v[k] || v[k]->kind != V_CONST || v[k]->numel != (size_t)x->rd[1])
             return NODE_ERR(CH_ERR_INVALID, "scale, B, mean and var must be constants of %lld "
                             "values", (long long)x->rd[1]);
+    /* ONNX momentum is torch's 1 - momentum (running = running * momentum +
+     * mean * (1 - momentum)) */
     float eps = attr_f(p->n, "epsilon", 1e-5f), mom = attr_f(p->n, "momentum", 0.9f);
-    if (fabsf(eps - 1e-5f) > 1e-9f || fabsf(mom - 0.9f) > 1e-6f)
-        return NODE_ERR(CH_ERR_UNSUPPORTED, "epsilon %g, momentum %g (torch momentum %g): cohort's "
-                        "BatchNorm2d has eps 1e-05 and momentum 0.1 (ONNX momentum 0.9)",
-                        (double)eps, (double)mom, 1.0 - (double)mom);
+    if (!(eps > 0.0f && eps < 1.0f) || !(mom >= 0.0f && mom < 1.0f))
+        return NODE_ERR(CH_ERR_UNSUPPORTED, "epsilon %g, momentum %g: expected 0 < epsilon < 1 "
+                        "and 0 <= momentum < 1", (double)eps, (double)mom);
+    float tmom = 1.0f - mom;
+    if (fabsf(tmom - 0.1f) < 1e-6f) tmom = 0.1f;      /* 1 - 0.9f rounds to 0.100000024 */
+    else if (fabsf(tmom - 0.01f) < 1e-6f) tmom = 0.01f; /* mobilenet_v3's */
     for (int k = 1; k < p->n->n_out; k++) {
         val_t *o = out_val(p, k);
         if (o && o->uses)
@@ -669,7 +673,7 @@ static ch_status map_bn(mp_t *p)
     const char *locals[4] = {"weight", "bias", "running_mean", "running_var"};
     weight_prefix(p, vals, locals, 4, name, sizeof name);
     ch_module_t *m;
-    CH_TRY(ch_nn_batchnorm2d(p->graph, name, (int)x->rd[1], &m));
+    CH_TRY(ch_nn_batchnorm2d_ex(p->graph, name, (int)x->rd[1], eps, tmom, &m));
     for (int k = 0; k < 4; k++) {
         snprintf(ent, sizeof ent, "%s.%s", name, locals[k]);
         CH_TRY(add_load(p, ent, v[k], 0, 0));

@@ -31,8 +31,9 @@
  *
  * Ops and what they become (ONNX operator names; CH_ONNX_SUPPORTED_OPS):
  *   Conv (2-D, group, dilations, strides, symmetric pads, bias) -> Conv2d;
- *   BatchNormalization (the training-mode outputs ignored; epsilon 1e-5 and
- *   torch momentum 0.1, i.e. ONNX momentum 0.9, only) -> BatchNorm2d;
+ *   BatchNormalization (the training-mode outputs ignored; its epsilon, and
+ *   torch's momentum = 1 - the ONNX momentum) -> BatchNorm2d
+ *   (ch_nn_batchnorm2d_ex);
  *   Relu; Clip(0, 6) -> ReLU6, Clip(a, b) -> Hardtanh(a, b), Clip(0, none)
  *   -> ReLU; LeakyRelu; Sigmoid (Mul(x, Sigmoid(x)) -> SiLU); HardSigmoid
  *   (alpha 1/6, beta 1/2: torch's; Mul(x, HardSigmoid(x)) -> Hardswish);
@@ -60,7 +61,7 @@
  * whose C, H or W differ from input_shape (both shapes named); not
  * exactly one graph output, or one that is not a float (N, classes) value
  * (or classes != o->num_classes when that is set); attribute values
- * cohort cannot run (asymmetric pads, auto_pad, BN epsilon, ...), naming
+ * cohort cannot run (asymmetric pads, auto_pad, ...), naming
  * the node and the value.
  */
 #ifndef COHORT_MODELS_ONNX_MODEL_H

@@ -367,9 +367,20 @@ ch_status ch_nn_adaptive_avgpool2d_hw(ch_module_t *parent, const char *name, int
 
 ch_status ch_nn_batchnorm2d(ch_module_t *parent, const char *name, int channels, ch_module_t **out)
 {
+    return ch_nn_batchnorm2d_ex(parent, name, channels, NN_BN_EPS, NN_BN_MOMENTUM, out);
+}
+
+ch_status ch_nn_batchnorm2d_ex(ch_module_t *parent, const char *name, int channels, float eps,
+                               float momentum, ch_module_t **out)
+{
     CH_REQUIRE(channels > 0, "nn: BatchNorm2d '%s': channels = %d, expected > 0", name, channels);
+    CH_REQUIRE(eps > 0.0f && eps < 1.0f && momentum > 0.0f && momentum <= 1.0f,
+               "nn: BatchNorm2d '%s': eps = %g, momentum = %g, expected 0 < eps < 1 and "
+               "0 < momentum <= 1", name, (double)eps, (double)momentum);
     ch_module_t *m;
     CH_TRY(add_child(parent, name, CH_NN_BATCHNORM2D, &m));
+    m->bn_eps = eps;
+    m->bn_momentum = momentum;
     m->channels = channels;
     int64_t cs[1] = {channels};
     CH_TRY(add_entry(m, "weight", 0, CH_F32, 1, cs));

@@ -141,6 +141,12 @@ ch_status ch_nn_sequential(ch_module_t *parent, const char *name, ch_module_t **
 ch_status ch_nn_conv2d(ch_module_t *parent, const char *name, int in_channels, int out_channels,
                        int kernel, int stride, int padding, int bias, ch_module_t **out);
 ch_status ch_nn_batchnorm2d(ch_module_t *parent, const char *name, int channels, ch_module_t **out);
+/* BatchNorm2d(channels, eps, momentum) (torch.nn.BatchNorm2d's arguments;
+ * ch_nn_batchnorm2d is eps 1e-5, momentum 0.1): invstd = 1 / sqrt(var + eps),
+ * running = (1 - momentum) * running + momentum * batch statistic. SyncBN
+ * conversion keeps both. CH_ERR_INVALID unless 0 < eps < 1, 0 < momentum <= 1. */
+ch_status ch_nn_batchnorm2d_ex(ch_module_t *parent, const char *name, int channels, float eps,
+                               float momentum, ch_module_t **out);
 ch_status ch_nn_relu(ch_module_t *parent, const char *name, ch_module_t **out);
 ch_status ch_nn_maxpool2d(ch_module_t *parent, const char *name, int kernel, int stride,
                           int padding, ch_module_t **out);

@@ -585,11 +585,11 @@ static ch_status sync_bn_combine(ch_compute_t *cx, ch_module_t *m, const ch_tens
     CH_TRY(ch_op_batchnorm_gather_stats(cx, &m->g_means, &m->g_vars, m->g_counts, (int)R, &m->mean,
                                         &m->var, &total));
     CH_TRY(ch_op_batchnorm_update_running(cx, &m->rmean, &m->rvar, &m->mean, &m->var, total,
-                                          NN_BN_MOMENTUM));
+                                          NN_BN_MOMENTUM_OF(m)));
     (*m->nbt)++;
     m->count_total = total;
     if (count > 0)
-        CH_TRY(ch_op_batchnorm_apply(cx, x, &m->mean, &m->var, &m->w, &m->b, NN_BN_EPS, &m->y));
+        CH_TRY(ch_op_batchnorm_apply(cx, x, &m->mean, &m->var, &m->w, &m->b, NN_BN_EPS_OF(m), &m->y));
     return CH_OK;
 }
 
@@ -774,14 +774,14 @@ static ch_status fwd(ch_model_t *M, ch_compute_t *cx, ch_module_t *m, const ch_t
     case CH_NN_BATCHNORM2D:
         if (M->training) {
             const int64_t count = x->shape[0] * x->shape[2] * x->shape[3];
-            CH_TRY(ch_op_batchnorm_forward_train(cx, x, &m->w, &m->b, NN_BN_EPS, &m->y, &m->mean,
+            CH_TRY(ch_op_batchnorm_forward_train(cx, x, &m->w, &m->b, NN_BN_EPS_OF(m), &m->y, &m->mean,
                                                  &m->var));
             CH_TRY(ch_op_batchnorm_update_running(cx, &m->rmean, &m->rvar, &m->mean, &m->var, count,
-                                                  NN_BN_MOMENTUM));
+                                                  NN_BN_MOMENTUM_OF(m)));
             (*m->nbt)++;
             m->count_total = count;
         } else {
-            CH_TRY(ch_op_batchnorm_forward_eval(cx, x, &m->w, &m->b, &m->rmean, &m->rvar, NN_BN_EPS,
+            CH_TRY(ch_op_batchnorm_forward_eval(cx, x, &m->w, &m->b, &m->rmean, &m->rvar, NN_BN_EPS_OF(m),
                                                 &m->y));
         }
         *y = &m->y;
@@ -790,7 +790,7 @@ static ch_status fwd(ch_model_t *M, ch_compute_t *cx, ch_module_t *m, const ch_t
         if (M->training) {
             CH_TRY(syncbn_forward_train(M, cx, m, x));
         } else {
-            CH_TRY(ch_op_batchnorm_forward_eval(cx, x, &m->w, &m->b, &m->rmean, &m->rvar, NN_BN_EPS,
+            CH_TRY(ch_op_batchnorm_forward_eval(cx, x, &m->w, &m->b, &m->rmean, &m->rvar, NN_BN_EPS_OF(m),
                                                 &m->y));
         }
         *y = &m->y;
@@ -1284,7 +1284,7 @@ static ch_status bwd(ch_model_t *M, ch_compute_t *cx, ch_module_t *m, ch_tensor_
         }
         return CH_OK;
     case CH_NN_BATCHNORM2D:
-        CH_TRY(ch_op_batchnorm_backward(cx, m->in, dy, &m->mean, &m->var, NN_BN_EPS, &m->w,
+        CH_TRY(ch_op_batchnorm_backward(cx, m->in, dy, &m->mean, &m->var, NN_BN_EPS_OF(m), &m->w,
                                         m->needs_dx ? &m->dx : NULL, tw ? &m->dw : NULL,
                                         tb ? &m->db : NULL));
         CH_TRY(fire(M, m));
@@ -1301,7 +1301,7 @@ static ch_status bwd(ch_model_t *M, ch_compute_t *cx, ch_module_t *m, ch_tensor_
         }
         /* weight/bias gradients from the LOCAL sums (torch SyncBatchNorm) */
         if (tw || tb) {
-            CH_TRY(ch_op_batchnorm_param_grads(cx, &m->sum_dy, &m->sum_dy_xmu, &m->var, NN_BN_EPS,
+            CH_TRY(ch_op_batchnorm_param_grads(cx, &m->sum_dy, &m->sum_dy_xmu, &m->var, NN_BN_EPS_OF(m),
                                                tw ? &m->dw : NULL, tb ? &m->db : NULL));
             CH_TRY(fire(M, m));
         }
@@ -1309,7 +1309,7 @@ static ch_status bwd(ch_model_t *M, ch_compute_t *cx, ch_module_t *m, ch_tensor_
             CH_TRY(sync_bn_reduce_sums(M, cx, m));
             M->last_sync_dx = &m->dx;
             if (count > 0)
-                CH_TRY(ch_op_batchnorm_backward_elemt(cx, m->in, dy, &m->mean, &m->var, NN_BN_EPS,
+                CH_TRY(ch_op_batchnorm_backward_elemt(cx, m->in, dy, &m->mean, &m->var, NN_BN_EPS_OF(m),
                                                       &m->w, &m->sum_dy, &m->sum_dy_xmu,
                                                       m->count_total, &m->dx));
             *dx = &m->dx;

@@ -12,6 +12,9 @@
 #define NN_MAX_ENTRIES_PER_MODULE 5
 #define NN_BN_EPS 1e-5f
 #define NN_BN_MOMENTUM 0.1f
+/* a batch norm module's eps and momentum (ch_nn_batchnorm2d_ex; 0 = the defaults above) */
+#define NN_BN_EPS_OF(m) ((m)->bn_eps > 0.0f ? (m)->bn_eps : NN_BN_EPS)
+#define NN_BN_MOMENTUM_OF(m) ((m)->bn_momentum > 0.0f ? (m)->bn_momentum : NN_BN_MOMENTUM)
 
 struct ch_module {
     ch_nn_kind_t kind;
@@ -30,6 +33,7 @@ struct ch_module {
     /* configuration */
     int in_c, out_c, kernel, has_bias;     /* conv, linear */
     int channels;                          /* batch norm */
+    float bn_eps, bn_momentum;             /* batch norm; 0: NN_BN_EPS / NN_BN_MOMENTUM */
     int kernel_h, kernel_w;                /* conv (kernel: the square one's) */
     int out_h, out_w;                      /* adaptive avg pool; 0: global (1, 1) */
     ch_conv2d_params_t conv;

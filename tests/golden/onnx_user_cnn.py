@@ -32,7 +32,8 @@ Usage:
       user_cnn.onnx with python3-onnx: bad_op.onnx (a Softplus node: an op
       cohort does not map), bad_missing.onnx (conv1.weight's initializer
       removed), bad_opset.onnx (opset 9), bad_outputs.onnx (a second graph
-      output), bad_int_output.onnx (the output declared int64), and
+      output), bad_int_output.onnx (the output declared int64), bad_channels.onnx
+      (UserCNN taking 3 channels), and
       bad_truncated.onnx (the first half of the file), bad_text.onnx (not
       ONNX at all).
   onnx_user_cnn.py OUT_DIR check FILE
@@ -143,6 +144,12 @@ def bad(out):
     m = fresh()
     m.graph.output[0].type.tensor_type.elem_type = TensorProto.INT64
     onnx.save(m, os.path.join(out, "bad_int_output.onnx"))
+    m3 = UserCNN()  # 3 input channels: does not fit Fashion-MNIST's 1
+    m3.conv1 = nn.Conv2d(3, 16, 3, padding=1, bias=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(m3, torch.zeros(1, 3, 28, 28), os.path.join(out, "bad_channels.onnx"),
+                          training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False)
     raw = open(src, "rb").read()
     open(os.path.join(out, "bad_truncated.onnx"), "wb").write(raw[: len(raw) // 2])
     open(os.path.join(out, "bad_text.onnx"), "w").write("this is not an ONNX file\n")

@@ -1,0 +1,85 @@
+#!/bin/sh
+# cohort-train --model.onnx (docs/onnx.md): a network exported from PyTorch
+# trained by cohort's trainer.
+#  - resnet18 exported with a 1-channel conv1 (tests/golden/onnx_zoo.py
+#    gray): 2 ranks x 32 with SyncBN == 1 rank x 64 after 2 steps (relative
+#    L2 1e-4, as tests/test_train_equiv.sh does for the built-in resnet18);
+#    its checkpoint loads into the torchvision module with strict=True, the
+#    .pth model file too (output.format pth, torch.load);
+#  - a user's own CNN (tests/golden/onnx_user_cnn.py) on Fashion-MNIST with
+#    2 ranks, 2 epochs of cohort-train's recipe: test accuracy within 1 point
+#    of PyTorch DDP's on the same recipe from the same initial weights; the
+#    checkpoint loads into the PyTorch module with strict=True;
+#  - bad files (issue 28 item 5): exit 2 before training, one line naming
+#    the file and the problem, no run directory left.
+. "${COHORT_SRCDIR:-.}/tests/train_lib.sh"
+need_data
+if [ "${HAVE_TORCH:-}" != yes ]; then
+  echo "1..0 # SKIP python3-torch not available (HAVE_TORCH != yes)"
+  exit 0
+fi
+PY=${PYTHON3:-python3}
+echo "1..15"
+zoo="$src/tests/golden/onnx_zoo.py"
+ucnn="$src/tests/golden/onnx_user_cnn.py"
+OMP_NUM_THREADS=1 "$PY" "$zoo" "$tmp" gray resnet18 > "$tmp/gray.log" 2>&1 || show "$tmp/gray.log"
+
+# 2 ranks == 1 rank (SyncBN), the same global batches, lr x world size
+r18="--model.onnx=$tmp/resnet18_gray.onnx --data.train_subset=128 --train.eval=false --schedule.epochs=1"
+train 1 "$tmp/r1" $r18 --train.batch_size=64 --optimizer.lr=0.004 || show "$tmp/r1.log"
+train 2 "$tmp/r2" $r18 --train.batch_size=32 --optimizer.lr=0.002 || show "$tmp/r2.log"
+check "resnet18 from ONNX, SyncBN: 2 ranks x 32 == 1 rank x 64 after 2 steps (relative 1e-4)" \
+  "$STCMP" --norm --rtol 1e-4 "$tmp/r2/model-0.safetensors" "$tmp/r1/model-0.safetensors"
+check "the run says the model comes from the file" grep -q "model.onnx: .*resnet18_gray.onnx" "$tmp/r2.log"
+check "its checkpoint loads into torchvision's resnet18 (1-channel conv1) with strict=True" \
+  "$PY" "$zoo" "$tmp" checkgray resnet18 "$tmp/r2/model-0.safetensors"
+train 1 "$tmp/rp" $r18 --train.batch_size=64 --train.max_steps=1 --output.format=pth \
+  || show "$tmp/rp.log"
+check "output.format pth: model-0.pth loads into the torchvision module (torch.load, strict=True)" \
+  "$PY" -c "
+import sys, torch
+sys.path.insert(0, '$src/tests/golden')
+import onnx_zoo
+onnx_zoo.gray('resnet18').load_state_dict(torch.load('$tmp/rp/model-0.pth'), strict=True)"
+
+# a user's CNN: PyTorch DDP vs cohort-train, 2 ranks, 2 epochs
+OMP_NUM_THREADS=1 "$PY" "$ucnn" "$tmp/u" export > "$tmp/uexp.log" 2>&1 || show "$tmp/uexp.log"
+OMP_NUM_THREADS=1 "$PY" "$ucnn" "$tmp/u" ddp --epochs 2 > "$tmp/uddp.log" 2>&1 || show "$tmp/uddp.log"
+train 2 "$tmp/uc" --config "$src/jobs/train.cfg" --model.onnx="$tmp/u/user_cnn.onnx" \
+  --schedule.epochs=2 || show "$tmp/uc.log"
+ref=$(sed -n 's/^pytorch-ddp epoch 1: .*(exact \([0-9.]*\)).*/\1/p' "$tmp/uddp.log")
+got=$(sed -n 's/^epoch 1: .*(exact \([0-9.]*\) over.*/\1/p' "$tmp/uc.log")
+echo "# user CNN, 2 ranks, 2 epochs: cohort ${got:-?} vs PyTorch DDP ${ref:-?}"
+check "user CNN from ONNX: cohort's test accuracy (${got:-?}) within 1 point of PyTorch DDP's (${ref:-?})" \
+  "$PY" -c "import sys; sys.exit(0 if abs(float('${got:-0}') - float('${ref:-1}')) <= 0.01 else 1)"
+check "the user CNN's checkpoint loads into the PyTorch module with strict=True" \
+  "$PY" "$ucnn" "$tmp/u" check "$tmp/uc/model-1.safetensors"
+
+# bad input: exit 2, one line naming the file, no run directory
+OMP_NUM_THREADS=1 "$PY" "$ucnn" "$tmp/u" bad > "$tmp/bad.log" 2>&1 || show "$tmp/bad.log"
+"$PY" "$zoo" "$tmp" gray squeezenet1_1 > /dev/null 2>&1  # 28 x 28, 1 channel
+bad() { # NAME FILE NEEDLE [overrides]
+  local name=$1 f=$2 needle=$3 out=$tmp/bad-$tap_n rc lines; shift 3
+  "$MPIEXEC" -n 1 "$TRAIN" --output.dir="$out" --data.workers=1 --data.train_subset=128 \
+    --model.onnx="$f" "$@" > "$out.log" 2>&1
+  rc=$?
+  lines=$(grep -v "^distributed mode" "$out.log" | grep -c .)
+  if [ "$rc" = 2 ] && [ "$lines" = 1 ] && grep -q -- "$needle" "$out.log" && grep -q -- "$f" "$out.log" \
+     && [ ! -e "$out" ]; then
+    ok "$name: exit 2, one line naming the file, no run directory"
+  else
+    not_ok "$name (exit $rc, $lines lines, run directory $([ -e "$out" ] && echo left || echo none))"
+    show "$out.log"
+  fi
+}
+bad "not ONNX" "$tmp/u/bad_text.onnx" "not an ONNX model"
+bad "truncated" "$tmp/u/bad_truncated.onnx" "truncated"
+bad "unsupported op names node, op, opset and the supported ops" "$tmp/u/bad_op.onnx" \
+  "node 'my_softplus' (Softplus, opset 14): op not supported (supported: Add, "
+bad "missing initializer" "$tmp/u/bad_missing.onnx" "conv1.weight'.*missing initializer"
+bad "opset out of range" "$tmp/u/bad_opset.onnx" "opset 9"
+bad "two graph outputs" "$tmp/u/bad_outputs.onnx" "2 outputs, expected exactly one"
+bad "input size does not match the data" "$tmp/squeezenet1_1_gray.onnx" "the image sizes" \
+  --data.image_size=32
+bad "input channels do not match the data" "$tmp/u/bad_channels.onnx" "the channels"
+bad "an int64 output" "$tmp/u/bad_int_output.onnx" "is int64, expected float logits"
