@@ -1,8 +1,9 @@
 #!/bin/sh
 # cohort-train --model.onnx (docs/onnx.md): a network exported from PyTorch
 # trained by cohort's trainer.
-#  - resnet18 exported with a 1-channel conv1 (tests/golden/onnx_zoo.py
-#    gray): 2 ranks x 32 with SyncBN == 1 rank x 64 after 2 steps (relative
+#  - resnet18 and squeezenet1_1 exported with a 1-channel first conv
+#    (tests/golden/onnx_zoo.py gray): 2 ranks x 32 (resnet18: SyncBN) == 1
+#    rank x 64 after 2 steps (relative
 #    L2 1e-4, as tests/test_train_equiv.sh does for the built-in resnet18);
 #    its checkpoint loads into the torchvision module with strict=True, the
 #    .pth model file too (output.format pth, torch.load);
@@ -19,7 +20,7 @@ if [ "${HAVE_TORCH:-}" != yes ]; then
   exit 0
 fi
 PY=${PYTHON3:-python3}
-echo "1..15"
+echo "1..16"
 zoo="$src/tests/golden/onnx_zoo.py"
 ucnn="$src/tests/golden/onnx_user_cnn.py"
 OMP_NUM_THREADS=1 "$PY" "$zoo" "$tmp" gray resnet18 > "$tmp/gray.log" 2>&1 || show "$tmp/gray.log"
@@ -33,6 +34,13 @@ check "resnet18 from ONNX, SyncBN: 2 ranks x 32 == 1 rank x 64 after 2 steps (re
 check "the run says the model comes from the file" grep -q "model.onnx: .*resnet18_gray.onnx" "$tmp/r2.log"
 check "its checkpoint loads into torchvision's resnet18 (1-channel conv1) with strict=True" \
   "$PY" "$zoo" "$tmp" checkgray resnet18 "$tmp/r2/model-0.safetensors"
+# squeezenet1_1 (Fire modules: Concat of two branches, Dropout with p = 0)
+"$PY" "$zoo" "$tmp" gray squeezenet1_1 > /dev/null 2>&1
+sq="--model.onnx=$tmp/squeezenet1_1_gray.onnx --data.train_subset=128 --train.eval=false --schedule.epochs=1"
+train 1 "$tmp/s1" $sq --train.batch_size=64 --optimizer.lr=0.004 || show "$tmp/s1.log"
+train 2 "$tmp/s2" $sq --train.batch_size=32 --optimizer.lr=0.002 || show "$tmp/s2.log"
+check "squeezenet1_1 from ONNX: 2 ranks x 32 == 1 rank x 64 after 2 steps (relative 1e-4)" \
+  "$STCMP" --norm --rtol 1e-4 "$tmp/s2/model-0.safetensors" "$tmp/s1/model-0.safetensors"
 train 1 "$tmp/rp" $r18 --train.batch_size=64 --train.max_steps=1 --output.format=pth \
   || show "$tmp/rp.log"
 check "output.format pth: model-0.pth loads into the torchvision module (torch.load, strict=True)" \
@@ -57,7 +65,6 @@ check "the user CNN's checkpoint loads into the PyTorch module with strict=True"
 
 # bad input: exit 2, one line naming the file, no run directory
 OMP_NUM_THREADS=1 "$PY" "$ucnn" "$tmp/u" bad > "$tmp/bad.log" 2>&1 || show "$tmp/bad.log"
-"$PY" "$zoo" "$tmp" gray squeezenet1_1 > /dev/null 2>&1  # 28 x 28, 1 channel
 bad() { # NAME FILE NEEDLE [overrides]
   local name=$1 f=$2 needle=$3 out=$tmp/bad-$tap_n rc lines; shift 3
   "$MPIEXEC" -n 1 "$TRAIN" --output.dir="$out" --data.workers=1 --data.train_subset=128 \
