@@ -158,6 +158,7 @@ def bad(out):
 
 def worker(rank, args):
     torch.set_num_threads(1)
+    torch.manual_seed(1000 + rank)  # this rank's dropout masks, the same every run
     os.environ["RANK"], os.environ["WORLD_SIZE"] = str(rank), str(args.world)
     os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(args.port)
     dist.init_process_group("gloo")
