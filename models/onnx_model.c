@@ -1424,6 +1424,15 @@ static ch_status build(mp_t *p, const int64_t in_shape[4], const ch_onnx_map_opt
     /* the modules */
     CH_TRY(ch_model_new("onnx", &p->M));
     CH_TRY(ch_nn_graph(ch_model_root(p->M), "", &p->graph));
+    /* Constant nodes first (they read nothing), so the patterns that look
+     * ahead (GELU's erf form, MatMul + Add) see the constants after them */
+    for (int k = 0; k < g->n_nodes; k++) {
+        if (strcmp(g->nodes[k].op_type, "Constant") || g->nodes[k].domain[0]) continue;
+        p->n = &g->nodes[k];
+        p->ni = k;
+        CH_TRY(map_node(p));
+        p->skip[k] = 1;
+    }
     for (int k = 0; k < g->n_nodes; k++) {
         if (p->skip[k]) continue;
         p->n = &g->nodes[k];

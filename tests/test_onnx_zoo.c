@@ -5,7 +5,10 @@
  * training-mode logits and loss, every gradient and every entry after one
  * SGD step (lr 0.01, momentum 0.9, weight decay 0.005: cohort-train's
  * defaults) to 1e-4 relative (max |a - b| / max |b| per tensor); then its
- * state dict loads into the torchvision module with strict=True. */
+ * state dict loads into the torchvision module with strict=True. "opsnet"
+ * (onnx_zoo.py's OpsNet) adds the mapped ops the zoo does not use: GELU's
+ * erf form, LeakyReLU, Tanh, Clip, chunk, channel shuffle, scalar affine,
+ * Pad + AveragePool, ceil-mode pools, a dilated grouped conv. */
 #include "config.h"
 
 #include "tests/nn_testutil.h"
@@ -38,7 +41,7 @@ static void zoo_golden(const char *name)
                      "max-pool near-ties at that size, see docs/onnx.md)");
     const char *models = want_vgg() ? "" : "resnet18 resnext50_32x4d squeezenet1_1 densenet121 "
                                            "mobilenet_v2 mobilenet_v3_small shufflenet_v2_x0_5 "
-                                           "regnet_y_400mf efficientnet_b0";
+                                           "regnet_y_400mf efficientnet_b0 opsnet";
     assert_int_equal(nt_run_golden("onnx_zoo.py", "onnx_zoo", models, zoo_dir, sizeof zoo_dir), 0);
 }
 
@@ -266,11 +269,12 @@ int main(int argc, char **argv)
     static const char *names[] = {"resnet18",        "resnext50_32x4d",  "vgg11_bn",
                                   "squeezenet1_1",   "densenet121",      "mobilenet_v2",
                                   "mobilenet_v3_small", "shufflenet_v2_x0_5", "regnet_y_400mf",
-                                  "efficientnet_b0"};
-    struct CMUnitTest tests[10];
-    for (int i = 0; i < 10; i++) {
+                                  "efficientnet_b0", "opsnet"};
+    enum { N_MODELS = sizeof names / sizeof names[0] };
+    struct CMUnitTest tests[N_MODELS];
+    for (int i = 0; i < N_MODELS; i++) {
         struct CMUnitTest t = {names[i], zoo_model, NULL, NULL, (void *)names[i]};
         tests[i] = t;
     }
-    return ch_test_main(argc, argv, tests, 10);
+    return ch_test_main(argc, argv, tests, N_MODELS);
 }

@@ -92,6 +92,7 @@ ZOO = collections.OrderedDict([
     ("shufflenet_v2_x0_5", (64, 17)),
     ("regnet_y_400mf", (64, 14)),
     ("efficientnet_b0", (64, 14)),
+    ("opsnet", (16, 14)),
 ])
 BATCH = 2
 NUM_CLASSES = 10
@@ -100,10 +101,49 @@ SUMMARY_OVER = 1 << 22
 MIN_GAP = 3e-5
 
 
+class OpsNet(nn.Module):
+    """Not torchvision: the mapped ops the zoo does not use. GELU (erf
+    form in the file), LeakyReLU, Tanh, Hardtanh (Clip(-1, 1)), ReLU6, SiLU,
+    AvgPool2d(3, 1, 1) with count_include_pad (Pad + AveragePool),
+    AvgPool2d(2, ceil_mode, count_include_pad=False), MaxPool2d(ceil_mode),
+    torch.chunk (Split or Slice), channel shuffle, affine scalars (Mul, Add,
+    Sub, Div), a dilated grouped conv, x * sigmoid gate, Linear."""
+
+    def __init__(self, num_classes=10):
+        super().__init__()
+        self.conv1 = nn.Conv2d(3, 16, 3, padding=1, bias=False)
+        self.bn1 = nn.BatchNorm2d(16)
+        self.conv2 = nn.Conv2d(8, 8, 3, padding=2, dilation=2, groups=2)
+        self.conv3 = nn.Conv2d(16, 16, 1)
+        self.bn3 = nn.BatchNorm2d(16)
+        self.pool1 = nn.AvgPool2d(3, 1, 1)
+        self.pool2 = nn.MaxPool2d(3, 2, ceil_mode=True)
+        self.pool3 = nn.AvgPool2d(2, ceil_mode=True, count_include_pad=False)
+        self.fc1 = nn.Linear(16 * 4 * 4, 32)
+        self.fc2 = nn.Linear(32, num_classes)
+
+    def forward(self, x):
+        x = nn.functional.gelu(self.bn1(self.conv1(x)))
+        a, b = torch.chunk(x, 2, dim=1)
+        a = nn.functional.leaky_relu(self.conv2(a), 0.1)
+        b = torch.tanh(b) * 0.5 + 1.0
+        x = torch.cat([a, (b - 0.25) / 2.0], dim=1)
+        n, c, h, w = x.size()
+        x = x.view(n, 4, c // 4, h, w).transpose(1, 2).reshape(n, c, h, w)
+        x = nn.functional.hardtanh(self.bn3(self.conv3(x)))
+        x = self.pool1(x) * torch.sigmoid(x)
+        x = nn.functional.silu(nn.functional.relu6(self.pool2(x) * 3.0))
+        x = self.pool3(x)
+        return self.fc2(torch.tanh(self.fc1(torch.flatten(x, 1))))
+
+
 def make_model(name):
     """torchvision.models.<name>(num_classes=10) at seed 0, dropout and
-    stochastic depth with p = 0 (see the module docstring)."""
+    stochastic depth with p = 0 (see the module docstring); "opsnet" is
+    OpsNet."""
     torch.manual_seed(0)
+    if name == "opsnet":
+        return OpsNet(NUM_CLASSES)
     m = getattr(torchvision.models, name)(num_classes=NUM_CLASSES)
     for mod in m.modules():
         if isinstance(mod, nn.Dropout):
