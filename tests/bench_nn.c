@@ -3,10 +3,12 @@
  *
  *   tests/bench_nn [--arch resnet18] [--batch 64] [--size 28] [--channels 1]
  *                  [--threads 1] [--steps 20] [--warmup 3] [--eval]
- *                  [--conv-algorithm direct|auto|winograd]
+ *                  [--conv-algorithm direct|auto|winograd] [--precision fp32|bf16]
  *
  * --conv-algorithm is compute.cpu_conv_algorithm (framework/ops/ops.h); the
  * output line then also counts the Winograd convolution primitives.
+ * --precision is compute.precision (bf16: oneDNN's bf16 convolutions and
+ * linear layers, on an ISA with bf16; exit 2 naming the ISA elsewhere).
  *
  * The same work in PyTorch: tests/golden/bench_nn_torch.py (same options).
  */
@@ -41,7 +43,7 @@ int main(int argc, char **argv)
 {
     const char *arch = "resnet18";
     int batch = 64, size = 28, channels = 1, threads = 1, steps = 20, warmup = 3, eval = 0;
-    int conv_alg = CH_CPU_CONV_DIRECT;
+    int conv_alg = CH_CPU_CONV_DIRECT, bf16 = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--eval")) { eval = 1; continue; }
@@ -62,6 +64,12 @@ int main(int argc, char **argv)
                         v);
                 return 2;
             }
+        } else if (!strcmp(a, "--precision")) {
+            if (strcmp(v, "fp32") && strcmp(v, "bf16")) {
+                fprintf(stderr, "bench_nn: --precision %s: expected fp32 or bf16\n", v);
+                return 2;
+            }
+            bf16 = !strcmp(v, "bf16");
         } else { fprintf(stderr, "bench_nn: unknown option %s\n", a); return 2; }
         i++;
     }
@@ -73,6 +81,12 @@ int main(int argc, char **argv)
     ch_compute_options_default(&co);
     co.num_threads = threads;
     co.cpu_conv_algorithm = conv_alg;
+    co.bf16 = bf16;
+    if (bf16 && !ch_compute_cpu_has_bf16()) {
+        fprintf(stderr, "bench_nn: compute.precision = bf16: this CPU's oneDNN ISA is %s (no bf16 "
+                "instructions); use fp32\n", ch_compute_cpu_isa());
+        return 2;
+    }
     ch_compute_t *cx;
     ch_model_t *m;
     ch_sgd_t *sgd;

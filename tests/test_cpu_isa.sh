@@ -11,6 +11,14 @@
 # (compute.cpu_conv_algorithm) runs oneDNN's Winograd kernels on AVX-512 and,
 # below it, says once that there are none and runs the direct ones; no
 # reference kernel either way.
+# bf16 (compute.precision = bf16, bench_nn --precision bf16) under
+# ONEDNN_MAX_CPU_ISA = AVX2, AVX512_CORE_BF16, AVX512_CORE_AMX and native:
+# where the effective ISA has bf16, a resnet18 (1x28x28, 3x32x32,
+# 3x224x224) and resnet50 (1x28x28) train and eval step run bf16
+# convolutions (src_bf16 in DNNL_VERBOSE's lines) and no reference kernel
+# (reorders and the bf16 matmul included); where it has none (AVX2),
+# bench_nn refuses with exit 2 naming the ISA and tests/test_ops_bf16's
+# refusal point passes (the context's first convolution fails, naming it).
 # One more point per ISA: the activations and LayerNorm2d (tests/act_step:
 # every activation as an op in each CPU layout and as a module in a train
 # and an eval step) run oneDNN's eltwise kernels for all 8 algorithms cohort
@@ -33,7 +41,9 @@ cases="resnet18:1:28 resnet18:3:32 resnet18:3:224 resnet34:1:28 resnet50:1:28 re
 resnet50:3:224"
 ncases=$(echo $cases | wc -w)
 isas="SSE41 AVX2 AVX512_CORE native"
-echo "1..$((4 * (2 * ncases + 4)))"
+bf16_cases="resnet18:1:28 resnet18:3:32 resnet18:3:224 resnet50:1:28"
+bf16_isas="AVX2 AVX512_CORE_BF16 AVX512_CORE_AMX native"
+echo "1..$((4 * (2 * ncases + 4) + 4 * 9))"
 
 # One test point from a DNNL_VERBOSE=1 run: exit status $1, name $2, log $3,
 # program $4. Fails on a non-zero exit, on no convolution in the log (nothing
@@ -160,4 +170,56 @@ for isa in $isas; do
   fi
   no_ref_kernel $? "$isa convolution variants (depthwise, grouped, dilated) and pooling variants" \
     "$log" bench_convpool
+done
+
+for isa in $bf16_isas; do
+  if [ "$isa" = native ]; then run() { env -u ONEDNN_MAX_CPU_ISA "$@"; }
+  else run() { env ONEDNN_MAX_CPU_ISA=$isa "$@"; }; fi
+  eff=$(effective "$isa")
+  want=$(echo "$isa" | tr 'A-Z' 'a-z')
+  if [ "$isa" != native ] && [ "$eff" != "$want" ]; then
+    for n in 1 2 3 4 5 6 7 8 9; do skip "bf16 $isa point $n" "the machine's ISA is $eff"; done
+    continue
+  fi
+  case $eff in
+  avx512_core_bf16|avx512_core_amx)
+    for c in $bf16_cases; do
+      arch=${c%%:*}; rest=${c#*:}; ch=${rest%%:*}; size=${rest#*:}
+      for mode in train eval; do
+        flag=; [ "$mode" = eval ] && flag=--eval
+        log="$tmp/bf16-$isa-$arch-$ch-$size-$mode.log"
+        run DNNL_VERBOSE=1 "$BENCH" --arch "$arch" --channels "$ch" --size "$size" --batch 2 \
+          --threads 2 --steps 1 --warmup 0 --precision bf16 $flag > "$log" 2>&1
+        rc=$?
+        name="bf16 $isa ($eff) $arch ${ch}x${size}x${size} $mode"
+        if [ "$rc" = 0 ] && ! grep '^onednn_verbose,exec,cpu,convolution,' "$log" | grep -q 'src_bf16'; then
+          not_ok "$name: no bf16 convolution in DNNL_VERBOSE's output"
+        else
+          no_ref_kernel $rc "$name" "$log" bench_nn
+        fi
+      done
+    done
+    skip "bf16 $isa refusal" "$eff has bf16"
+    ;;
+  *)
+    log="$tmp/bf16-$isa-refuse.log"
+    run "$BENCH" --batch 1 --steps 1 --warmup 0 --precision bf16 > "$log" 2>&1
+    rc=$?
+    if [ "$rc" = 2 ] && grep -q "compute.precision = bf16: this CPU's oneDNN ISA is $eff (no bf16 instructions); use fp32" "$log"; then
+      ok "bf16 $isa: bench_nn --precision bf16 refused, exit 2, naming $eff"
+    else
+      cat "$log" >&2
+      not_ok "bf16 $isa: bench_nn --precision bf16: exit $rc, expected 2 and the ISA line"
+    fi
+    run "$build/tests/test_ops_bf16" > "$tmp/bf16-$isa-ops.log" 2>&1
+    rc=$?
+    if [ "$rc" = 0 ] && grep -q '^ok [0-9]* - test_refusal$' "$tmp/bf16-$isa-ops.log"; then
+      ok "bf16 $isa: a bf16 context's first convolution fails naming $eff (test_ops_bf16)"
+    else
+      cat "$tmp/bf16-$isa-ops.log" >&2
+      not_ok "bf16 $isa: test_ops_bf16's refusal point (exit $rc)"
+    fi
+    for n in 3 4 5 6 7 8 9; do skip "bf16 $isa point $n" "$eff has no bf16"; done
+    ;;
+  esac
 done

@@ -731,7 +731,7 @@ static void test_compute_from_config(void **state)
     (void)state;
     const ch_config_table_t tables[] = {ch_compute_config_table(), ch_job_runtime_table()};
     assert_string_equal(tables[0].title, "compute");
-    assert_int_equal(tables[0].n_keys, 6);
+    assert_int_equal(tables[0].n_keys, 7);
     assert_string_equal(tables[1].title, "runtime");
     assert_int_equal(tables[1].n_keys, 4);
     char *argv[] = {(char *)"x", NULL, NULL, NULL};
@@ -801,6 +801,27 @@ static void test_compute_from_config(void **state)
     argv[1] = (char *)"--compute.cpu_conv_algorithm=fft";
     assert_ch_ok(ch_config_load_tables(tables, 2, NULL, 2, argv, &cfg));
     assert_ch_error(ch_compute_from_config(cfg, &o), CH_ERR_CONFIG, "direct, auto, winograd");
+    ch_config_destroy(cfg);
+
+    /* compute.precision (fp32 | bf16) and its older spelling compute.bf16 */
+    argv[1] = (char *)"--compute.precision=bf16";
+    assert_ch_ok(ch_config_load_tables(tables, 2, NULL, 2, argv, &cfg));
+    assert_ch_ok(ch_compute_from_config(cfg, &o));
+    assert_int_equal(o.bf16, 1);
+    ch_config_destroy(cfg);
+    argv[1] = (char *)"--compute.bf16=true";
+    assert_ch_ok(ch_config_load_tables(tables, 2, NULL, 2, argv, &cfg));
+    assert_ch_ok(ch_compute_from_config(cfg, &o));
+    assert_int_equal(o.bf16, 1);
+    ch_config_destroy(cfg);
+    argv[1] = (char *)"--compute.precision=fp32";
+    assert_ch_ok(ch_config_load_tables(tables, 2, NULL, 2, argv, &cfg));
+    assert_ch_ok(ch_compute_from_config(cfg, &o));
+    assert_int_equal(o.bf16, 0);
+    ch_config_destroy(cfg);
+    argv[1] = (char *)"--compute.precision=fp16";
+    assert_ch_ok(ch_config_load_tables(tables, 2, NULL, 2, argv, &cfg));
+    assert_ch_error(ch_compute_from_config(cfg, &o), CH_ERR_CONFIG, "fp32, bf16");
     ch_config_destroy(cfg);
 
     argv[1] = (char *)"--compute.conv_search=fast";

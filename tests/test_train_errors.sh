@@ -41,8 +41,12 @@ CFG
 expect_error "wrong type names the key" "train.batch_size" 2 --config "$tmp/type.cfg" $small
 expect_error "out-of-range override names the key and range" "schedule.lrf" 2 $small \
   --schedule.lrf=1.5
-# GPU-only options: bf16 on a rank without a GPU, an unknown algorithm search
-expect_error "compute.bf16 on a CPU rank names the key" "compute.bf16" 2 $small --compute.bf16=true
+# bf16 on a CPU rank whose oneDNN ISA has none (capped to AVX2; the older
+# key compute.bf16 means compute.precision = bf16), an unknown algorithm search
+export ONEDNN_MAX_CPU_ISA=AVX2
+expect_error "compute.bf16 on a CPU rank without bf16 names compute.precision and the ISA" \
+  "compute.precision = bf16: this CPU's oneDNN ISA is avx2" 2 $small --compute.bf16=true
+unset ONEDNN_MAX_CPU_ISA
 expect_error "unknown compute.conv_search names the key and the choices" "heuristics, timed" 2 \
   $small --compute.conv_search=fast
 # a smallcnn state dict is not a resnet18 one

@@ -13,8 +13,8 @@ static const ch_config_key_t compute_keys[] = {
      "GPU: cuDNN convolutions may use TF32 tensor cores (torch.backends.cudnn.allow_tf32); "
      "linear layers stay fp32. Ignored on CPU ranks."},
     {"compute.bf16", CH_CFG_BOOL, "false", CH_CFG_NO_RANGE,
-     "GPU: bf16 autocast for convolutions and linear layers (fp32 master weights, gradients "
-     "and BN statistics; torch.autocast(dtype=torch.bfloat16)). An error on a CPU rank."},
+     "The older spelling of compute.precision = bf16 (true means bf16; either key turns it "
+     "on)."},
     {"compute.conv_search", CH_CFG_STRING, "heuristics", CH_CFG_NO_RANGE,
      "GPU: convolution algorithm choice: heuristics (cuDNN's ranking) or timed "
      "(cudnnFind*, torch.backends.cudnn.benchmark = True). Ignored on CPU ranks."},
@@ -22,6 +22,12 @@ static const ch_config_key_t compute_keys[] = {
      "GPU: only deterministic cuDNN convolution algorithms (torch.backends.cudnn.deterministic): "
      "bitwise the same results run after run, at some cost in speed. CPU ranks are "
      "deterministic always."},
+    {"compute.precision", CH_CFG_STRING, "fp32", CH_CFG_NO_RANGE,
+     "fp32 or bf16: bf16 autocast for convolutions and linear layers (bf16 inputs and weights, "
+     "fp32 accumulation; fp32 master weights, optimizer, batch norm, loss and checkpoints; "
+     "torch.autocast(dtype=torch.bfloat16)). GPU: cuDNN/cuBLAS bf16. CPU: oneDNN's bf16 "
+     "kernels, on CPUs whose oneDNN ISA has bf16 (avx512_core_bf16, avx512_core_amx; "
+     "ONEDNN_MAX_CPU_ISA applies); refused at job start elsewhere (docs/SEMANTICS.md)."},
     {"compute.gpu_workspace_mb", CH_CFG_INT, "1024", 1, 1048576,
      "GPU: cap on the cuDNN convolution workspace in MiB. Ignored on CPU ranks."},
     {"compute.cpu_conv_algorithm", CH_CFG_STRING, "direct", CH_CFG_NO_RANGE,
@@ -34,6 +40,7 @@ static const ch_config_key_t compute_keys[] = {
      "(docs/PERFORMANCE.md). Ignored on GPU ranks."},
 };
 
+const char *const ch_compute_precision_names[2] = {"fp32", "bf16"};
 const char *const ch_compute_conv_search_names[2] = {"heuristics", "timed"};
 const char *const ch_compute_cpu_conv_algorithm_names[3] = {"direct", "auto", "winograd"};
 
@@ -49,9 +56,11 @@ ch_status ch_compute_from_config(const ch_config_t *cfg, ch_compute_options_t *o
     CH_REQUIRE(cfg != NULL && o != NULL, "ch_compute_from_config: NULL config or options");
     ch_compute_options_t r;
     ch_compute_options_default(&r);
-    int mb = 0;
+    int mb = 0, prec = 0, old = 0;
     CH_TRY(ch_config_get_bool(cfg, "compute.allow_tf32", &r.allow_tf32));
-    CH_TRY(ch_config_get_bool(cfg, "compute.bf16", &r.bf16));
+    CH_TRY(ch_config_get_bool(cfg, "compute.bf16", &old));
+    CH_TRY(ch_config_get_choice(cfg, "compute.precision", ch_compute_precision_names, 2, &prec));
+    r.bf16 = old || prec == 1;
     CH_TRY(ch_config_get_choice(cfg, "compute.conv_search", ch_compute_conv_search_names, 2,
                                 &r.conv_search));
     CH_TRY(ch_config_get_bool(cfg, "compute.deterministic", &r.deterministic));

@@ -78,8 +78,10 @@ typedef struct ch_compute_options {
     /* 1: bf16 autocast for convolutions and linear layers (inputs and weights
      * cast to bfloat16, fp32 accumulation, fp32 master weights, gradients and
      * batch-norm statistics; torch.autocast(dtype=torch.bfloat16)). 0
-     * (default): fp32. Only the GPU backend implements it; the CPU backend
-     * rejects 1 with CH_ERR_UNSUPPORTED at the first conv/linear. */
+     * (default): fp32. GPU: cuDNN/cuBLAS bf16 (outputs rounded to bf16).
+     * CPU: oneDNN's bf16 kernels with fp32 outputs (y, dx, dw); needs an
+     * effective oneDNN ISA with bf16 (ch_compute_cpu_has_bf16), else
+     * ch_compute_create fails with CH_ERR_UNSUPPORTED naming the ISA. */
     int bf16;
     /* Convolution algorithm choice: 0 (default) cuDNN's heuristics
      * (cudnnGetConvolution*Algorithm_v7, first algorithm whose workspace fits),
@@ -124,7 +126,9 @@ enum { CH_CPU_CONV_DIRECT = 0, CH_CPU_CONV_AUTO = 1, CH_CPU_CONV_WINOGRAD = 2 };
 void ch_compute_options_default(ch_compute_options_t *o);
 
 /* The compute context's config keys, titled "compute" (list it in a job's
- * tables): compute.allow_tf32 (bool, true), compute.bf16 (bool, false),
+ * tables): compute.allow_tf32 (bool, true), compute.precision (fp32 | bf16,
+ * default fp32: bf16 = 1 for bf16), compute.bf16 (bool, false: its older
+ * spelling; true also sets bf16 = 1),
  * compute.conv_search (heuristics | timed, default heuristics),
  * compute.deterministic (bool, false),
  * compute.gpu_workspace_mb (int MiB, 1024, range [1, 1048576]), which set
@@ -132,6 +136,19 @@ void ch_compute_options_default(ch_compute_options_t *o);
  * compute.cpu_conv_algorithm (direct | auto | winograd, default direct:
  * cpu_conv_algorithm). */
 ch_config_table_t ch_compute_config_table(void);
+
+/* Values of compute.precision: "fp32" (bf16 = 0), "bf16" (bf16 = 1). */
+extern const char *const ch_compute_precision_names[2];
+
+/* oneDNN's effective CPU instruction set (after ONEDNN_MAX_CPU_ISA), lower
+ * case as oneDNN names it: "sse41", "avx2", "avx512_core",
+ * "avx512_core_bf16", "avx512_core_amx", ...; "other" if unknown. */
+const char *ch_compute_cpu_isa(void);
+
+/* 1 when the effective oneDNN ISA has bf16 instructions (avx512_core_bf16,
+ * avx512_core_amx and above), so compute.precision = bf16 can run on CPU;
+ * else 0. */
+int ch_compute_cpu_has_bf16(void);
 
 /* Values of compute.conv_search, indexed by ch_compute_options_t.conv_search. */
 extern const char *const ch_compute_conv_search_names[2];

@@ -516,14 +516,16 @@ static int setup_compute(ch_job_t *job, const ch_job_options_t *opt, ch_device_r
                      "run every rank on GPUs or every rank on CPUs",
                      job->on_gpu ? "GPU" : "no GPU");
     ch_compute_options_default(&co);
-    if (s == CH_OK && has_key(job->cfg, "compute.bf16")) s = ch_compute_from_config(job->cfg, &co);
+    if (s == CH_OK &&
+        (has_key(job->cfg, "compute.bf16") || has_key(job->cfg, "compute.precision")))
+        s = ch_compute_from_config(job->cfg, &co);
     if (s == CH_OK && opt->threads_key)
         s = ch_config_get_int(job->cfg, opt->threads_key, &co.num_threads);
-    if (s == CH_OK && co.bf16 && !job->on_gpu)
-        s = CH_ERROR(CH_ERR_CONFIG, "compute.bf16 = true needs a GPU, but this rank has none "
-                     "(%s); bf16 autocast is implemented by the GPU backend only",
-                     ch_device_backend_compiled() ? "no GPU visible"
-                                                  : "cohort was built without CUDA");
+    /* bf16 on CPU ranks: oneDNN's bf16 kernels, which need an ISA with bf16
+     * (after ONEDNN_MAX_CPU_ISA) */
+    if (s == CH_OK && co.bf16 && !job->on_gpu && !ch_compute_cpu_has_bf16())
+        s = CH_ERROR(CH_ERR_CONFIG, "compute.precision = bf16: this CPU's oneDNN ISA is %s (no "
+                     "bf16 instructions); use fp32", ch_compute_cpu_isa());
     if (s == CH_OK && job->on_gpu) s = ch_device_set(job->env.device);
     if (ch_job_agree(job, s, "compute device")) return CH_EXIT_BAD_INPUT;
 

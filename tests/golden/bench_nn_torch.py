@@ -6,6 +6,9 @@ capability of PyTorch's own kernels. Runs under Debian's torch 1.13 and
 torch 2.x (tests/bench_torch_venv.sh). Same options as bench_nn:
   bench_nn_torch.py [--arch resnet18] [--batch 64] [--size 28] [--channels 1]
                     [--threads 1] [--steps 20] [--warmup 3] [--eval]
+                    [--precision fp32|bf16]
+--precision bf16 runs the forward under torch.autocast("cpu",
+dtype=torch.bfloat16) (bench_nn's --precision bf16, compute.precision).
 """
 import argparse
 import os
@@ -43,6 +46,7 @@ def main():
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--eval", action="store_true")
+    ap.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     m = resnet_golden.model(a.arch, a.channels, 10)
@@ -54,12 +58,15 @@ def main():
     loss = torch.zeros(())
     for s in range(-a.warmup, a.steps):
         t0, c0 = time.perf_counter(), time.process_time()
+        ac = torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.precision == "bf16")
         if a.eval:
-            with torch.no_grad():
+            with torch.no_grad(), ac:
                 m(x)
         else:
             opt.zero_grad()
-            loss = nn.functional.cross_entropy(m(x), y)
+            with ac:
+                out = m(x)
+            loss = nn.functional.cross_entropy(out.float(), y)
             loss.backward()
             opt.step()
         if s >= 0:
@@ -68,9 +75,9 @@ def main():
     times.sort()
     cpu.sort()
     med = times[len(times) // 2]
-    print("torch %s %s %s batch %d input %dx%dx%d threads %d: median %.2f ms/step (min %.2f, max %.2f), "
+    print("torch %s %s %s %s batch %d input %dx%dx%d threads %d: median %.2f ms/step (min %.2f, max %.2f), "
           "%.1f images/s; cpu median %.2f ms/step; loss %.4f; cpu capability %s"
-          % (torch.__version__, a.arch, "inference" if a.eval else "train-step",
+          % (torch.__version__, a.precision, a.arch, "inference" if a.eval else "train-step",
              a.batch, a.channels, a.size, a.size, a.threads, 1e3 * med,
              1e3 * times[0], 1e3 * times[-1], a.batch / med,
              1e3 * cpu[len(cpu) // 2], loss.item(), cpu_capability()))

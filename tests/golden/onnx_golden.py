@@ -175,7 +175,7 @@ inits = [
     helper.make_tensor("i16_raw", TensorProto.INT16, [3], i16.tobytes(), raw=True),
     helper.make_tensor("i8_typed", TensorProto.INT8, [3], i8.tolist()),
     helper.make_tensor("u8_raw", TensorProto.UINT8, [3], u8.tobytes(), raw=True),
-    helper.make_tensor("bool_typed", TensorProto.BOOL, [3], bl.tolist()),
+    helper.make_tensor("bool_typed", TensorProto.BOOL, [3], [int(b) for b in bl.tolist()]),  # ints: protobuf >= 4 (pip, with tensorboard) refuses bools
     helper.make_tensor("u32_raw", TensorProto.UINT32, [2], u32.tobytes(), raw=True),
     helper.make_tensor("i64_typed", TensorProto.INT64, [3], i64.tolist()),
     helper.make_tensor("i64_raw", TensorProto.INT64, [3], i64.tobytes(), raw=True),

@@ -51,6 +51,11 @@ static ch_status cpu_create(void **state, const ch_compute_options_t *o)
         goto fail;
     }
     c->conv_alg = o->cpu_conv_algorithm;
+    /* compute.precision = bf16: on where the ISA has bf16; else the first
+     * CPU convolution or linear layer fails (a GPU rank's context asks for
+     * bf16 too; the CPU ranks' jobs refuse it at start, runtime/job.c) */
+    c->bf16 = o->bf16 && ch_compute_cpu_has_bf16();
+    c->bf16_missing = o->bf16 && !c->bf16;
     {
         const char *wc = getenv("COHORT_WEIGHT_CACHE");
         c->wcache_mode = 1;
@@ -150,6 +155,16 @@ static const char *isa_name(dnnl_cpu_isa_t isa)
 
 const char *ch_cpu_isa_name(void) { return isa_name(dnnl_get_effective_cpu_isa()); }
 
+const char *ch_compute_cpu_isa(void) { return ch_cpu_isa_name(); }
+
+int ch_compute_cpu_has_bf16(void)
+{
+    /* oneDNN's ISA values are bit sets, each containing the ones below it */
+    unsigned isa = (unsigned)dnnl_get_effective_cpu_isa();
+    return (isa & (unsigned)dnnl_cpu_isa_avx512_core_bf16) ==
+           (unsigned)dnnl_cpu_isa_avx512_core_bf16;
+}
+
 /* pd's implementation name (dnnl_query_impl_info_str), "" if unknown. */
 static const char *pd_impl(const_dnnl_primitive_desc_t pd)
 {
@@ -185,6 +200,10 @@ static void cpu_describe(const void *state, char *buf, size_t len)
     int n = snprintf(buf, len, "oneDNN %d.%d.%d (cpu runtime %s, isa %s), %d threads, layout %s",
                      v->major, v->minor, v->patch, runtime_name(v->cpu_runtime),
                      ch_cpu_isa_name(), omp_get_max_threads(), ch_layout_name(c->layout));
+    if (c->bf16 && n >= 0 && (size_t)n < len) {
+        int m = snprintf(buf + n, len - (size_t)n, ", bf16 convolutions and linear layers");
+        if (m > 0) n += m;
+    }
     if (c->conv_alg != CH_CPU_CONV_DIRECT && n >= 0 && (size_t)n < len)
         snprintf(buf + n, len - (size_t)n, ", 3x3 convolutions %s%s",
                  ch_compute_cpu_conv_algorithm_names[c->conv_alg],

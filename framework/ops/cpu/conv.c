@@ -245,16 +245,17 @@ static ch_status wreorder_pick(ch_cpu_t *c, cpu_prim *e, const dnnl_memory_desc_
  * oneDNN's (G, O/G, I/G, kh, kw), tag goihw or any — the same bytes as
  * PyTorch's (O, I/G, kh, kw). */
 static ch_status conv_weights_md(dnnl_memory_desc_t *md, const int64_t *wshape,
-                                 const conv_crop *cr, int groups, dnnl_format_tag_t plain)
+                                 const conv_crop *cr, int groups, dnnl_format_tag_t plain,
+                                 dnnl_data_type_t dt)
 {
     if (groups > 1) {
         dnnl_dims_t gd = {groups, wshape[0] / groups, wshape[1], cr->kk[0], cr->kk[1]};
-        CH_CHECK_DNNL(dnnl_memory_desc_init_by_tag(md, 5, gd, dnnl_f32,
+        CH_CHECK_DNNL(dnnl_memory_desc_init_by_tag(md, 5, gd, dt,
                                                    plain == dnnl_oihw ? dnnl_goihw : plain));
         return CH_OK;
     }
     dnnl_dims_t wd = {wshape[0], wshape[1], cr->kk[0], cr->kk[1]};
-    CH_CHECK_DNNL(dnnl_memory_desc_init_by_tag(md, 4, wd, dnnl_f32, plain));
+    CH_CHECK_DNNL(dnnl_memory_desc_init_by_tag(md, 4, wd, dt, plain));
     return CH_OK;
 }
 
@@ -270,7 +271,7 @@ static ch_status setup_weights(ch_cpu_t *c, cpu_prim *e, const dnnl_memory_desc_
      * buffer of the kept taps that conv.c gathers / scatters itself (oneDNN's
      * reorders from a strided sub-memory are slow) */
     dnnl_memory_desc_t user;
-    CH_TRY(conv_weights_md(&user, wshape, cr, groups, dnnl_oihw));
+    CH_TRY(conv_weights_md(&user, wshape, cr, groups, dnnl_oihw, dnnl_f32));
     if (!cr->cropped && dnnl_memory_desc_equal(prim_md, &user))
         return mem_create(c, prim_md, MEM_NONE, &e->wprim_mem);
     if (cr->cropped) {
@@ -439,6 +440,16 @@ static ch_status bind_weights(ch_cpu_t *c, cpu_prim *e, const ch_tensor_t *w)
     return set_handle(e->wprim_mem, buf);
 }
 
+/* compute.precision = bf16 asked for on an ISA without bf16 (a context a
+ * job did not check: runtime/job.c refuses such a job at start). */
+static ch_status bf16_refused(const char *op)
+{
+    return CH_ERROR(CH_ERR_UNSUPPORTED,
+                    "%s: compute.precision = bf16: this CPU's oneDNN ISA is %s (no bf16 "
+                    "instructions); use fp32",
+                    op, ch_cpu_isa_name());
+}
+
 /* ------------------------------------------------------------- reorder */
 
 ch_status ch_cpu_reorder(void *st, const ch_tensor_t *src, ch_tensor_t *dst)
@@ -531,7 +542,17 @@ static ch_status conv_pd(ch_cpu_t *c, int op, const dnnl_memory_desc_t *amd,
                          dnnl_primitive_desc_t *hint)
 {
     dnnl_memory_desc_t wts, bia;
-    CH_TRY(conv_weights_md(&wts, wshape, cr, ch_conv2d_groups(p), dnnl_format_tag_any));
+    /* bf16 (c->bf16, see conv_side_dtype): bf16 weights for forward and
+     * backward data, fp32 weight gradients; the forward descriptor (the op
+     * itself or the backward ops' hint) has bf16 src and weights, fp32 dst */
+    CH_TRY(conv_weights_md(&wts, wshape, cr, ch_conv2d_groups(p), dnnl_format_tag_any,
+                           c->bf16 && op != CPU_OP_CONV_BWD_WEIGHTS ? dnnl_bf16 : dnnl_f32));
+    dnnl_memory_desc_t fwts = wts, fsrc = *amd, fdst = *bmd;
+    if (c->bf16) {
+        fwts.data_type = dnnl_bf16;
+        fsrc.data_type = dnnl_bf16;
+        fdst.data_type = dnnl_f32;
+    }
     dnnl_dims_t bd = {wshape[0]};
     CH_CHECK_DNNL(dnnl_memory_desc_init_by_tag(&bia, 1, bd, dnnl_f32, dnnl_x));
     dnnl_dims_t strides = {p->stride_h, p->stride_w};
@@ -541,8 +562,8 @@ static ch_status conv_pd(ch_cpu_t *c, int op, const dnnl_memory_desc_t *amd,
     dnnl_convolution_desc_t fd, cd;
     const dnnl_memory_desc_t *fb = has_b && op != CPU_OP_CONV_BWD_DATA ? &bia : NULL;
     CH_CHECK_DNNL(dnnl_dilated_convolution_forward_desc_init(&fd, dnnl_forward_training, alg,
-                                                             amd, &wts, fb, bmd, strides, dil,
-                                                             pl, pr));
+                                                             &fsrc, &fwts, fb, &fdst, strides,
+                                                             dil, pl, pr));
     *pd = *hint = NULL;
     if (op == CPU_OP_CONV_FWD) {
         CH_CHECK_DNNL(dnnl_primitive_desc_create(pd, &fd, c->attr, c->engine, NULL));
@@ -578,6 +599,16 @@ static const dnnl_format_tag_t conv_alt_tags[] = {dnnl_nhwc, dnnl_nchw, dnnl_for
 static int conv_side_is_output(int op, int s)
 {
     return (op == CPU_OP_CONV_FWD && s == 1) || (op == CPU_OP_CONV_BWD_DATA && s == 0);
+}
+
+/* Data type the primitive sees on side s: fp32, or with bf16 on
+ * (compute.precision = bf16) bf16 for the inputs (x, dy) and fp32 for the
+ * outputs (y, dx), which the ops after a convolution (batch norm, ReLU, the
+ * additions) read in fp32. The bf16 inputs are converted from the fp32
+ * tensors by a oneDNN reorder at each call (conv_side_setup). */
+static dnnl_data_type_t conv_side_dtype(const ch_cpu_t *c, int op, int s)
+{
+    return c->bf16 && !conv_side_is_output(op, s) ? dnnl_bf16 : dnnl_f32;
 }
 
 /* The primitive's activation descriptor of side s. */
@@ -637,9 +668,28 @@ static ch_status conv_prim(ch_cpu_t *c, int op, const ch_tensor_t *a, const int6
     dnnl_primitive_desc_t pd = NULL, hint = NULL;
     int64_t in_hw[2] = {a->shape[2], a->shape[3]}, out_hw[2] = {b->shape[2], b->shape[3]};
     conv_crop cr = crop_of(in_hw, out_hw, wshape, p);
-    dnnl_memory_desc_t amd, bmd;
-    ch_cpu_md_of(&amd, a);
-    ch_cpu_md_of(&bmd, b);
+    /* amd/bmd: what the primitive is asked for; tamd/tbmd: the tensors */
+    dnnl_memory_desc_t amd, bmd, tamd, tbmd;
+    ch_cpu_md_of(&tamd, a);
+    ch_cpu_md_of(&tbmd, b);
+    amd = tamd;
+    bmd = tbmd;
+    amd.data_type = conv_side_dtype(c, op, 0);
+    bmd.data_type = conv_side_dtype(c, op, 1);
+    if (c->bf16) {
+        /* bf16 inputs go through a reorder anyway: nhwc, where oneDNN 2.6 has
+         * its AMX (brgconv) kernels; measured 2x the blocked-format bf16
+         * kernels at 3x224x224 (docs/PERFORMANCE.md) */
+        dnnl_dims_t ad = {a->shape[0], a->shape[1], a->shape[2], a->shape[3]};
+        dnnl_dims_t bd = {b->shape[0], b->shape[1], b->shape[2], b->shape[3]};
+        dnnl_memory_desc_t t;
+        if (amd.data_type == dnnl_bf16 &&
+            dnnl_memory_desc_init_by_tag(&t, 4, ad, dnnl_bf16, dnnl_nhwc) == dnnl_success)
+            amd = t;
+        if (bmd.data_type == dnnl_bf16 &&
+            dnnl_memory_desc_init_by_tag(&t, 4, bd, dnnl_bf16, dnnl_nhwc) == dnnl_success)
+            bmd = t;
+    }
     /* compute.cpu_conv_algorithm: a 3x3 stride-1 convolution (uncropped)
      * first asks for Winograd (or oneDNN's choice); where oneDNN has no such
      * kernel (any ISA below AVX-512, or a shape it does not cover) the
@@ -678,8 +728,10 @@ static ch_status conv_prim(ch_cpu_t *c, int op, const ch_tensor_t *a, const int6
         dnnl_dims_t ad = {a->shape[0], a->shape[1], a->shape[2], a->shape[3]};
         dnnl_dims_t bd = {b->shape[0], b->shape[1], b->shape[2], b->shape[3]};
         dnnl_primitive_desc_t pd2 = NULL, hint2 = NULL;
-        if (dnnl_memory_desc_init_by_tag(&aalt, 4, ad, dnnl_f32, conv_alt_tags[i]) ||
-            dnnl_memory_desc_init_by_tag(&balt, 4, bd, dnnl_f32, conv_alt_tags[i]))
+        if (dnnl_memory_desc_init_by_tag(&aalt, 4, ad, conv_side_dtype(c, op, 0),
+                                         conv_alt_tags[i]) ||
+            dnnl_memory_desc_init_by_tag(&balt, 4, bd, conv_side_dtype(c, op, 1),
+                                         conv_alt_tags[i]))
             continue;
         if (conv_pd(c, op, &aalt, &balt, wshape, &cr, has_b, p, dnnl_convolution_direct, &pd2,
                     &hint2) != CH_OK) {
@@ -699,13 +751,14 @@ static ch_status conv_prim(ch_cpu_t *c, int op, const ch_tensor_t *a, const int6
     if (s == CH_OK && ch_cpu_pd_is_ref(pd))
         ch_log_warn("cohort: oneDNN has only a reference (slow) kernel for convolution %s "
                     "%lldx%lldx%lldx%lld -> %lldx%lldx%lldx%lld, weight %lldx%lldx%lldx%lld, "
-                    "stride %lld, pad %lld, dilation %d, groups %d, on ISA %s",
+                    "stride %lld, pad %lld, dilation %d, groups %d, %s, on ISA %s",
                     conv_op_name(op), (long long)a->shape[0], (long long)a->shape[1],
                     (long long)a->shape[2], (long long)a->shape[3], (long long)b->shape[0],
                     (long long)b->shape[1], (long long)b->shape[2], (long long)b->shape[3],
                     (long long)wshape[0], (long long)wshape[1], (long long)wshape[2],
                     (long long)wshape[3], (long long)p->stride_h, (long long)p->pad_h,
-                    ch_conv2d_dilation_h(p), ch_conv2d_groups(p), ch_cpu_isa_name());
+                    ch_conv2d_dilation_h(p), ch_conv2d_groups(p), c->bf16 ? "bf16" : "fp32",
+                    ch_cpu_isa_name());
     if (s == CH_OK) {
         dnnl_query_t wq = op == CPU_OP_CONV_BWD_WEIGHTS ? dnnl_query_diff_weights_md
                                                         : dnnl_query_weights_md;
@@ -715,8 +768,8 @@ static ch_status conv_prim(ch_cpu_t *c, int op, const ch_tensor_t *a, const int6
     }
     if (s == CH_OK) s = setup_scratch(c, pd, e);
     /* mem[0] = a-side activation, mem[1] = b-side activation, mem[2] = bias */
-    if (s == CH_OK) s = conv_side_setup(c, e, op, 0, &amd, conv_side_md(pd, op, 0));
-    if (s == CH_OK) s = conv_side_setup(c, e, op, 1, &bmd, conv_side_md(pd, op, 1));
+    if (s == CH_OK) s = conv_side_setup(c, e, op, 0, &tamd, conv_side_md(pd, op, 0));
+    if (s == CH_OK) s = conv_side_setup(c, e, op, 1, &tbmd, conv_side_md(pd, op, 1));
     if (s == CH_OK && has_b) {
         dnnl_memory_desc_t bias_md;
         dnnl_dims_t bd = {wshape[0]};
@@ -786,10 +839,11 @@ static ch_status add_scratch(ch_cpu_t *c, cpu_prim *e, dnnl_exec_arg_t *args, in
  * skipped (their weight gradient is zero). Backward: dX = dY Wd;
  * dWd = dY^T X folded back onto the taps. oneDNN's direct kernels reach a
  * fraction of sgemm's rate on such shapes (docs/perf-ops.md). */
-static int conv_is_gemm(const ch_tensor_t *x, const ch_tensor_t *y, const int64_t *ws,
-                        const ch_conv2d_params_t *p)
+static int conv_is_gemm(const ch_cpu_t *c, const ch_tensor_t *x, const ch_tensor_t *y,
+                        const int64_t *ws, const ch_conv2d_params_t *p)
 {
-    if (!conv_plain(p)) return 0;
+    /* bf16: oneDNN's bf16 convolution kernels on every shape (sgemm is fp32) */
+    if (!conv_plain(p) || c->bf16) return 0;
     if (!((y->shape[2] - 1) * p->stride_h <= p->pad_h &&
           (y->shape[3] - 1) * p->stride_w <= p->pad_w && x->shape[2] + p->pad_h <= ws[2] &&
           x->shape[3] + p->pad_w <= ws[3]))
@@ -971,7 +1025,8 @@ ch_status ch_cpu_conv2d_forward(void *st, const ch_tensor_t *x, const ch_tensor_
 {
     ch_cpu_t *c = st;
     cpu_prim *e;
-    if (conv_is_gemm(x, y, w->shape, p)) return gemm_forward(c, x, w, b, p, y);
+    if (c->bf16_missing) return bf16_refused("conv2d forward");
+    if (conv_is_gemm(c, x, y, w->shape, p)) return gemm_forward(c, x, w, b, p, y);
     CH_TRY(conv_prim(c, CPU_OP_CONV_FWD, x, w->shape, b != NULL, y, p, &e));
     CH_TRY(bind_weights(c, e, w));
     CH_TRY(side_bind(c, e, CPU_OP_CONV_FWD, 0, handle(x)));
@@ -995,7 +1050,8 @@ ch_status ch_cpu_conv2d_backward_data(void *st, const ch_tensor_t *dy, const ch_
 {
     ch_cpu_t *c = st;
     cpu_prim *e;
-    if (conv_is_gemm(dx, dy, w->shape, p)) return gemm_backward_data(c, dy, w, p, dx);
+    if (c->bf16_missing) return bf16_refused("conv2d backward data");
+    if (conv_is_gemm(c, dx, dy, w->shape, p)) return gemm_backward_data(c, dy, w, p, dx);
     CH_TRY(conv_prim(c, CPU_OP_CONV_BWD_DATA, dx, w->shape, 0, dy, p, &e));
     CH_TRY(bind_weights(c, e, w));
     CH_TRY(side_bind(c, e, CPU_OP_CONV_BWD_DATA, 0, dx->data));
@@ -1016,7 +1072,8 @@ ch_status ch_cpu_conv2d_backward_weights(void *st, const ch_tensor_t *x, const c
 {
     ch_cpu_t *c = st;
     cpu_prim *e;
-    if (conv_is_gemm(x, dy, dw->shape, p)) return gemm_backward_weights(c, x, dy, p, dw, db);
+    if (c->bf16_missing) return bf16_refused("conv2d backward weights");
+    if (conv_is_gemm(c, x, dy, dw->shape, p)) return gemm_backward_weights(c, x, dy, p, dw, db);
     CH_TRY(conv_prim(c, CPU_OP_CONV_BWD_WEIGHTS, x, dw->shape, db != NULL, dy, p, &e));
     if (!e->wreorder) CH_TRY(set_handle(e->wprim_mem, dw->data));
     CH_TRY(side_bind(c, e, CPU_OP_CONV_BWD_WEIGHTS, 0, handle(x)));
@@ -1038,15 +1095,138 @@ ch_status ch_cpu_conv2d_backward_weights(void *st, const ch_tensor_t *x, const c
 
 /* -------------------------------------------------------------- linear */
 
+/* ---- bf16 linear layers (compute.precision = bf16): oneDNN matmul with
+ * bf16 operands and fp32 accumulation and output. C (m, n) = op(A) op(B),
+ * A and B fp32 row-major as for sgemm (ta / tb 'N' or 'T': A stored (m, k)
+ * or (k, m), B (k, n) or (n, k)), rounded to bf16 (round to nearest even,
+ * as oneDNN's reorders and torch's .to(bfloat16)) into the primitive's
+ * buffers; B from a versioned weight tensor wt is converted once per data
+ * version (kept_weights). */
+
+/* fp32 -> bf16, round to nearest even; NaN stays a (quiet) NaN. */
+CH_CPU_SIMD static void to_bf16(const float *x, uint16_t *y, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, &x[i], sizeof u);
+        if ((u & 0x7fffffffu) > 0x7f800000u) y[i] = (uint16_t)((u >> 16) | 0x40u);
+        else y[i] = (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+    }
+}
+
+typedef struct {
+    const float *src;
+    int64_t n;
+} bf16_conv_ctx;
+
+static ch_status bf16_convert(void *ctx, void *dst)
+{
+    bf16_conv_ctx *d = ctx;
+    to_bf16(d->src, dst, d->n);
+    return CH_OK;
+}
+
+/* The matmul primitive for (m, n, k, ta, tb): mem[0] A, mem[1] B (bf16, over
+ * xbuf[0] / xbuf[1] or the kept weights), mem[2] C (fp32). */
+static ch_status bf16_matmul_prim(ch_cpu_t *c, int64_t m, int64_t n, int64_t k, char ta, char tb,
+                                  cpu_prim **out)
+{
+    int64_t key[CPU_KEY_LEN] = {0};
+    key[0] = CPU_OP_MATMUL_BF16;
+    key[1] = m;
+    key[2] = n;
+    key[3] = k;
+    key[4] = ta;
+    key[5] = tb;
+    cpu_prim *e = ch_cpu_cache_find(c, key);
+    if (e) {
+        *out = e;
+        return CH_OK;
+    }
+    e = calloc(1, sizeof *e);
+    if (!e) return CH_ERROR(CH_ERR_NOMEM, "linear: out of memory");
+    memcpy(e->key, key, sizeof key);
+    dnnl_memory_desc_t amd, bmd, cmd;
+    dnnl_dims_t ad = {m, k}, bd = {k, n}, cd = {m, n};
+    dnnl_dims_t as = {ta == 'N' ? k : 1, ta == 'N' ? 1 : m};
+    dnnl_dims_t bs = {tb == 'N' ? n : 1, tb == 'N' ? 1 : k};
+    dnnl_primitive_desc_t pd = NULL;
+    dnnl_matmul_desc_t md;
+    ch_status s = CH_OK;
+    dnnl_status_t ds = dnnl_memory_desc_init_by_strides(&amd, 2, ad, dnnl_bf16, as);
+    if (ds == dnnl_success) ds = dnnl_memory_desc_init_by_strides(&bmd, 2, bd, dnnl_bf16, bs);
+    if (ds == dnnl_success) ds = dnnl_memory_desc_init_by_tag(&cmd, 2, cd, dnnl_f32, dnnl_ab);
+    if (ds == dnnl_success) ds = dnnl_matmul_desc_init(&md, &amd, &bmd, NULL, &cmd);
+    if (ds == dnnl_success) ds = dnnl_primitive_desc_create(&pd, &md, c->attr, c->engine, NULL);
+    if (ds == dnnl_success) ds = dnnl_primitive_create(&e->prim, pd);
+    if (ds != dnnl_success)
+        s = CH_ERROR(CH_ERR_DNNL, "bf16 matmul %lldx%lldx%lld (%c%c): %s", (long long)m,
+                     (long long)n, (long long)k, ta, tb, ch_dnnl_status_string((int)ds));
+    if (s == CH_OK && ch_cpu_pd_is_ref(pd))
+        ch_log_warn("cohort: oneDNN has only a reference (slow) kernel for the bf16 matmul "
+                    "%lldx%lldx%lld (%c%c) on ISA %s",
+                    (long long)m, (long long)n, (long long)k, ta, tb, ch_cpu_isa_name());
+    if (s == CH_OK) s = setup_scratch(c, pd, e);
+    if (s == CH_OK) s = mem_create(c, &amd, MEM_NONE, &e->mem[0]);
+    if (s == CH_OK) s = mem_create(c, &bmd, MEM_NONE, &e->mem[1]);
+    if (s == CH_OK) s = mem_create(c, &cmd, MEM_NONE, &e->mem[2]);
+    e->wbytes = (size_t)(k * n) * sizeof(uint16_t);
+    size_t abytes = (size_t)(m * k) * sizeof(uint16_t);
+    if (s == CH_OK) {
+        e->xbuf[0] = aligned_alloc(64, (abytes + 63) / 64 * 64);
+        e->xbuf[1] = aligned_alloc(64, (e->wbytes + 63) / 64 * 64);
+        if (!e->xbuf[0] || !e->xbuf[1])
+            s = CH_ERROR(CH_ERR_NOMEM, "linear: bf16 buffers of %zu and %zu bytes", abytes,
+                         e->wbytes);
+    }
+    if (pd) dnnl_primitive_desc_destroy(pd);
+    if (s != CH_OK) {
+        ch_cpu_prim_free(e);
+        return s;
+    }
+    CH_TRY(ch_cpu_cache_add(c, e));
+    *out = e;
+    return CH_OK;
+}
+
+static ch_status bf16_matmul(ch_cpu_t *c, char ta, char tb, int64_t m, int64_t n, int64_t k,
+                             const float *A, const float *B, const ch_tensor_t *wt, float *C)
+{
+    cpu_prim *e;
+    CH_TRY(bf16_matmul_prim(c, m, n, k, ta, tb, &e));
+    to_bf16(A, e->xbuf[0], m * k);
+    void *bb = e->xbuf[1];
+    if (wt) {
+        bf16_conv_ctx d = {B, k * n};
+        wconvert cv = {bf16_convert, &d, e->wbytes, e->xbuf[1]};
+        CH_TRY(kept_weights(c, e, wt, &cv, &bb));
+    } else {
+        to_bf16(B, bb, k * n);
+    }
+    CH_TRY(set_handle(e->mem[0], e->xbuf[0]));
+    CH_TRY(set_handle(e->mem[1], bb));
+    CH_TRY(set_handle(e->mem[2], C));
+    dnnl_exec_arg_t a[4] = {{DNNL_ARG_SRC, e->mem[0]},
+                            {DNNL_ARG_WEIGHTS, e->mem[1]},
+                            {DNNL_ARG_DST, e->mem[2]}};
+    int na = 3;
+    CH_TRY(add_scratch(c, e, a, &na));
+    return exec(c, e->prim, na, a);
+}
+
 ch_status ch_cpu_linear_forward(void *st, const ch_tensor_t *x, const ch_tensor_t *w,
                                 const ch_tensor_t *b, ch_tensor_t *y)
 {
-    ch_cpu_threads(st);
+    ch_cpu_t *c = st;
+    ch_cpu_threads(c);
     int64_t N = x->shape[0], K = x->shape[1], M = w->shape[0];
     float *Y = y->data;
+    if (c->bf16_missing) return bf16_refused("linear forward");
     if (N == 0 || M == 0) return CH_OK;
     if (K == 0) {
         memset(Y, 0, (size_t)(N * M) * sizeof(float));
+    } else if (c->bf16) {
+        CH_TRY(bf16_matmul(c, 'N', 'T', N, M, K, x->data, w->data, w, Y));
     } else {
         CH_CHECK_DNNL(dnnl_sgemm('N', 'T', N, M, K, 1.0f, x->data, K, w->data, K, 0.0f, Y, M));
     }
@@ -1061,13 +1241,16 @@ ch_status ch_cpu_linear_forward(void *st, const ch_tensor_t *x, const ch_tensor_
 ch_status ch_cpu_linear_backward_data(void *st, const ch_tensor_t *dy, const ch_tensor_t *w,
                                       ch_tensor_t *dx)
 {
-    ch_cpu_threads(st);
+    ch_cpu_t *c = st;
+    ch_cpu_threads(c);
     int64_t N = dy->shape[0], M = w->shape[0], K = w->shape[1];
+    if (c->bf16_missing) return bf16_refused("linear backward data");
     if (N == 0 || K == 0) return CH_OK;
     if (M == 0) {
         memset(dx->data, 0, dx->nbytes);
         return CH_OK;
     }
+    if (c->bf16) return bf16_matmul(c, 'N', 'N', N, K, M, dy->data, w->data, w, dx->data);
     CH_CHECK_DNNL(dnnl_sgemm('N', 'N', N, K, M, 1.0f, dy->data, M, w->data, K, 0.0f, dx->data, K));
     return CH_OK;
 }
@@ -1075,10 +1258,14 @@ ch_status ch_cpu_linear_backward_data(void *st, const ch_tensor_t *dy, const ch_
 ch_status ch_cpu_linear_backward_weights(void *st, const ch_tensor_t *x, const ch_tensor_t *dy,
                                          ch_tensor_t *dw, ch_tensor_t *db)
 {
-    ch_cpu_threads(st);
+    ch_cpu_t *c = st;
+    ch_cpu_threads(c);
     int64_t N = x->shape[0], K = x->shape[1], M = dy->shape[1];
+    if (c->bf16_missing) return bf16_refused("linear backward weights");
     if (N == 0 || M == 0 || K == 0) {
         if (dw->nbytes) memset(dw->data, 0, dw->nbytes);
+    } else if (c->bf16) {
+        CH_TRY(bf16_matmul(c, 'T', 'N', M, K, N, dy->data, x->data, NULL, dw->data));
     } else {
         CH_CHECK_DNNL(dnnl_sgemm('T', 'N', M, K, N, 1.0f, dy->data, M, x->data, K, 0.0f,
                                  dw->data, K));

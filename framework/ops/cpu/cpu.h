@@ -25,7 +25,8 @@ typedef enum {
     CPU_OP_CONV_BWD_WEIGHTS,
     CPU_OP_CONV_GEMM,
     CPU_OP_ELTWISE_FWD, /* eltwise.c: activations */
-    CPU_OP_ELTWISE_BWD
+    CPU_OP_ELTWISE_BWD,
+    CPU_OP_MATMUL_BF16 /* conv.c: bf16 linear layers */
 } cpu_op_kind;
 
 /* Converted weights kept between calls (conv.c): the kernel-format copy of
@@ -80,6 +81,8 @@ typedef struct ch_cpu {
     ch_layout_t layout;         /* preferred activation layout */
     int nthreads;               /* requested OpenMP threads, 0 = runtime default */
     int conv_alg;               /* CH_CPU_CONV_* of the 3x3 stride-1 convolutions (conv.c) */
+    int bf16;                   /* compute.precision = bf16 on a bf16 ISA (conv.c) */
+    int bf16_missing;           /* bf16 asked for, the ISA has none: conv/linear fail */
     int wino_missing_logged;    /* conv_alg WINOGRAD found no Winograd kernel: said once */
     int64_t nwinograd;          /* convolution primitives created with a Winograd kernel */
     cpu_prim **cache;
