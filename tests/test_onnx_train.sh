@@ -20,7 +20,7 @@ if [ "${HAVE_TORCH:-}" != yes ]; then
   exit 0
 fi
 PY=${PYTHON3:-python3}
-echo "1..16"
+echo "1..18"
 zoo="$src/tests/golden/onnx_zoo.py"
 ucnn="$src/tests/golden/onnx_user_cnn.py"
 OMP_NUM_THREADS=1 "$PY" "$zoo" "$tmp" gray resnet18 > "$tmp/gray.log" 2>&1 || show "$tmp/gray.log"
@@ -49,6 +49,19 @@ import sys, torch
 sys.path.insert(0, '$src/tests/golden')
 import onnx_zoo
 onnx_zoo.gray('resnet18').load_state_dict(torch.load('$tmp/rp/model-0.pth'), strict=True)"
+
+# resume: the network is the file's contents, not its path
+rs="--data.train_subset=128 --train.eval=false --schedule.epochs=2 --train.batch_size=64"
+train 1 "$tmp/rs" --model.onnx="$tmp/resnet18_gray.onnx" $rs --train.stop_after=1 || show "$tmp/rs.log"
+mkdir -p "$tmp/moved" && cp "$tmp/resnet18_gray.onnx" "$tmp/moved/net.onnx"
+train 1 "$tmp/rs" --model.onnx="$tmp/moved/net.onnx" $rs --resume || show "$tmp/rs.log"
+check "resume with the same ONNX file at another path continues (exit 0, epoch 1)" \
+  grep -q "resumed from .* at epoch 1" "$tmp/rs.log"
+train 1 "$tmp/rs2" --model.onnx="$tmp/resnet18_gray.onnx" $rs --train.stop_after=1 || show "$tmp/rs2.log"
+train 1 "$tmp/rs2" --model.onnx="$tmp/squeezenet1_1_gray.onnx" $rs --resume
+rc=$?
+check "resume with another ONNX network under model.onnx is refused (exit $rc == 2), naming both CRC-32s" \
+  eval 'test "$rc" = 2 && grep -q "is another network than the resumed run.s (its bytes have CRC-32" "$tmp/rs2.log"'
 
 # a user's CNN: PyTorch DDP vs cohort-train, 2 ranks, 2 epochs
 OMP_NUM_THREADS=1 "$PY" "$ucnn" "$tmp/u" export > "$tmp/uexp.log" 2>&1 || show "$tmp/uexp.log"

@@ -8,7 +8,7 @@
 #    good checkpoint still loads.
 . "${COHORT_SRCDIR:-.}/tests/train_lib.sh"
 need_data
-echo "1..11"
+echo "1..12"
 args="--model.arch=smallcnn --data.train_subset=512 --data.test_subset=200 --schedule.epochs=2 --train.batch_size=16"
 
 train 2 "$tmp/straight" $args || show "$tmp/straight.log"
@@ -77,6 +77,10 @@ cp "$out/resume.safetensors" "$tmp/killed-resume.safetensors"
 train 2 "$out" $args || show "$out.log"
 check "a fresh run into a stopped run's directory keeps its resume file (resume-earlier), saying so" \
   eval 'cmp -s "$out/resume-earlier.safetensors" "$tmp/killed-resume.safetensors" && grep -q "that file is kept as $out/resume-earlier.safetensors" "$out.log"'
+# once more: the next kept file gets the next name, the first is not replaced
+train 2 "$out" $args || show "$out.log"
+check "... and a second fresh run keeps the next one as resume-earlier-2, the first unchanged" \
+  eval 'test -f "$out/resume-earlier-2.safetensors" && cmp -s "$out/resume-earlier.safetensors" "$tmp/killed-resume.safetensors"'
 
 # TensorBoard itself reads the run's event files (scalars by epoch as in
 # metrics.csv); SKIP when the tensorboard package is not installed.

@@ -66,6 +66,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <zlib.h>
+
 /* ------------------------------------------------------------------ keys */
 
 /* The trainer's own keys; the objects bring theirs (io/data/data.h data.*,
@@ -141,6 +143,7 @@ struct ch_trainer {
     /* configuration: the job's keys and the objects' options */
     ch_config_t *cfg;
     const char *arch, *weights, *onnx;
+    uint32_t onnx_crc;   /* CRC-32 of model.onnx's bytes (the resume file records it) */
     int num_classes, in_channels, weights_reshape, freeze, sync_bn;
     int batch_size, log_every, stop_after, do_eval;
     long long seed, max_steps;
@@ -204,6 +207,26 @@ static ch_status read_config(trainer_t *j)
 
 /* ------------------------------------------------------------------ model */
 
+/* The resume file's configuration text ends with this line for a model
+ * from model.onnx: the file's contents, not its path, identify the network
+ * (model.onnx itself is a free key: a moved or relative path resumes). */
+#define ONNX_CRC_MARK "# cohort: model.onnx CRC-32 "
+
+static ch_status file_crc32(const char *path, uint32_t *crc)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) return CH_ERROR(CH_ERR_IO, "model.onnx %s: %s", path, strerror(errno));
+    unsigned char buf[1 << 16];
+    uLong c = crc32(0L, Z_NULL, 0);
+    size_t n;
+    while ((n = fread(buf, 1, sizeof buf, f)) > 0) c = crc32(c, buf, (uInt)n);
+    int bad = ferror(f);
+    fclose(f);
+    if (bad) return CH_ERROR(CH_ERR_IO, "model.onnx %s: read failed", path);
+    *crc = (uint32_t)c;
+    return CH_OK;
+}
+
 /* The model (pretrained weights, freezing, device, SyncBN), its DDP, the
  * optimizer (optimizer.name) with lr x world size, its loss's label
  * smoothing and the schedule (schedule.name). */
@@ -223,6 +246,7 @@ static ch_status build_model(trainer_t *j)
         ch_onnx_map_options_default(&oo);
         oo.num_classes = j->num_classes;
         CH_TRY(ch_onnx_model_load(j->onnx, shape, &oo, &j->model));
+        CH_TRY(file_crc32(j->onnx, &j->onnx_crc));
         ch_log_info("model.onnx: %s, %d state-dict entries (model.arch '%s' not used)", j->onnx,
                     ch_model_num_entries(j->model), j->arch);
     }
@@ -274,7 +298,7 @@ static ch_status build_model(trainer_t *j)
 static const char *const resume_free_keys[] = {
     "train.threads", "train.log_every", "train.stop_after", "train.eval", "data.workers",
     "data.prefetch", "output.", "dist.device_rule", "dist.requeue", "dist.warning_signal",
-    "compute.cpu_conv_algorithm",
+    "compute.cpu_conv_algorithm", "model.onnx", /* the file's CRC-32 is compared instead */
 };
 
 /* Continue from a resume file: the saved configuration compared with this
@@ -287,6 +311,20 @@ static ch_status resume(trainer_t *j, const char *path)
     ch_status s = ch_train_resume_config_check(
         path, saved_cfg, j->cfg, resume_free_keys,
         (int)(sizeof resume_free_keys / sizeof resume_free_keys[0]));
+    /* an ONNX network: the same file contents as the resumed run's */
+    const char *mark = saved_cfg ? strstr(saved_cfg, ONNX_CRC_MARK) : NULL;
+    unsigned saved_crc = 0;
+    const int saved_onnx = mark && sscanf(mark + strlen(ONNX_CRC_MARK), "%8x", &saved_crc) == 1;
+    if (s == CH_OK && j->onnx[0] && saved_onnx && saved_crc != j->onnx_crc)
+        s = CH_ERROR(CH_ERR_INVALID, "%s: model.onnx %s is another network than the resumed run's "
+                     "(its bytes have CRC-32 %08x, the resumed run's file had %08x)", path, j->onnx,
+                     (unsigned)j->onnx_crc, saved_crc);
+    else if (s == CH_OK && j->onnx[0] != 0 && !saved_onnx && saved_cfg && saved_cfg[0])
+        s = CH_ERROR(CH_ERR_INVALID, "%s: the resumed run did not train a model.onnx network; this "
+                     "run's model is %s", path, j->onnx);
+    else if (s == CH_OK && !j->onnx[0] && saved_onnx)
+        s = CH_ERROR(CH_ERR_INVALID, "%s: the resumed run trained a model.onnx network; give "
+                     "--model.onnx with that file", path);
     free(saved_cfg);
     CH_TRY(s);
     ch_train_progress_t saved;
@@ -313,7 +351,21 @@ static ch_status resume(trainer_t *j, const char *path)
  * from their defaults: a run that does not use them writes the file of
  * old, byte for byte, and ch_config_compare_dump takes a key the file
  * lacks as its default. */
-static ch_status dump_config(const ch_config_t *cfg, char **text)
+static ch_status dump_config_text(const ch_config_t *cfg, char **text);
+
+static ch_status dump_config(const trainer_t *j, char **text)
+{
+    CH_TRY(dump_config_text(j->cfg, text));
+    if (!j->onnx[0]) return CH_OK;
+    size_t l = strlen(*text);
+    char *t = realloc(*text, l + sizeof ONNX_CRC_MARK + 16);
+    if (!t) return CH_ERROR(CH_ERR_NOMEM, "configuration text");
+    snprintf(t + l, sizeof ONNX_CRC_MARK + 16, "%s%08x\n", ONNX_CRC_MARK, (unsigned)j->onnx_crc);
+    *text = t;
+    return CH_OK;
+}
+
+static ch_status dump_config_text(const ch_config_t *cfg, char **text)
 {
     const ch_config_table_t t[] = {ch_optimizer_config_table(), ch_lr_schedule_config_table(),
                                    ch_loss_config_table()};
@@ -339,7 +391,7 @@ static int checkpoint(trainer_t *j, int model_epoch, int resume_epoch, int64_t e
             s = ch_train_output_model_path(&j->out, model_epoch, path, sizeof path);
             if (s == CH_OK) s = ch_train_state_write_model(j->model, path);
         }
-        if (s == CH_OK) s = dump_config(j->cfg, &cfg_text);
+        if (s == CH_OK) s = dump_config(j, &cfg_text);
         ch_train_progress_t p = {.epoch = resume_epoch, .global_step = j->global_step,
                                  .epoch_step = epoch_step, .epoch_steps = j->steps_per_epoch,
                                  .seed = (uint64_t)j->seed, .world_size = j->world,
@@ -663,13 +715,17 @@ static int setup(trainer_t *j)
      * resume file (a preempted run started again without --resume): that
      * file is kept under another name, not overwritten by this run's first
      * checkpoint. */
-    if (!from && j->rank == 0 && access(j->resume_path, F_OK) == 0) {
+    if ((!from || strcmp(from, j->resume_path)) && j->rank == 0 && access(j->resume_path, F_OK) == 0) {
+        /* resume-earlier.safetensors, else -2, -3, ...: never over another kept file */
         char kept[4200];
         snprintf(kept, sizeof kept, "%s/resume-earlier.safetensors", j->out.dir);
+        for (int k = 2; access(kept, F_OK) == 0 && k < 10000; k++)
+            snprintf(kept, sizeof kept, "%s/resume-earlier-%d.safetensors", j->out.dir, k);
         if (rename(j->resume_path, kept) == 0)
-            ch_log_warn("output.dir %s holds the resume file of an earlier run and this run starts "
-                        "afresh (no --resume): that file is kept as %s (continue that run with "
-                        "--resume %s)", j->out.dir, kept, kept);
+            ch_log_warn("output.dir %s holds the resume file of an earlier run and this run %s: "
+                        "that file is kept as %s (--resume %s continues that run if it had not "
+                        "finished)", j->out.dir, from ? "resumes another file" : "starts afresh "
+                        "(no --resume)", kept, kept);
         else
             s = CH_ERROR(CH_ERR_IO, "output.dir %s: keeping the earlier run's %s as %s: %s",
                          j->out.dir, j->resume_path, kept, strerror(errno));
