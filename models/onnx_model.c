@@ -46,6 +46,7 @@ typedef struct {
     const int64_t *i;
     void *own;
     const ch_onnx_tensor_t *init; /* the initializer it is, or NULL */
+    const void *tsrc;             /* a folded 2-D Transpose: the val_t it transposes */
     /* V_RUN and the pending patterns */
     int id;
     int rn;
@@ -499,10 +500,15 @@ static void weight_prefix(mp_t *p, const val_t *const *vals, const char *const *
     }
     snprintf(out, len, "onnx_%d_%s", p->ni, p->n->op_type);
     p->n_renamed++;
-    ch_log_warn("%s: node '%s' (%s): initializer names (%s%s%s) are not a module's state-dict "
-                "names; its entries are named %s.*", p->what, p->n->name, p->n->op_type,
-                vals[0] ? vals[0]->name : "", n > 1 && vals[1] ? ", " : "",
-                n > 1 && vals[1] ? vals[1]->name : "", out);
+    const int folded = vals[0] && !strncmp(vals[0]->name, "onnx::", 6);
+    ch_log_warn_rank0("%s: node '%s' (%s): initializer names (%s%s%s) are not a module's "
+                      "state-dict names; its entries are named %s.*%s", p->what, p->n->name,
+                      p->n->op_type, vals[0] ? vals[0]->name : "", n > 1 && vals[1] ? ", " : "",
+                      n > 1 && vals[1] ? vals[1]->name : "", out,
+                      folded ? " (onnx:: names come from an eval-mode or constant-folded export, "
+                               "which folds BatchNorm into the convolutions: re-export with "
+                               "training=torch.onnx.TrainingMode.TRAINING, "
+                               "do_constant_folding=False)" : "");
 }
 
 static void auto_name(mp_t *p, char *out, size_t len)
@@ -962,6 +968,11 @@ static ch_status map_linear(mp_t *p, int gemm)
     } else {
         trans = 1;
     }
+    if (w->tsrc && ((const val_t *)w->tsrc)->kind == V_CONST &&
+        ((const val_t *)w->tsrc)->init) { /* MatMul(x, Transpose(W)): W itself, named */
+        w = (val_t *)w->tsrc;
+        trans = !trans;
+    }
     int64_t F = trans ? w->dims[0] : w->dims[1], O = trans ? w->dims[1] : w->dims[0];
     if (F != x->rd[1])
         return NODE_ERR(CH_ERR_INVALID, "input %s vs weight of %lld input features",
@@ -1275,6 +1286,20 @@ static ch_status map_node(mp_t *p)
             perm[3] == 3 && perm[4] == 4) {
             alias(y, x);
             y->kind = V_SHUF5T;
+            return CH_OK;
+        }
+        if (x->kind == V_CONST && x->ndim == 2 &&
+            (!perm || (c == 2 && perm[0] == 1 && perm[1] == 0))) {
+            /* a constant matrix transposed (nn.Linear(bias=False) exports
+             * MatMul(x, Transpose(fc.weight))): folded; MatMul takes the
+             * original, under its name */
+            int64_t d[2] = {x->dims[1], x->dims[0]};
+            const val_t src = *x;
+            CH_TRY(const_new(p, y, x->dtype, 2, d));
+            for (int64_t r = 0; r < d[0]; r++)
+                for (int64_t q = 0; q < d[1]; q++)
+                    cset(y, (size_t)(r * d[1] + q), cget(&src, (size_t)(q * d[0] + r)));
+            y->tsrc = x;
             return CH_OK;
         }
         return NODE_ERR(CH_ERR_UNSUPPORTED, "Transpose other than a channel shuffle's "

@@ -365,6 +365,10 @@ static void test_command_line_errors(void **state)
         assert_ch_ok(ch_config_get_int64(cfg, "data.max_bytes", &mb));
         assert_true(mb == 8LL << 20);
         ch_config_destroy(cfg);
+        assert_ch_ok(LOAD(&cfg, "--config", data("bytes_string.cfg"))); /* "8M" in a file */
+        assert_ch_ok(ch_config_get_int64(cfg, "data.max_bytes", &mb));
+        assert_true(mb == 8LL << 20);
+        ch_config_destroy(cfg);
         assert_ch_ok(LOAD(&cfg, "--data.max_bytes=3GiB"));
         assert_ch_ok(ch_config_get_int64(cfg, "data.max_bytes", &mb));
         assert_true(mb == 3LL << 30);

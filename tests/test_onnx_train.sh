@@ -20,7 +20,7 @@ if [ "${HAVE_TORCH:-}" != yes ]; then
   exit 0
 fi
 PY=${PYTHON3:-python3}
-echo "1..18"
+echo "1..19"
 zoo="$src/tests/golden/onnx_zoo.py"
 ucnn="$src/tests/golden/onnx_user_cnn.py"
 OMP_NUM_THREADS=1 "$PY" "$zoo" "$tmp" gray resnet18 > "$tmp/gray.log" 2>&1 || show "$tmp/gray.log"
@@ -62,6 +62,26 @@ train 1 "$tmp/rs2" --model.onnx="$tmp/squeezenet1_1_gray.onnx" $rs --resume
 rc=$?
 check "resume with another ONNX network under model.onnx is refused (exit $rc == 2), naming both CRC-32s" \
   eval 'test "$rc" = 2 && grep -q "is another network than the resumed run.s (its bytes have CRC-32" "$tmp/rs2.log"'
+
+# nn.Linear(bias=False) exports MatMul(x, Transpose(W)): W is loaded under its name
+"$PY" - "$tmp/lb.onnx" > "$tmp/lb.log" 2>&1 <<'PY' || show "$tmp/lb.log"
+import sys, torch, torch.nn as nn
+torch.manual_seed(0)
+m = nn.Sequential(nn.Conv2d(1, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(),
+                  nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(8, 10, bias=False))
+torch.onnx.export(m, torch.zeros(1, 1, 28, 28), sys.argv[1], do_constant_folding=False,
+                  training=torch.onnx.TrainingMode.TRAINING)
+PY
+train 1 "$tmp/lbr" --model.onnx="$tmp/lb.onnx" --data.train_subset=64 --train.eval=false \
+  --schedule.epochs=1 --optimizer.lr=0 --optimizer.weight_decay=0 || show "$tmp/lbr.log"
+check "Linear(bias=False) (Transpose + MatMul): trains, and 5.weight is the file's W (lr 0)" \
+  "$PY" -c "
+import sys, onnx, numpy as np
+from onnx import numpy_helper
+sys.path.insert(0, '$src/tests/golden'); import nn_golden_util as U
+w = {i.name: numpy_helper.to_array(i) for i in onnx.load('$tmp/lb.onnx').graph.initializer}['5.weight']
+sd, _ = U.load('$tmp/lbr/model-0.safetensors')
+sys.exit(0 if sd['5.weight'].numpy().shape == w.shape and (sd['5.weight'].numpy() == w).all() else 1)"
 
 # a user's CNN: PyTorch DDP vs cohort-train, 2 ranks, 2 epochs
 OMP_NUM_THREADS=1 "$PY" "$ucnn" "$tmp/u" export > "$tmp/uexp.log" 2>&1 || show "$tmp/uexp.log"

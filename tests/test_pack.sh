@@ -7,7 +7,7 @@
 . "${COHORT_SRCDIR:-.}/tests/train_lib.sh"
 need_data
 PACK="$build/jobs/cohort-pack"
-echo "1..21"
+echo "1..22"
 pack() { # pack NP OUT [options...]
   local np=$1 out=$2; shift 2
   "$MPIEXEC" -n "$np" "$PACK" --format idx "$DATA" --out "$out" --limit 2000 \
@@ -116,6 +116,10 @@ check "shard_window order: the same model with 1 and 2 loader workers (bitwise),
 rc=$?
 check "data.order = shard_window with data.format = idx is a config error (exit $rc == 2)" \
   eval 'test "$rc" = 2 && grep -q "shard_window needs data.format = shards" "$tmp/t_bad.log"'
+"$MPIEXEC" -n 1 "$TRAIN" --output.dir="$tmp/t_bad2" $args --data.stage_keep=true > "$tmp/t_bad2.log" 2>&1
+rc=$?
+check "data.stage_keep without data.stage is a config error (exit $rc == 2)" \
+  eval 'test "$rc" = 2 && grep -q "data.stage_keep is set but data.stage is not" "$tmp/t_bad2.log"'
 
 
 # ImageFolder (JPEG files, bytes copied unchanged) packed == unpacked, in training

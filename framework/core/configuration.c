@@ -476,8 +476,16 @@ static ch_status assign_setting(slot_t *slot, const config_setting_t *s, const c
     char shown[64];
     switch (k->type) {
     case CH_CFG_INT:
-    case CH_CFG_INT64:
-        if (t != CONFIG_TYPE_INT && t != CONFIG_TYPE_INT64) return wrong_type(k, s, where, "");
+    case CH_CFG_INT64: {
+        /* a size key (*_bytes) also takes the command line's text: "8M" */
+        const size_t nl = strlen(k->name);
+        if (t == CONFIG_TYPE_STRING && nl > 6 && !strcmp(k->name + nl - 6, "_bytes")) {
+            CH_TRY(parse_text(k, config_setting_get_string(s), &v, CH_ERR_CONFIG, where));
+            break;
+        }
+        if (t != CONFIG_TYPE_INT && t != CONFIG_TYPE_INT64)
+            return wrong_type(k, s, where, nl > 6 && !strcmp(k->name + nl - 6, "_bytes")
+                                               ? " (a number, or a string such as \"8M\")" : "");
         v.i = config_setting_get_int64(s);
         if (k->type == CH_CFG_INT && (v.i < INT_MIN || v.i > INT_MAX))
             return CH_ERROR(CH_ERR_CONFIG, "%s: %s: %lld does not fit in int", where, k->name,
@@ -485,6 +493,7 @@ static ch_status assign_setting(slot_t *slot, const config_setting_t *s, const c
         snprintf(shown, sizeof shown, "%lld", v.i);
         CH_TRY(check_range(k, (double)v.i, shown, CH_ERR_CONFIG, where));
         break;
+    }
     case CH_CFG_FLOAT:
         if (t != CONFIG_TYPE_INT && t != CONFIG_TYPE_INT64 && t != CONFIG_TYPE_FLOAT)
             return wrong_type(k, s, where, "");

@@ -134,6 +134,9 @@ ch_status ch_data_options_from_config(const ch_config_t *cfg, ch_data_options_t 
     if (order == 1 && o->format != CH_DATA_SHARDS)
         return CH_ERROR(CH_ERR_CONFIG, "data.order = shard_window needs data.format = shards "
                         "(data.format is %s)", o->format_name);
+    if (o->stage_keep && !o->stage[0])
+        return CH_ERROR(CH_ERR_CONFIG, "data.stage_keep is set but data.stage is not: there are no "
+                        "staged copies to keep");
     if (o->stage[0] && o->format != CH_DATA_SHARDS)
         return CH_ERROR(CH_ERR_CONFIG, "data.stage is set but data.format is %s: staging copies "
                         "shards (data.format = shards)", o->format_name);
