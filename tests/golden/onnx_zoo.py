@@ -10,6 +10,10 @@ Usage:
                                           1x28x28, as tests/golden/ddp_pytorch.py does
                                           for resnet18), for cohort-train --model.onnx
   onnx_zoo.py OUT_DIR checkgray MODEL FILE  strict load of FILE into that module
+  onnx_zoo.py OUT_DIR f32noise MODEL IDX_DIR  PyTorch's own float32 error on the
+                                          gray MODEL after 2 SGD steps of 64
+                                          Fashion-MNIST images (IDX_DIR), as
+                                          tests/test_onnx_train.sh's 2-rank runs
 
 For each MODEL (torchvision.models.MODEL(num_classes=10), torch.manual_seed(0)
 init) it writes:
@@ -99,6 +103,83 @@ NUM_CLASSES = 10
 LR, MOMENTUM, WEIGHT_DECAY = 0.01, 0.9, 0.005  # cohort-train's defaults (jobs/train.cfg)
 SUMMARY_OVER = 1 << 22
 MIN_GAP = 3e-5
+KINK_REL = 1e-5
+
+
+class Kinks:
+    """Kinks of the piecewise-linear activations: where an input lies within
+    KINK_REL * max|input| of a point where the derivative jumps (ReLU and
+    LeakyReLU at 0, Hardtanh/ReLU6 at min and max, Hardswish and Hardsigmoid
+    at -3 and 3), two correct float32 forwards (PyTorch's and cohort's, or one
+    ISA's and another's) may put it on either side, and the backward takes
+    the left or the right derivative there. At 2 x 2 maps and batch 2 a
+    BatchNorm channel has 8 values, so one such element moves its bias
+    gradient by tens of percent and everything below it (mobilenet_v2's
+    features.15.conv.1.1, a value at -9.3e-6 under oneDNN's AVX2 kernels).
+    With Kinks.side = "left" or "right", the activations below keep their
+    forward and take that one-sided derivative at every such element; the
+    reference step run both ways gives each tensor's spread, max |left - ref|
+    + |right - ref| relative to max |ref| ("kink.<key>", written where > 0).
+    Exact kink values are not ambiguous (both sides compute them exactly)."""
+    side = None
+    count = 0
+
+    @staticmethod
+    def wrap(orig, params, points, deriv):
+        """orig(x, ...) with PyTorch's signature -> the same function whose
+        backward takes Kinks.side's derivative near points(*p), where
+        p = params(*a, **k) are orig's arguments after x without inplace,
+        and deriv(x, *p) is the derivative (off the kinks; at a kink with
+        a side, deriv is evaluated just left or right of it)."""
+        class F(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, x, *p):
+                ctx.save_for_backward(x)
+                ctx.p = p
+                return orig(x, *p)
+
+            @staticmethod
+            def backward(ctx, g):
+                x, = ctx.saved_tensors
+                d = deriv(x, *ctx.p)
+                delta = KINK_REL * x.abs().max()
+                for k in points(*ctx.p):
+                    near = ((x - k).abs() < delta) & (x != k)
+                    if near.any():
+                        Kinks.count += int(near.sum())
+                        xs = torch.full_like(x, k) + (-delta if Kinks.side == "left" else delta)
+                        d = torch.where(near, deriv(xs, *ctx.p), d)
+                return (g * d,) + (None,) * len(ctx.p)
+
+        def call(x, *a, **k):
+            if Kinks.side is None:
+                return orig(x, *a, **k)
+            return F.apply(x, *params(*a, **k))
+        return call
+
+    @classmethod
+    def install(cls):
+        f = nn.functional
+        o = {n: getattr(f, n) for n in ("relu", "hardtanh", "hardswish", "hardsigmoid",
+                                        "leaky_relu")}
+        none = lambda inplace=False: ()  # noqa: E731
+        f.relu = cls.wrap(o["relu"], none, lambda: (0.0,), lambda x: (x > 0).to(x.dtype))
+        f.hardtanh = cls.wrap(o["hardtanh"], lambda lo=-1.0, hi=1.0, inplace=False: (lo, hi),
+                              lambda lo, hi: (lo, hi),
+                              lambda x, lo, hi: ((x > lo) & (x < hi)).to(x.dtype))
+        f.hardswish = cls.wrap(o["hardswish"], none, lambda: (-3.0, 3.0),
+                               lambda x: torch.where(x < -3, torch.zeros_like(x),
+                                                     torch.where(x > 3, torch.ones_like(x),
+                                                                 (2 * x + 3) / 6)))
+        f.hardsigmoid = cls.wrap(o["hardsigmoid"], none, lambda: (-3.0, 3.0),
+                                 lambda x: ((x > -3) & (x < 3)).to(x.dtype) / 6)
+        f.leaky_relu = cls.wrap(o["leaky_relu"], lambda s=0.01, inplace=False: (s,),
+                                lambda s: (0.0,),
+                                lambda x, s: torch.where(x > 0, torch.ones_like(x),
+                                                         torch.full_like(x, s)))
+
+
+Kinks.install()
 
 
 class OpsNet(nn.Module):
@@ -288,17 +369,24 @@ def export(name, out):
 
     # the reference step, on the untouched model; the same in float64 for
     # PyTorch's own float32 error per tensor ("noise.<key>")
-    m64 = copy.deepcopy(m).double()
     t = collections.OrderedDict()
     for k, v in sd.items():
         put(t, "sd.", k, v)
     t["x"], t["y"] = x, y
     ref = {}
-    for dt, mod in ((torch.float32, m), (torch.float64, m64)):
+    start = copy.deepcopy(m)
+    Kinks.count = 0
+    for dt, side in ((torch.float32, None), (torch.float64, None), ("left", "left"),
+                     ("right", "right")):
+        mod = m if dt is torch.float32 else copy.deepcopy(start)
+        if dt is torch.float64:
+            mod = mod.double()
+        Kinks.side = side
+        dt_ = torch.float64 if dt is torch.float64 else torch.float32
         mod.train()
         opt = torch.optim.SGD(mod.parameters(), lr=LR, momentum=MOMENTUM, weight_decay=WEIGHT_DECAY)
         opt.zero_grad()
-        logits = mod(x.to(dt))
+        logits = mod(x.to(dt_))
         loss = nn.functional.cross_entropy(logits, y)
         loss.backward()
         r = collections.OrderedDict()
@@ -309,6 +397,8 @@ def export(name, out):
         for k, v in mod.state_dict().items():
             r["step." + k] = v.detach().clone()
         ref[dt] = r
+    Kinks.side = None
+    n_kinks = Kinks.count // 2  # counted once per one-sided run
     for k, v in ref[torch.float32].items():
         if k in ("logits", "loss"):
             t[k] = v
@@ -320,9 +410,12 @@ def export(name, out):
         v64 = ref[torch.float64][k]
         err = (v.double() - v64).abs().max() / max(v64.abs().max().item(), 1e-30)
         t["noise." + k] = err.float().reshape(1)
+        spread = ((ref["left"][k] - v).abs() + (ref["right"][k] - v).abs()).max()
+        if spread > 0:
+            t["kink." + k] = (spread.double() / max(v.abs().max().item(), 1e-30)).float().reshape(1)
     meta = {"model": name, "opset": opset, "input": "%d,3,%d,%d" % (BATCH, size, size),
             "lr": LR, "momentum": MOMENTUM, "weight_decay": WEIGHT_DECAY,
-            "summary_over": SUMMARY_OVER, "seed": seed, "maxpool_min_gap": gap, "renamed": json.dumps(renamed),
+            "summary_over": SUMMARY_OVER, "seed": seed, "maxpool_min_gap": gap, "kinks": n_kinks, "kink_rel": KINK_REL, "renamed": json.dumps(renamed),
             "absent": json.dumps(absent), "traced_stats": str(len(differ))}
     U.save(os.path.join(out, name + ".safetensors"), t, meta)
     n_params = sum(p.numel() for p in m.parameters())
@@ -332,6 +425,10 @@ def export(name, out):
                       time.time() - t0))
     print("  tensors whose float32-vs-float64 PyTorch error exceeds 1e-5: %d (worst %s)" %
           (len(noisy), max(((t[k].item(), k[6:]) for k in noisy), default=(0, "-"))))
+    kinky = [k for k in t if k.startswith("kink.") and t[k].item() > 1e-5]
+    print("  activation inputs within %g x max of a kink: %d; tensors they move by > 1e-5: %d "
+          "(worst %s)" % (KINK_REL, n_kinks, len(kinky),
+                          max(((t[k].item(), k[5:]) for k in kinky), default=(0, "-"))))
     print("  ops: " + " ".join("%s:%d" % kv for kv in sorted(ops.items())))
     print("  running stats the export's trace changed (the reference starts from the file): %d"
           % len(differ))
@@ -354,6 +451,42 @@ def check(out, name, path):
     return 0
 
 
+def f32noise(name, idx_dir):
+    """The relative L2 distance (st_compare --norm's measure, over every
+    floating-point state-dict entry) between the gray model after 2
+    torch.optim.SGD steps (lr 0.004, momentum 0.9, weight_decay 0.005:
+    tests/test_onnx_train.sh's 1-rank run) in float32 and the same 2 steps
+    in float64, on the first 128 Fashion-MNIST training images (normalised
+    by jobs/train.cfg's mean/std) in batches of 64: how far PyTorch's own
+    float32 arithmetic is from exact there. Networks whose BatchNorms see
+    few values a channel (1 x 1 maps at 28 x 28) amplify rounding: the
+    2-rank vs 1-rank difference of any float32 implementation is of this
+    size, not of 1e-4."""
+    import gzip
+    import numpy as np
+
+    def idx(fname, offset, count):
+        with gzip.open(os.path.join(idx_dir, fname), "rb") as f:
+            return np.frombuffer(f.read(), np.uint8, offset=offset)[:count].copy()
+    x = torch.from_numpy(idx("train-images-idx3-ubyte.gz", 16, 128 * 784)).float()
+    x = ((x / 255 - 0.2860) / 0.3530).reshape(128, 1, 28, 28)
+    y = torch.from_numpy(idx("train-labels-idx1-ubyte.gz", 8, 128).astype(np.int64))
+    m = gray(name)
+    res = []
+    for dt in (torch.float32, torch.float64):
+        mod = copy.deepcopy(m).to(dt).train()
+        opt = torch.optim.SGD(mod.parameters(), lr=0.004, momentum=0.9, weight_decay=0.005)
+        for s in range(2):
+            opt.zero_grad()
+            nn.functional.cross_entropy(mod(x[s * 64:(s + 1) * 64].to(dt)),
+                                        y[s * 64:(s + 1) * 64]).backward()
+            opt.step()
+        res.append({k: v.double() for k, v in mod.state_dict().items() if v.is_floating_point()})
+    num = sum(((res[0][k] - res[1][k]) ** 2).sum() for k in res[1])
+    den = sum((res[1][k] ** 2).sum() for k in res[1])
+    print("%.3g" % (num / den).sqrt().item())
+
+
 def main():
     if len(sys.argv) < 2:
         raise SystemExit("usage: onnx_zoo.py OUT_DIR [MODEL...] | OUT_DIR check MODEL FILE")
@@ -364,6 +497,8 @@ def main():
     if len(sys.argv) > 2 and sys.argv[2] == "gray":
         export_gray(sys.argv[3], out)
         return 0
+    if len(sys.argv) > 2 and sys.argv[2] == "f32noise":
+        return f32noise(sys.argv[3], sys.argv[4])
     if len(sys.argv) > 2 and sys.argv[2] == "checkgray":
         sd, _ = U.load(sys.argv[4])
         gray(sys.argv[3]).load_state_dict(sd, strict=True)
