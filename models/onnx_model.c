@@ -471,8 +471,8 @@ static ch_status add_load(mp_t *p, const char *entry, const val_t *src, int64_t 
  * suffix expected of vals[k] (NULL entries are skipped). When the names do
  * not fit (an exporter's renaming), a name of the node's own is used and a
  * warning names the initializers. */
-static void weight_prefix(mp_t *p, const val_t *const *vals, const char *const *locals, int n,
-                          char *out, size_t len)
+static ch_status weight_prefix(mp_t *p, const val_t *const *vals, const char *const *locals,
+                               int n, char *out, size_t len)
 {
     const char *ref = NULL;
     size_t plen = 0;
@@ -496,7 +496,11 @@ static void weight_prefix(mp_t *p, const val_t *const *vals, const char *const *
     if (ok && ref && plen < len) {
         memcpy(out, ref, plen);
         out[plen] = 0;
-        return;
+        if (ch_module_child(p->graph, out))
+            return NODE_ERR(CH_ERR_UNSUPPORTED, "its weights (%s) are already used by an earlier "
+                            "node: a module applied twice (shared weights) is not supported; give "
+                            "each use a module of its own", ref);
+        return CH_OK;
     }
     snprintf(out, len, "onnx_%d_%s", p->ni, p->n->op_type);
     p->n_renamed++;
@@ -509,6 +513,7 @@ static void weight_prefix(mp_t *p, const val_t *const *vals, const char *const *
                                "which folds BatchNorm into the convolutions: re-export with "
                                "training=torch.onnx.TrainingMode.TRAINING, "
                                "do_constant_folding=False)" : "");
+    return CH_OK;
 }
 
 static void auto_name(mp_t *p, char *out, size_t len)
@@ -633,7 +638,7 @@ static ch_status map_conv(mp_t *p)
     char name[CH_NN_NAME_MAX], ent[CH_NN_NAME_MAX + 8];
     const val_t *vals[2] = {w, b};
     const char *locals[2] = {"weight", "bias"};
-    weight_prefix(p, vals, locals, 2, name, sizeof name);
+    CH_TRY(weight_prefix(p, vals, locals, 2, name, sizeof name));
     ch_module_t *m;
     CH_TRY(ch_nn_conv2d_ex(p->graph, name, &o, &m));
     snprintf(ent, sizeof ent, "%s.weight", name);
@@ -677,7 +682,7 @@ static ch_status map_bn(mp_t *p)
     char name[CH_NN_NAME_MAX], ent[CH_NN_NAME_MAX + 24];
     const val_t *vals[4] = {v[0], v[1], v[2], v[3]};
     const char *locals[4] = {"weight", "bias", "running_mean", "running_var"};
-    weight_prefix(p, vals, locals, 4, name, sizeof name);
+    CH_TRY(weight_prefix(p, vals, locals, 4, name, sizeof name));
     ch_module_t *m;
     CH_TRY(ch_nn_batchnorm2d_ex(p->graph, name, (int)x->rd[1], eps, tmom, &m));
     for (int k = 0; k < 4; k++) {
@@ -997,7 +1002,7 @@ static ch_status map_linear(mp_t *p, int gemm)
     if (!vals[0] && !vals[1]) {
         vals[0] = w;
     }
-    weight_prefix(p, vals, locals, 2, name, sizeof name);
+    CH_TRY(weight_prefix(p, vals, locals, 2, name, sizeof name));
     ch_module_t *m;
     CH_TRY(ch_nn_linear(p->graph, name, (int)F, (int)O, c != NULL, &m));
     snprintf(ent, sizeof ent, "%s.weight", name);
@@ -1156,6 +1161,55 @@ static ch_status map_reshape(mp_t *p)
     return NODE_ERR(CH_ERR_UNSUPPORTED, "Reshape of %s to (%s): only a flatten to (N, -1) or a "
                     "channel shuffle", x->kind == V_RUN ? shape_str(x, b1, sizeof b1) : "a 5-D value",
                     tb);
+}
+
+/* 1 if op is one of CH_ONNX_SUPPORTED_OPS's names (each entry of that list
+ * starts with the op's name, at the start or after ", "). */
+static int op_listed(const char *op)
+{
+    size_t len = strlen(op);
+    for (const char *s = CH_ONNX_SUPPORTED_OPS; (s = strstr(s, op)) != NULL; s += len) {
+        int start = s == CH_ONNX_SUPPORTED_OPS || (s >= CH_ONNX_SUPPORTED_OPS + 2 && s[-2] == ',' &&
+                                                   s[-1] == ' ');
+        if (start && (s[len] == ',' || s[len] == ' ' || s[len] == 0)) return 1;
+    }
+    return 0;
+}
+
+/* Refuse a graph with ops cohort has no mapping for at all, before any node
+ * is mapped: the first such node is named, with the other unsupported op
+ * types of the graph (a CNN + LSTM export has Expand, then LSTM), rather
+ * than an earlier Gather or Transpose that cannot be placed only because of
+ * what follows it. */
+static ch_status check_ops(mp_t *p)
+{
+    int first = -1;
+    char others[512] = "";
+    size_t len = 0;
+    for (int k = 0; k < p->g->n_nodes; k++) {
+        const ch_onnx_node_t *n = &p->g->nodes[k];
+        int foreign = n->domain[0] && strcmp(n->domain, "ai.onnx");
+        if (!foreign && op_listed(n->op_type)) continue;
+        if (first < 0) {
+            first = k;
+            continue;
+        }
+        const ch_onnx_node_t *f = &p->g->nodes[first];
+        if (!strcmp(n->op_type, f->op_type) || strstr(others, n->op_type)) continue;
+        int w = snprintf(others + len, sizeof others - len, "%s%s (node '%s')", len ? ", " : "",
+                         n->op_type, n->name);
+        if (w > 0 && (size_t)w < sizeof others - len) len += (size_t)w;
+        else others[len] = 0; /* full: the list stops here */
+    }
+    if (first < 0) return CH_OK;
+    p->n = &p->g->nodes[first];
+    p->ni = first;
+    if (p->n->domain[0] && strcmp(p->n->domain, "ai.onnx"))
+        return NODE_ERR(CH_ERR_UNSUPPORTED, "domain '%s': the default domain only%s%s "
+                        "(supported: %s)", p->n->domain, len ? "; also unsupported here: " : "",
+                        others, CH_ONNX_SUPPORTED_OPS);
+    return NODE_ERR(CH_ERR_UNSUPPORTED, "op not supported%s%s (supported: %s)",
+                    len ? "; also unsupported here: " : "", others, CH_ONNX_SUPPORTED_OPS);
 }
 
 static ch_status map_node(mp_t *p)
@@ -1411,6 +1465,7 @@ static ch_status build(mp_t *p, const int64_t in_shape[4], const ch_onnx_map_opt
         return CH_ERROR(CH_ERR_UNSUPPORTED, "%s: output '%s' is %s, expected float logits (N, "
                         "classes)", p->what, g->outputs[0].name,
                         ch_onnx_type_name(g->outputs[0].elem_type));
+    CH_TRY(check_ops(p));
     /* the value table: every name, then consumers */
     size_t nnames = (size_t)g->n_init + 1;
     for (int k = 0; k < g->n_nodes; k++) nnames += (size_t)g->nodes[k].n_out;

@@ -4,7 +4,11 @@
  *   tests/bench_nn [--arch resnet18] [--batch 64] [--size 28] [--channels 1]
  *                  [--threads 1] [--steps 20] [--warmup 3] [--eval]
  *                  [--conv-algorithm direct|auto|winograd] [--precision fp32|bf16]
+ *                  [--onnx FILE]
  *
+ * --onnx builds the model from an ONNX file (models/onnx_model.h, as
+ * cohort-train's model.onnx) instead of --arch; --channels and --size must
+ * be the file's input (tests/golden/onnx_zoo.py exports 3 x 64 x 64).
  * --conv-algorithm is compute.cpu_conv_algorithm (framework/ops/ops.h); the
  * output line then also counts the Winograd convolution primitives.
  * --precision is compute.precision (bf16: oneDNN's bf16 convolutions and
@@ -19,6 +23,7 @@
 #include "framework/ops/ops.h"
 #include "framework/train/optim.h"
 #include "models/models.h"
+#include "models/onnx_model.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -41,7 +46,7 @@ static int cmp(const void *a, const void *b)
 
 int main(int argc, char **argv)
 {
-    const char *arch = "resnet18";
+    const char *arch = "resnet18", *onnx = NULL;
     int batch = 64, size = 28, channels = 1, threads = 1, steps = 20, warmup = 3, eval = 0;
     int conv_alg = CH_CPU_CONV_DIRECT, bf16 = 0;
     for (int i = 1; i < argc; i++) {
@@ -49,6 +54,7 @@ int main(int argc, char **argv)
         if (!strcmp(a, "--eval")) { eval = 1; continue; }
         if (!v) { fprintf(stderr, "bench_nn: %s needs a value\n", a); return 2; }
         if (!strcmp(a, "--arch")) arch = v;
+        else if (!strcmp(a, "--onnx")) onnx = v;
         else if (!strcmp(a, "--batch")) batch = atoi(v);
         else if (!strcmp(a, "--size")) size = atoi(v);
         else if (!strcmp(a, "--channels")) channels = atoi(v);
@@ -97,7 +103,16 @@ int main(int argc, char **argv)
     ch_sgd_options_t so = {0.01, 0.9, 0.0, 0.005, 0};
     ch_tensor_t x, y;
     int64_t xs[4] = {batch, channels, size, size}, ys[1] = {batch};
-    if (ch_compute_create(&co, &cx) || ch_model_create(arch, &mo, &m) || ch_sgd_create(&so, &sgd) ||
+    ch_onnx_map_options_t oo;
+    ch_onnx_map_options_default(&oo);
+    oo.num_classes = 10;
+    if (onnx) {
+        const char *slash = strrchr(onnx, '/');
+        arch = slash ? slash + 1 : onnx;
+    }
+    if (ch_compute_create(&co, &cx) ||
+        (onnx ? ch_onnx_model_load(onnx, xs, &oo, &m) : ch_model_create(arch, &mo, &m)) ||
+        ch_sgd_create(&so, &sgd) ||
         ch_sgd_add_model(sgd, m) || ch_tensor_alloc_f32(&x, 4, xs) ||
         ch_tensor_alloc(&y, CH_I64, 1, ys, CH_LAYOUT_PLAIN, CH_DEV_CPU, 0)) {
         fprintf(stderr, "bench_nn: %s\n", ch_error_message());

@@ -22,7 +22,7 @@ if [ "${HAVE_TORCH:-}" != yes ]; then
   exit 0
 fi
 PY=${PYTHON3:-python3}
-echo "1..20"
+echo "1..22"
 zoo="$src/tests/golden/onnx_zoo.py"
 ucnn="$src/tests/golden/onnx_user_cnn.py"
 OMP_NUM_THREADS=1 "$PY" "$zoo" "$tmp" gray resnet18 > "$tmp/gray.log" 2>&1 || show "$tmp/gray.log"
@@ -130,6 +130,10 @@ bad "not ONNX" "$tmp/u/bad_text.onnx" "not an ONNX model"
 bad "truncated" "$tmp/u/bad_truncated.onnx" "truncated"
 bad "unsupported op names node, op, opset and the supported ops" "$tmp/u/bad_op.onnx" \
   "node 'my_softplus' (Softplus, opset 14): op not supported (supported: Add, "
+bad "an LSTM after a conv is named, not the Gather/Transpose before it" "$tmp/u/bad_lstm.onnx" \
+  "op not supported; also unsupported here: LSTM (node '/lstm/LSTM') (supported: Add, "
+bad "a module applied twice (shared weights) is named" "$tmp/u/bad_shared.onnx" \
+  "(Conv, opset 14): its weights (conv.weight) are already used by an earlier node"
 bad "missing initializer" "$tmp/u/bad_missing.onnx" "conv1.weight'.*missing initializer"
 bad "opset out of range" "$tmp/u/bad_opset.onnx" "opset 9"
 bad "two graph outputs" "$tmp/u/bad_outputs.onnx" "2 outputs, expected exactly one"

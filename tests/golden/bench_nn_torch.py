@@ -4,7 +4,7 @@ cross-entropy, backward, SGD step) or inference of a torchvision model on
 random data; prints the median step time (wall and process CPU) and the CPU
 capability of PyTorch's own kernels. Runs under Debian's torch 1.13 and
 torch 2.x (tests/bench_torch_venv.sh). Same options as bench_nn:
-  bench_nn_torch.py [--arch resnet18] [--batch 64] [--size 28] [--channels 1]
+  bench_nn_torch.py [--arch resnet18|TORCHVISION_MODEL] [--batch 64] [--size 28] [--channels 1]
                     [--threads 1] [--steps 20] [--warmup 3] [--eval]
                     [--precision fp32|bf16]
 --precision bf16 runs the forward under torch.autocast("cpu",
@@ -49,7 +49,17 @@ def main():
     ap.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
-    m = resnet_golden.model(a.arch, a.channels, 10)
+    if a.arch in ("resnet18", "resnet34", "resnet50", "smallcnn"):
+        m = resnet_golden.model(a.arch, a.channels, 10)
+    else:  # any other torchvision model (bench_nn --onnx of onnx_zoo.py's export)
+        import torchvision
+        torch.manual_seed(0)
+        m = getattr(torchvision.models, a.arch)(num_classes=10)
+        for mod in m.modules():  # as onnx_zoo.py: dropout and stochastic depth off
+            if isinstance(mod, nn.Dropout):
+                mod.p = 0.0
+            elif isinstance(mod, torchvision.ops.StochasticDepth):
+                mod.p = 0.0
     opt = torch.optim.SGD(m.parameters(), lr=0.01, momentum=0.9, weight_decay=0.005)
     x = torch.rand(a.batch, a.channels, a.size, a.size) - 0.5
     y = torch.randint(0, 10, (a.batch,))

@@ -110,6 +110,36 @@ def export(out):
     print("user_cnn.onnx: %d nodes, ops %s" % (len(g.node), " ".join(ops)))
 
 
+class SharedConv(nn.Module):
+    """One Conv2d applied twice (tied weights: not mappable)."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Conv2d(1, 8, 3, padding=1)
+        self.conv = nn.Conv2d(8, 8, 3, padding=1)
+        self.fc = nn.Linear(8 * 28 * 28, 10)
+
+    def forward(self, x):
+        x = torch.relu(self.conv(torch.relu(self.conv(self.stem(x)))))
+        return self.fc(torch.flatten(x, 1))
+
+
+class ConvLSTM(nn.Module):
+    """A conv layer whose 28 rows are a sequence for an LSTM (not mappable)."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(1, 4, 3, padding=1)
+        self.lstm = nn.LSTM(4 * 28, 32, batch_first=True)
+        self.fc = nn.Linear(32, 10)
+
+    def forward(self, x):
+        f = torch.relu(self.conv(x))  # (N, 4, 28, 28)
+        seq = f.permute(0, 2, 1, 3).reshape(x.size(0), 28, 4 * 28)
+        h, _ = self.lstm(seq)
+        return self.fc(h[:, -1])
+
+
 def bad(out):
     import onnx
     from onnx import helper, TensorProto
@@ -149,6 +179,15 @@ def bad(out):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         torch.onnx.export(m3, torch.zeros(1, 3, 28, 28), os.path.join(out, "bad_channels.onnx"),
+                          training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False)
+    # a CNN whose feature rows go through an LSTM: the exporter writes Shape,
+    # Gather, Transpose ... before the LSTM node, which is what must be named
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(SharedConv(), torch.zeros(1, 1, 28, 28),
+                          os.path.join(out, "bad_shared.onnx"),
+                          training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False)
+        torch.onnx.export(ConvLSTM(), torch.zeros(1, 1, 28, 28), os.path.join(out, "bad_lstm.onnx"),
                           training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False)
     raw = open(src, "rb").read()
     open(os.path.join(out, "bad_truncated.onnx"), "wb").write(raw[: len(raw) // 2])
