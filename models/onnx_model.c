@@ -13,9 +13,10 @@
 const char CH_ONNX_SUPPORTED_OPS[] =
     "Add, AveragePool, BatchNormalization, Cast, Clip, Concat, Constant, ConstantOfShape, Conv, "
     "Div, Dropout, Erf (in GELU's erf form), Flatten, Gather, Gelu, Gemm, GlobalAveragePool, "
-    "HardSigmoid, HardSwish, Identity, LeakyRelu, MatMul, MaxPool, Mul, Pad (zeros, before "
-    "AveragePool), ReduceMean, Relu, Reshape, Shape, Sigmoid, Slice, Split, Squeeze, Sub, Tanh, "
-    "Transpose (channel shuffle), Unsqueeze";
+    "HardSigmoid, HardSwish, Identity, LayerNormalization (channels-last or (N, F)), LeakyRelu, "
+    "MatMul, MaxPool, Mul, Pad (zeros, before AveragePool), Pow and Sqrt (in LayerNorm's "
+    "decomposed form), ReduceMean, Relu, Reshape, Shape, Sigmoid, Slice, Split, Squeeze, Sub, "
+    "Tanh, Transpose (channel shuffle, channels-last LayerNorm), Unsqueeze";
 
 void ch_onnx_map_options_default(ch_onnx_map_options_t *o)
 {
@@ -1212,6 +1213,256 @@ static ch_status check_ops(mp_t *p)
                     len ? "; also unsupported here: " : "", others, CH_ONNX_SUPPORTED_OPS);
 }
 
+/* ------------------------------------------------------------ LayerNorm */
+
+/* A LayerNorm over the last axis of a value (ln_match / ln_node /
+ * ln_decomposed): the nodes it spans, its epsilon, weight and bias, its
+ * output, and the node that names the module when the initializer names
+ * do not (weight_prefix). */
+typedef struct {
+    int nodes[12];
+    int nn;
+    float eps;
+    val_t *w, *b, *y;
+    int name_ni;
+} ln_match_t;
+
+/* node index of the one reader of v with op type op, or -1 */
+static int only_reader(mp_t *p, const val_t *v, const char *op)
+{
+    if (!v || v->uses != 1 || v->last_use < 0) return -1;
+    const ch_onnx_node_t *c = &p->g->nodes[v->last_use];
+    return strcmp(c->op_type, op) || c->domain[0] || c->n_out < 1 ? -1 : v->last_use;
+}
+
+/* the other input of a binary node c that reads v (NULL if c does not read
+ * v as one of exactly two inputs) */
+static val_t *other_in(mp_t *p, const ch_onnx_node_t *c, const val_t *v)
+{
+    if (c->n_in != 2) return NULL;
+    if (!strcmp(c->in[0], v->name)) return val_get(p, c->in[1]);
+    if (!strcmp(c->in[1], v->name)) return val_get(p, c->in[0]);
+    return NULL;
+}
+
+/* 1 when node c is a ReduceMean over exactly the last axis of a rank-`rank`
+ * value, keepdims 1 (axes an attribute, or an input from opset 18) */
+static int reduce_last(mp_t *p, const ch_onnx_node_t *c, int rank)
+{
+    int64_t axes[2];
+    int na = 0;
+    if (c->n_in > 1 && c->in[1][0]) {
+        const val_t *a = val_get(p, c->in[1]);
+        if (!a || a->kind != V_CONST || a->numel != 1 || a->ndim > 1) return 0;
+        axes[0] = cgeti(a, 0);
+        na = 1;
+    } else {
+        const int64_t *a = attr_ints(c, "axes", &na);
+        if (na != 1) return 0;
+        axes[0] = a[0];
+    }
+    return na == 1 && axis1(axes[0], rank) == rank - 1 && attr_i(c, "keepdims", 1) == 1;
+}
+
+/* a float constant of C values (a LayerNorm's weight or bias) */
+static int is_vec(const val_t *v, int64_t C)
+{
+    return v && v->kind == V_CONST && v->dtype == CH_F32 && v->numel == (size_t)C &&
+           v->ndim == 1;
+}
+
+#define LN_WHY(...) (snprintf(why, wl, __VA_ARGS__), 0)
+
+/* node ni, a LayerNormalization of value t (rank `rank`, C values on its
+ * last axis) over that last axis with weight and bias: 1 and *lm, or 0 and
+ * why */
+static int ln_node(mp_t *p, int ni, const val_t *t, int rank, int64_t C, ln_match_t *lm, char *why,
+                   size_t wl)
+{
+    const ch_onnx_node_t *c = &p->g->nodes[ni];
+    if (strcmp(c->op_type, "LayerNormalization") || c->domain[0] || c->n_in < 1 ||
+        strcmp(c->in[0], t->name))
+        return LN_WHY("read by '%s' (%s), not by a LayerNormalization", c->name, c->op_type);
+    int64_t axis = attr_i(c, "axis", -1);
+    float eps = attr_f(c, "epsilon", 1e-5f);
+    if (axis1(axis, rank) != rank - 1)
+        return LN_WHY("LayerNormalization '%s' over axis %lld of a rank-%d value: only over the "
+                      "last axis (normalized_shape = (C,))", c->name, (long long)axis, rank);
+    if (!(eps > 0.0f && isfinite(eps)))
+        return LN_WHY("LayerNormalization '%s': epsilon %g, expected > 0", c->name, (double)eps);
+    val_t *w = c->n_in > 1 ? val_get(p, c->in[1]) : NULL, *b = c->n_in > 2 ? val_get(p, c->in[2]) : NULL;
+    if (!is_vec(w, C) || !is_vec(b, C))
+        return LN_WHY("LayerNormalization '%s': Scale and B must be float constants of %lld values "
+                      "(nn.LayerNorm with elementwise_affine and bias)", c->name, (long long)C);
+    for (int k = 1; k < c->n_out; k++) {
+        const val_t *o = val_get(p, c->out[k]);
+        if (o && o->uses)
+            return LN_WHY("LayerNormalization '%s': output %d (Mean / InvStdDev) is read by "
+                          "another node; only Y can be", c->name, k);
+    }
+    lm->nodes[lm->nn++] = ni;
+    lm->eps = eps;
+    lm->w = w;
+    lm->b = b;
+    lm->y = val_get(p, c->out[0]);
+    lm->name_ni = ni;
+    return 1;
+}
+
+/* torch's decomposed LayerNorm (opset < 17) of value t from its ReduceMean
+ * node r1: ReduceMean(t) -> Sub(t, mean) -> Pow(2) -> ReduceMean -> Add eps
+ * -> Sqrt -> Div(Sub, Sqrt) -> Mul weight -> Add bias, each intermediate
+ * read only inside the pattern: 1 and *lm, or 0 and why */
+static int ln_decomposed(mp_t *p, int r1, const val_t *t, int rank, int64_t C, ln_match_t *lm,
+                         char *why, size_t wl)
+{
+    const ch_onnx_node_t *g = p->g->nodes;
+    const char *form = "not nn.LayerNorm's decomposed form (ReduceMean, Sub, Pow 2, ReduceMean, "
+                       "Add eps, Sqrt, Div, Mul weight, Add bias over the last axis)";
+    if (!reduce_last(p, &g[r1], rank) || strcmp(g[r1].in[0], t->name))
+        return LN_WHY("ReduceMean '%s' %s", g[r1].name, form);
+    val_t *mean = val_get(p, g[r1].out[0]);
+    int s = only_reader(p, mean, "Sub");
+    if (s < 0 || g[s].n_in != 2 || strcmp(g[s].in[0], t->name) || strcmp(g[s].in[1], mean->name))
+        return LN_WHY("ReduceMean '%s': %s", g[r1].name, form);
+    val_t *xc = val_get(p, g[s].out[0]);
+    int pw = -1, dv = -1;
+    if (xc && xc->uses == 2)
+        for (int k = s + 1; k <= xc->last_use; k++)
+            if (g[k].n_in == 2 && !strcmp(g[k].in[0], xc->name) && !g[k].domain[0]) {
+                if (!strcmp(g[k].op_type, "Pow")) pw = k;
+                else if (!strcmp(g[k].op_type, "Div")) dv = k;
+            }
+    double two, eps;
+    if (pw < 0 || dv < 0 || !const_scalar(val_get(p, g[pw].in[1]), &two) || two != 2.0)
+        return LN_WHY("Sub '%s': %s", g[s].name, form);
+    val_t *sq = val_get(p, g[pw].out[0]);
+    int r2 = only_reader(p, sq, "ReduceMean");
+    if (r2 < 0 || !reduce_last(p, &g[r2], rank) || strcmp(g[r2].in[0], sq->name))
+        return LN_WHY("Pow '%s': %s", g[pw].name, form);
+    val_t *var = val_get(p, g[r2].out[0]);
+    int ae = only_reader(p, var, "Add");
+    if (ae < 0 || !const_scalar(other_in(p, &g[ae], var), &eps) || !(eps > 0 && eps < 1))
+        return LN_WHY("ReduceMean '%s': %s", g[r2].name, form);
+    val_t *ve = val_get(p, g[ae].out[0]);
+    int sr = only_reader(p, ve, "Sqrt");
+    val_t *sd = sr >= 0 ? val_get(p, g[sr].out[0]) : NULL;
+    if (sr < 0 || only_reader(p, sd, "Div") != dv || strcmp(g[dv].in[1], sd->name))
+        return LN_WHY("Add '%s': %s", g[ae].name, form);
+    val_t *xh = val_get(p, g[dv].out[0]);
+    int mu = only_reader(p, xh, "Mul");
+    val_t *w = mu >= 0 ? other_in(p, &g[mu], xh) : NULL;
+    val_t *xw = mu >= 0 ? val_get(p, g[mu].out[0]) : NULL;
+    int ab = only_reader(p, xw, "Add");
+    val_t *b = ab >= 0 ? other_in(p, &g[ab], xw) : NULL;
+    if (!is_vec(w, C) || !is_vec(b, C))
+        return LN_WHY("Div '%s': no Mul by a weight and Add of a bias of %lld values after it "
+                      "(nn.LayerNorm with elementwise_affine and bias)", g[dv].name, (long long)C);
+    const int nodes[9] = {r1, s, pw, r2, ae, sr, dv, mu, ab};
+    for (int k = 0; k < 9; k++) lm->nodes[lm->nn++] = nodes[k];
+    lm->eps = (float)eps;
+    lm->w = w;
+    lm->b = b;
+    lm->y = val_get(p, g[ab].out[0]);
+    lm->name_ni = mu;
+    return 1;
+}
+
+/* the module for a matched LayerNorm of the run-time value x (N, C, H, W)
+ * or (N, C): LayerNorm2d, named by its initializers; y its output */
+static ch_status ln_build(mp_t *p, const val_t *x, const ln_match_t *lm, val_t *y)
+{
+    const ch_onnx_node_t *n0 = p->n;
+    const int ni0 = p->ni;
+    p->n = &p->g->nodes[lm->name_ni]; /* a renamed module is named after this node */
+    p->ni = lm->name_ni;
+    char name[CH_NN_NAME_MAX], ent[CH_NN_NAME_MAX + 8];
+    const val_t *vals[2] = {lm->w, lm->b};
+    const char *locals[2] = {"weight", "bias"};
+    weight_prefix(p, vals, locals, 2, name, sizeof name);
+    p->n = n0;
+    p->ni = ni0;
+    ch_module_t *m;
+    CH_TRY(ch_nn_layernorm2d(p->graph, name, (int)x->rd[1], lm->eps, &m));
+    snprintf(ent, sizeof ent, "%s.weight", name);
+    CH_TRY(add_load(p, ent, lm->w, 0, 0));
+    snprintf(ent, sizeof ent, "%s.bias", name);
+    CH_TRY(add_load(p, ent, lm->b, 0, 0));
+    for (int k = 0; k < lm->nn; k++) p->skip[lm->nodes[k]] = 1;
+    return connect(p, m, &x->id, 1, y, x->rn, x->rd);
+}
+
+/* Transpose (0, 2, 3, 1) of x (N, C, H, W) into t: ConvNeXt's channels-last
+ * LayerNorm (x.permute(0, 2, 3, 1), nn.LayerNorm(C), .permute(0, 3, 1, 2);
+ * torchvision's LayerNorm2d): t read only by a LayerNormalization over its
+ * last axis or by the decomposed form, whose output is read only by a
+ * Transpose (0, 3, 1, 2). -> LayerNorm2d on x. */
+static ch_status map_channels_last_ln(mp_t *p, const val_t *x, val_t *t)
+{
+    const ch_onnx_node_t *g = p->g->nodes;
+    char why[512] = "";
+    const size_t wl = sizeof why;
+    ln_match_t lm;
+    memset(&lm, 0, sizeof lm);
+    int ok = 0;
+    if (t->uses == 1 && t->last_use >= 0) {
+        ok = ln_node(p, t->last_use, t, 4, x->rd[1], &lm, why, wl);
+    } else if (t->uses == 2) {
+        int r1 = -1;
+        for (int k = p->ni + 1; k <= t->last_use; k++)
+            if (!strcmp(g[k].op_type, "ReduceMean") && g[k].n_in >= 1 && !strcmp(g[k].in[0], t->name))
+                r1 = k;
+        if (r1 >= 0) ok = ln_decomposed(p, r1, t, 4, x->rd[1], &lm, why, wl);
+        else snprintf(why, wl, "its output is read by 2 nodes, none a ReduceMean");
+    } else {
+        snprintf(why, wl, "its output is read by %d nodes", t->uses);
+    }
+    int tb = -1;
+    if (ok) {
+        tb = only_reader(p, lm.y, "Transpose");
+        int c = 0;
+        const int64_t *perm = tb >= 0 ? attr_ints(&g[tb], "perm", &c) : NULL;
+        if (!perm || c != 4 || perm[0] != 0 || perm[1] != 3 || perm[2] != 1 || perm[3] != 2) {
+            const int nu = lm.y ? lm.y->uses : 0;
+            const char *rd = nu == 1 ? g[lm.y->last_use].op_type : NULL;
+            snprintf(why, wl, "the LayerNorm's output goes to %s%s%s, not to a Transpose (0, 3, 1, "
+                     "2) back to (N, C, H, W) (cohort has no channels-last ops after it)",
+                     rd ? "a " : "", rd ? rd : nu ? "several nodes" : "nothing",
+                     rd && !strcmp(rd, "Transpose") ? " of another perm" : "");
+            ok = 0;
+        }
+    }
+    if (!ok)
+        return NODE_ERR(CH_ERR_UNSUPPORTED, "Transpose (0, 2, 3, 1) other than a channels-last "
+                        "LayerNorm (Transpose (0, 2, 3, 1), LayerNormalization over the last axis "
+                        "or its decomposed form, Transpose (0, 3, 1, 2)): %s", why);
+    lm.nodes[lm.nn++] = tb;
+    return ln_build(p, x, &lm, val_get(p, g[tb].out[0]));
+}
+
+/* a LayerNormalization the patterns did not take: over the features of an
+ * (N, F) value, else refused */
+static ch_status map_layernorm(mp_t *p)
+{
+    val_t *x;
+    char why[512], b1[96];
+    CH_TRY(in_val(p, 0, &x));
+    if (x && x->kind == V_RUN && x->rn == 2) {
+        ln_match_t lm;
+        memset(&lm, 0, sizeof lm);
+        if (!ln_node(p, p->ni, x, 2, x->rd[1], &lm, why, sizeof why))
+            return NODE_ERR(CH_ERR_UNSUPPORTED, "%s", why);
+        return ln_build(p, x, &lm, lm.y);
+    }
+    return NODE_ERR(CH_ERR_UNSUPPORTED, "LayerNormalization of %s over axis %lld: cohort maps "
+                    "LayerNorm over the features of an (N, F) value, or over the channels of "
+                    "(N, C, H, W) between Transpose (0, 2, 3, 1) and Transpose (0, 3, 1, 2) "
+                    "(ConvNeXt's channels-last LayerNorm, torchvision's LayerNorm2d)",
+                    x && (x->kind == V_RUN || x->kind == V_CONST) ? shape_str(x, b1, sizeof b1)
+                                                                   : "a pending pattern",
+                    (long long)attr_i(p->n, "axis", -1));
+}
+
 static ch_status map_node(mp_t *p)
 {
     const ch_onnx_node_t *n = p->n;
@@ -1268,7 +1519,18 @@ static ch_status map_node(mp_t *p)
     if (!strcmp(op, "MaxPool")) return map_pool(p, 1);
     if (!strcmp(op, "AveragePool")) return map_pool(p, 0);
     if (!strcmp(op, "GlobalAveragePool")) return map_global_avg(p, x, 1);
-    if (!strcmp(op, "ReduceMean")) return map_reduce_mean(p);
+    if (!strcmp(op, "ReduceMean")) {
+        if (x && x->kind == V_RUN && x->rn == 2) { /* nn.LayerNorm decomposed (opset < 17) */
+            char why[512];
+            ln_match_t lm;
+            memset(&lm, 0, sizeof lm);
+            if (!ln_decomposed(p, p->ni, x, 2, x->rd[1], &lm, why, sizeof why))
+                return NODE_ERR(CH_ERR_UNSUPPORTED, "ReduceMean of an (N, F) value: %s", why);
+            return ln_build(p, x, &lm, lm.y);
+        }
+        return map_reduce_mean(p);
+    }
+    if (!strcmp(op, "LayerNormalization")) return map_layernorm(p);
     if (!strcmp(op, "Gemm")) return map_linear(p, 1);
     if (!strcmp(op, "MatMul")) return map_linear(p, 0);
     if (!strcmp(op, "Split")) return map_split(p);
@@ -1342,6 +1604,9 @@ static ch_status map_node(mp_t *p)
             y->kind = V_SHUF5T;
             return CH_OK;
         }
+        if (x->kind == V_RUN && x->rn == 4 && perm && c == 4 && perm[0] == 0 && perm[1] == 2 &&
+            perm[2] == 3 && perm[3] == 1)
+            return map_channels_last_ln(p, x, y);
         if (x->kind == V_CONST && x->ndim == 2 &&
             (!perm || (c == 2 && perm[0] == 1 && perm[1] == 0))) {
             /* a constant matrix transposed (nn.Linear(bias=False) exports
@@ -1357,7 +1622,9 @@ static ch_status map_node(mp_t *p)
             return CH_OK;
         }
         return NODE_ERR(CH_ERR_UNSUPPORTED, "Transpose other than a channel shuffle's "
-                        "(Reshape (N, g, C/g, H, W), Transpose (0, 2, 1, 3, 4), Reshape (N, C, H, W))");
+                        "(Reshape (N, g, C/g, H, W), Transpose (0, 2, 1, 3, 4), Reshape (N, C, H, W)) "
+                        "or a channels-last LayerNorm's (Transpose (0, 2, 3, 1), LayerNormalization, "
+                        "Transpose (0, 3, 1, 2))");
     }
     if (!strcmp(op, "Pad")) {
         val_t *pv, *cv;
@@ -1505,7 +1772,8 @@ static ch_status build(mp_t *p, const int64_t in_shape[4], const ch_onnx_map_opt
     CH_TRY(ch_model_new("onnx", &p->M));
     CH_TRY(ch_nn_graph(ch_model_root(p->M), "", &p->graph));
     /* Constant nodes first (they read nothing), so the patterns that look
-     * ahead (GELU's erf form, MatMul + Add) see the constants after them */
+     * ahead (GELU's erf form, MatMul + Add, the decomposed LayerNorm) see
+     * the constants after them */
     for (int k = 0; k < g->n_nodes; k++) {
         if (strcmp(g->nodes[k].op_type, "Constant") || g->nodes[k].domain[0]) continue;
         p->n = &g->nodes[k];

@@ -43,6 +43,12 @@
  *   Div with a scalar constant -> Affine; Concat (axis 1) -> Cat; Split and
  *   Slice on axis 1 (step 1) -> Narrow; Reshape (N, g, C/g, H, W) +
  *   Transpose (0, 2, 1, 3, 4) + Reshape (N, C, H, W) -> ChannelShuffle(g);
+ *   Transpose (0, 2, 3, 1) + LayerNormalization (last axis) + Transpose
+ *   (0, 3, 1, 2) (ConvNeXt's channels-last LayerNorm, torchvision's
+ *   LayerNorm2d), or torch's decomposed LayerNorm (ReduceMean, Sub, Pow,
+ *   ReduceMean, Add eps, Sqrt, Div, Mul weight, Add bias) between the
+ *   Transposes -> LayerNorm2d(C, eps); either form over the last axis of
+ *   an (N, F) value -> LayerNorm2d on (N, F) (nn.LayerNorm(F));
  *   MaxPool, AveragePool (count_include_pad, ceil_mode, symmetric pads) ->
  *   MaxPool2d / AvgPool2d; GlobalAveragePool and ReduceMean over (2, 3)
  *   with keepdims -> AvgPool2d over the whole map ((N, C, 1, 1)),

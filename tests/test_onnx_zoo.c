@@ -8,7 +8,11 @@
  * state dict loads into the torchvision module with strict=True. "opsnet"
  * (onnx_zoo.py's OpsNet) adds the mapped ops the zoo does not use: GELU's
  * erf form, LeakyReLU, Tanh, Clip, chunk, channel shuffle, scalar affine,
- * Pad + AveragePool, ceil-mode pools, a dilated grouped conv. */
+ * Pad + AveragePool, ceil-mode pools, a dilated grouped conv; "lnnet" and
+ * "lnnet14" (LnNet) LayerNorm at opset 17 (LayerNormalization) and 14 (its
+ * decomposed form): ConvNeXt's channels-last block, torchvision's
+ * LayerNorm2d, nn.LayerNorm on (N, F); ln_refused the LayerNorms cohort
+ * cannot place. */
 #include "config.h"
 
 #include "tests/nn_testutil.h"
@@ -33,15 +37,34 @@ static int want_vgg(void)
     return e && !strcmp(e, "1");
 }
 
+/* COHORT_ZOO_ONLY="lnnet lnnet14": only these models are exported and
+ * compared, the others skipped (a quick run while working on one). */
+static const char *zoo_only(void)
+{
+    const char *e = getenv("COHORT_ZOO_ONLY");
+    return e && e[0] ? e : NULL;
+}
+
+static int in_list(const char *list, const char *name)
+{
+    size_t n = strlen(name);
+    for (const char *s = list; (s = strstr(s, name)); s += n)
+        if ((s == list || s[-1] == ' ') && (s[n] == 0 || s[n] == ' ')) return 1;
+    return 0;
+}
+
 static void zoo_golden(const char *name)
 {
     if (!nt_have_torch()) ch_test_skip("python3-torch not available (HAVE_TORCH != yes)");
+    if (zoo_only() && !in_list(zoo_only(), name)) ch_test_skip("not in COHORT_ZOO_ONLY");
     if (!strcmp(name, "vgg11_bn") && !want_vgg())
         ch_test_skip("vgg11_bn: set COHORT_ZOO_VGG=1 (224 x 224 export of 515 MB, ~2 min; "
                      "max-pool near-ties at that size, see docs/onnx.md)");
-    const char *models = want_vgg() ? "" : "resnet18 resnext50_32x4d squeezenet1_1 densenet121 "
-                                           "mobilenet_v2 mobilenet_v3_small shufflenet_v2_x0_5 "
-                                           "regnet_y_400mf efficientnet_b0 opsnet";
+    const char *models = zoo_only()    ? zoo_only()
+                         : want_vgg() ? ""
+                                      : "resnet18 resnext50_32x4d squeezenet1_1 densenet121 "
+                                        "mobilenet_v2 mobilenet_v3_small shufflenet_v2_x0_5 "
+                                        "regnet_y_400mf efficientnet_b0 opsnet lnnet lnnet14";
     assert_int_equal(nt_run_golden("onnx_zoo.py", "onnx_zoo", models, zoo_dir, sizeof zoo_dir), 0);
 }
 
@@ -295,17 +318,53 @@ static void zoo_model(void **state)
     ch_safetensors_destroy(st);
 }
 
+/* LayerNorms the mapper cannot place (onnx_zoo.py's export_ln_bad, written
+ * with lnnet): refused with one line naming the file, the node, the op,
+ * the opset and why. */
+static void ln_refused(void **state)
+{
+    (void)state;
+    zoo_golden("lnnet");
+    static const struct {
+        const char *file, *needle, *needle2;
+    } cases[] = {
+        /* ConvNeXt's block order: LayerNorm then Linear, channels-last */
+        {"lnbad_mlp", "(Transpose, opset 17): Transpose (0, 2, 3, 1) other than a channels-last "
+                      "LayerNorm", "the LayerNorm's output goes to a MatMul"},
+        /* nn.LayerNorm([C, H, W]) on (N, C, H, W) */
+        {"lnbad_chw", "(LayerNormalization, opset 17): LayerNormalization of (2, 8, 16, 16) over "
+                      "axis -3", "between Transpose (0, 2, 3, 1) and Transpose (0, 3, 1, 2)"},
+    };
+    int64_t shape[4] = {2, 3, 16, 16};
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        char path[1400];
+        snprintf(path, sizeof path, "%s/%s.onnx", zoo_dir, cases[k].file);
+        ch_model_t *m = NULL;
+        assert_ch_error(ch_onnx_model_load(path, shape, NULL, &m), CH_ERR_UNSUPPORTED,
+                        cases[k].needle);
+        assert_null(m);
+        const char *msg = ch_error_message();
+        if (strncmp(msg, path, strlen(path))) fail_msg("'%s' does not start with the file", msg);
+        if (strchr(msg, '\n')) fail_msg("'%s' is not one line", msg);
+        if (!strstr(msg, cases[k].needle2)) fail_msg("'%s' lacks '%s'", msg, cases[k].needle2);
+        printf("# %s\n", msg);
+    }
+}
+
 int main(int argc, char **argv)
 {
     static const char *names[] = {"resnet18",        "resnext50_32x4d",  "vgg11_bn",
                                   "squeezenet1_1",   "densenet121",      "mobilenet_v2",
                                   "mobilenet_v3_small", "shufflenet_v2_x0_5", "regnet_y_400mf",
-                                  "efficientnet_b0", "opsnet"};
+                                  "efficientnet_b0", "opsnet",           "lnnet",
+                                  "lnnet14"};
     enum { N_MODELS = sizeof names / sizeof names[0] };
-    struct CMUnitTest tests[N_MODELS];
+    struct CMUnitTest tests[N_MODELS + 1];
     for (int i = 0; i < N_MODELS; i++) {
         struct CMUnitTest t = {names[i], zoo_model, NULL, NULL, (void *)names[i]};
         tests[i] = t;
     }
-    return ch_test_main(argc, argv, tests, N_MODELS);
+    struct CMUnitTest r = {"ln_refused", ln_refused, NULL, NULL, NULL};
+    tests[N_MODELS] = r;
+    return ch_test_main(argc, argv, tests, N_MODELS + 1);
 }

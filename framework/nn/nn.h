@@ -192,7 +192,10 @@ ch_status ch_module_activation(const ch_module_t *m, ch_act_params_t *p);
  * sqrt(var + eps) * weight[c] + bias[c]. Entries "weight" (C, init 1) and
  * "bias" (C, init 0), elementwise_affine as PyTorch's default. eps > 0;
  * ConvNeXt's value is CH_NN_LAYERNORM2D_EPS. Same in training and eval.
- * Formulas of forward and backward: ops.h ch_op_layernorm2d_forward. */
+ * An (N, C) input runs as (N, C, 1, 1): torch.nn.LayerNorm(C) over the
+ * features of a flattened value (the ONNX mapper's LayerNormalization
+ * after a Flatten). Formulas of forward and backward: ops.h
+ * ch_op_layernorm2d_forward. */
 #define CH_NN_LAYERNORM2D_EPS 1e-6f
 ch_status ch_nn_layernorm2d(ch_module_t *parent, const char *name, int channels, float eps,
                             ch_module_t **out);

@@ -197,10 +197,11 @@ static ch_status plan_module(ch_model_t *M, ch_compute_t *cx, ch_module_t *m, co
                         m->kind == CH_NN_CAT ? "Cat" : m->kind == CH_NN_ADD ? "Add" : "Mul",
                         m->path);
     case CH_NN_LAYERNORM2D: {
-        CH_REQUIRE(in->ndim == 4 && in->s[1] == m->channels,
-                   "nn: LayerNorm2d '%s' expects (N, %d, H, W), got input %s", m->path,
-                   m->channels, shp_str(in, b1, sizeof b1));
-        shp_t pos = {1, {in->s[0] * in->s[2] * in->s[3]}, CH_LAYOUT_PLAIN};
+        /* (N, C) runs as (N, C, 1, 1): nn.LayerNorm over the features */
+        CH_REQUIRE((in->ndim == 4 || in->ndim == 2) && in->s[1] == m->channels,
+                   "nn: LayerNorm2d '%s' expects (N, %d, H, W) or (N, %d), got input %s", m->path,
+                   m->channels, m->channels, shp_str(in, b1, sizeof b1));
+        shp_t pos = {1, {in->s[0] * (in->ndim == 4 ? in->s[2] * in->s[3] : 1)}, CH_LAYOUT_PLAIN};
         *out = *in;
         CH_TRY(reserve(M, &m->y, out));
         CH_TRY(reserve(M, &m->dx, in));
@@ -853,8 +854,16 @@ static ch_status fwd(ch_model_t *M, ch_compute_t *cx, ch_module_t *m, const ch_t
         *y = &m->y;
         break;
     case CH_NN_LAYERNORM2D:
-        CH_TRY(ch_op_layernorm2d_forward(cx, x, &m->w, &m->b, m->ln_eps, &m->y, &m->ln_mean,
-                                         &m->ln_rstd));
+        if (x->ndim == 2) { /* (N, C) as (N, C, 1, 1): plain views of x and y */
+            int64_t s4[4] = {x->shape[0], x->shape[1], 1, 1};
+            CH_TRY(ch_tensor_view(&m->xview, x, 4, s4));
+            CH_TRY(ch_tensor_view(&m->flat, &m->y, 4, s4));
+            CH_TRY(ch_op_layernorm2d_forward(cx, &m->xview, &m->w, &m->b, m->ln_eps, &m->flat,
+                                             &m->ln_mean, &m->ln_rstd));
+        } else {
+            CH_TRY(ch_op_layernorm2d_forward(cx, x, &m->w, &m->b, m->ln_eps, &m->y, &m->ln_mean,
+                                             &m->ln_rstd));
+        }
         *y = &m->y;
         break;
     case CH_NN_MAXPOOL2D:
@@ -1395,9 +1404,19 @@ static ch_status bwd(ch_model_t *M, ch_compute_t *cx, ch_module_t *m, ch_tensor_
         *dx = dy;
         return CH_OK;
     case CH_NN_LAYERNORM2D:
-        CH_TRY(ch_op_layernorm2d_backward(cx, m->in, dy, &m->ln_mean, &m->ln_rstd, &m->w,
-                                          m->needs_dx ? &m->dx : NULL, tw ? &m->dw : NULL,
-                                          tb ? &m->db : NULL));
+        if (m->in->ndim == 2) { /* the forward's (N, C, 1, 1) views; dy and dx viewed alike */
+            int64_t s4[4] = {m->in->shape[0], m->in->shape[1], 1, 1};
+            CH_TRY(ch_tensor_view(&m->xview, m->in, 4, s4));
+            CH_TRY(ch_tensor_view(&m->dyview, dy, 4, s4));
+            if (m->needs_dx) CH_TRY(ch_tensor_view(&m->flat, &m->dx, 4, s4));
+            CH_TRY(ch_op_layernorm2d_backward(cx, &m->xview, &m->dyview, &m->ln_mean, &m->ln_rstd,
+                                              &m->w, m->needs_dx ? &m->flat : NULL,
+                                              tw ? &m->dw : NULL, tb ? &m->db : NULL));
+        } else {
+            CH_TRY(ch_op_layernorm2d_backward(cx, m->in, dy, &m->ln_mean, &m->ln_rstd, &m->w,
+                                              m->needs_dx ? &m->dx : NULL, tw ? &m->dw : NULL,
+                                              tb ? &m->db : NULL));
+        }
         CH_TRY(fire(M, m));
         if (m->needs_dx) *dx = &m->dx;
         return CH_OK;

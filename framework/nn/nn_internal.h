@@ -72,8 +72,10 @@ struct ch_module {
 
     /* activations (arena) */
     ch_tensor_t y, dx;
-    ch_tensor_t xview;                     /* linear: 2-D view of a (N,C,1,1) input */
-    ch_tensor_t flat, dyview;              /* flatten: 2-D output view, 4-D view of dy */
+    ch_tensor_t xview;                     /* linear: 2-D view of a (N,C,1,1) input;
+                                              layernorm2d: 4-D view of a (N,C) input */
+    ch_tensor_t flat, dyview;              /* flatten: 2-D output view, 4-D view of dy;
+                                              layernorm2d on (N,C): 4-D y / dx, dy views */
     const ch_tensor_t *in;                 /* input of the last forward */
     const ch_tensor_t *out;                /* output of the last forward */
     int forward_training;                  /* mode of the last forward */

@@ -65,7 +65,10 @@ Input sizes (batch 2): 3x32x32 for every model except vgg11_bn at 3x224x224
 (its AdaptiveAvgPool2d((7, 7)) exports only when the feature map is a
 multiple of 7, i.e. 224 / 32). Opsets: 14, except mobilenet_v3_small at 13
 (where HardSwish does not exist yet and the exporter writes
-x * HardSigmoid(x)) and shufflenet_v2_x0_5 at 17 (torch 1.13's highest).
+x * HardSigmoid(x)), shufflenet_v2_x0_5 at 17 (torch 1.13's highest),
+and "lnnet" / "lnnet14" (LnNet, 3x16x16) at 17 (LayerNormalization nodes)
+and 14 (the decomposed LayerNorm). Exporting "lnnet" also writes
+lnbad_mlp.onnx and lnbad_chw.onnx, LayerNorms the mapper refuses.
 """
 import collections
 import copy
@@ -97,6 +100,8 @@ ZOO = collections.OrderedDict([
     ("regnet_y_400mf", (64, 14)),
     ("efficientnet_b0", (64, 14)),
     ("opsnet", (16, 14)),
+    ("lnnet", (16, 17)),
+    ("lnnet14", (16, 14)),
 ])
 BATCH = 2
 NUM_CLASSES = 10
@@ -218,13 +223,98 @@ class OpsNet(nn.Module):
         return self.fc2(torch.tanh(self.fc1(torch.flatten(x, 1))))
 
 
+class LnNet(nn.Module):
+    """Not torchvision: LayerNorm as CNNs use it. A ConvNeXt block
+    (depthwise 7 x 7 conv, x.permute(0, 2, 3, 1), nn.LayerNorm(C, eps=1e-6),
+    permute back, 1 x 1 convs with GELU, residual add), torchvision's
+    LayerNorm2d before a strided conv (convnext's downsampling) and before
+    the classifier (on (N, C, 1, 1)), and nn.LayerNorm over the features
+    of a flattened value before a Linear. Exported at opset 17 ("lnnet":
+    LayerNormalization nodes) and 14 ("lnnet14": torch's decomposed form,
+    ReduceMean, Sub, Pow, ReduceMean, Add, Sqrt, Div, Mul, Add)."""
+
+    def __init__(self, num_classes=10):
+        super().__init__()
+        LN2d = torchvision.models.convnext.LayerNorm2d
+        self.stem = nn.Conv2d(3, 16, 2, stride=2)
+        self.stem_norm = LN2d(16, eps=1e-6)
+        self.dwconv = nn.Conv2d(16, 16, 7, padding=3, groups=16)
+        self.norm = nn.LayerNorm(16, eps=1e-6)
+        self.pwconv1 = nn.Conv2d(16, 64, 1)
+        self.pwconv2 = nn.Conv2d(64, 16, 1)
+        self.down_norm = LN2d(16, eps=1e-6)
+        self.down = nn.Conv2d(16, 32, 2, stride=2)
+        self.head_norm = LN2d(32, eps=1e-6)
+        self.fc1 = nn.Linear(32, 24)
+        self.fc_norm = nn.LayerNorm(24)
+        self.fc2 = nn.Linear(24, num_classes)
+        with torch.no_grad():  # weight 1 / bias 0 would leave those gradients untested
+            for m in (self.stem_norm, self.norm, self.down_norm, self.head_norm, self.fc_norm):
+                m.weight.uniform_(0.5, 1.5)
+                m.bias.uniform_(-0.5, 0.5)
+
+    def forward(self, x):
+        x = self.stem_norm(self.stem(x))
+        y = self.dwconv(x).permute(0, 2, 3, 1)
+        y = self.norm(y).permute(0, 3, 1, 2)
+        x = x + self.pwconv2(nn.functional.gelu(self.pwconv1(y)))
+        x = self.down(self.down_norm(x))
+        x = self.head_norm(nn.functional.adaptive_avg_pool2d(x, 1))
+        x = self.fc_norm(self.fc1(torch.flatten(x, 1)))
+        return self.fc2(nn.functional.gelu(x))
+
+
+class LnBadMlp(nn.Module):
+    """ConvNeXt's own block order: LayerNorm then Linear, channels-last
+    (no Transpose back before the Linear): cohort has no channels-last ops."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3, padding=1)
+        self.norm = nn.LayerNorm(8)
+        self.fc = nn.Linear(8, 8)
+        self.head = nn.Linear(8, NUM_CLASSES)
+
+    def forward(self, x):
+        x = self.fc(self.norm(self.conv(x).permute(0, 2, 3, 1))).permute(0, 3, 1, 2)
+        return self.head(torch.flatten(nn.functional.adaptive_avg_pool2d(x, 1), 1))
+
+
+class LnBadChw(nn.Module):
+    """LayerNorm over (C, H, W) of an (N, C, H, W) value (axis 1)."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3, padding=1)
+        self.norm = nn.LayerNorm([8, 16, 16])
+        self.head = nn.Linear(8, NUM_CLASSES)
+
+    def forward(self, x):
+        x = self.norm(self.conv(x))
+        return self.head(torch.flatten(nn.functional.adaptive_avg_pool2d(x, 1), 1))
+
+
+def export_ln_bad(out):
+    """OUT/lnbad_mlp.onnx, OUT/lnbad_chw.onnx (opset 17): LayerNorms the
+    mapper refuses (test_onnx_zoo's ln_refused)."""
+    for name, cls in (("lnbad_mlp", LnBadMlp), ("lnbad_chw", LnBadChw)):
+        torch.manual_seed(0)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            torch.onnx.export(cls(), torch.zeros(BATCH, 3, 16, 16), os.path.join(out, name + ".onnx"),
+                              training=torch.onnx.TrainingMode.TRAINING,
+                              do_constant_folding=False, opset_version=17)
+
+
 def make_model(name):
     """torchvision.models.<name>(num_classes=10) at seed 0, dropout and
     stochastic depth with p = 0 (see the module docstring); "opsnet" is
-    OpsNet."""
+    OpsNet, "lnnet" and "lnnet14" LnNet."""
     torch.manual_seed(0)
     if name == "opsnet":
         return OpsNet(NUM_CLASSES)
+    if name in ("lnnet", "lnnet14"):
+        return LnNet(NUM_CLASSES)
     m = getattr(torchvision.models, name)(num_classes=NUM_CLASSES)
     for mod in m.modules():
         if isinstance(mod, nn.Dropout):
@@ -511,6 +601,8 @@ def main():
             raise SystemExit("onnx_zoo.py: unknown model '%s' (one of %s)" % (n, ", ".join(ZOO)))
     for n in names:
         export(n, out)
+        if n == "lnnet":
+            export_ln_bad(out)
     return 0
 
 
