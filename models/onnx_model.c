@@ -14,9 +14,10 @@ const char CH_ONNX_SUPPORTED_OPS[] =
     "Add, AveragePool, BatchNormalization, Cast, Clip, Concat, Constant, ConstantOfShape, Conv, "
     "Div, Dropout, Erf (in GELU's erf form), Flatten, Gather, Gelu, Gemm, GlobalAveragePool, "
     "HardSigmoid, HardSwish, Identity, LayerNormalization (channels-last or (N, F)), LeakyRelu, "
-    "MatMul, MaxPool, Mul, Pad (zeros, before AveragePool), Pow and Sqrt (in LayerNorm's "
-    "decomposed form), ReduceMean, Relu, Reshape, Shape, Sigmoid, Slice, Split, Squeeze, Sub, "
-    "Tanh, Transpose (channel shuffle, channels-last LayerNorm), Unsqueeze";
+    "MatMul, MaxPool, Mul, Pad (zeros, before AveragePool), Pow (in LayerNorm's decomposed "
+    "form), ReduceMean, Relu, Reshape, Shape, Sigmoid, Slice, Split, Sqrt (in LayerNorm's "
+    "decomposed form), Squeeze, Sub, Tanh, Transpose (channel shuffle, channels-last LayerNorm), "
+    "Unsqueeze";
 
 void ch_onnx_map_options_default(ch_onnx_map_options_t *o)
 {
