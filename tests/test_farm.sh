@@ -3,7 +3,7 @@
 # exit status, retries, timeouts, resume after completion, bad input (exit
 # 2 naming the file and line).
 . "${COHORT_SRCDIR:-.}/tests/farm_lib.sh"
-echo "1..23"
+echo "1..26"
 
 "$FARM" --help > "$tmp/help" 2>&1
 check "--help exits 0 and lists the farm keys from the key table" \
@@ -43,6 +43,46 @@ check "farm.timeout: TERM, then KILL for a task that ignores TERM; exit 1 in ${e
   sh -c "[ $rc = 1 ] && [ $el -lt 20 ] && [ \$(awk -F'\t' '\$9 == \"timeout\"' '$d/run/status.tsv' | wc -l) = 2 ]"
 check "the summary counts the timeouts as timeouts, not signals" \
   sh -c "grep -q '^  exit codes: timeout x2\$' '$d/run.log'"
+
+# #23: prefetch never leaves a task queued behind a running one while
+# another slot idles. The reviewer's sweep on 2 ranks x 1 slot, default
+# farm.prefetch=1: the second `sleep 1.5` (id 3) used to wait queued behind
+# the first (id 1) and the two `sleep 1` (ids 6, 7) ran back to back on one
+# slot (3.0 s instead of 2.5). Checked from status.tsv, not by the clock:
+# each pair of long tasks ran side by side on two slots.
+d=$tmp/prefetch; mkdir -p "$d"
+printf 'true\nsleep 1.5\ntrue\nsleep 1.5\ntrue\ntrue\nsleep 1\nsleep 1\n' > "$d/tasks"
+farm 2 "$d/run" --tasks "$d/tasks" --farm.slots_per_rank=1; rc=$?
+# side_by_side A B: tasks A and B each started >= 0.5 s before the other ended, on different slots
+side_by_side() {
+  awk -F'\t' -v a="$1" -v b="$2" 'NR > 1 { s[$1] = $6; e[$1] = $7; w[$1] = $3 "." $4 }
+    END { exit !((a in s) && (b in s) && w[a] != w[b] && s[a] < e[b] - 0.5 && s[b] < e[a] - 0.5) }' \
+    "$d/run/status.tsv"
+}
+span=$(awk -F'\t' 'NR > 1 { if (!m || $6 < m) m = $6; if ($7 > x) x = $7 } END { printf "%.2f", x - m }' \
+       "$d/run/status.tsv" 2>/dev/null)
+# one_attempt_each N: status.tsv has N attempts, all attempt 1
+one_attempt_each() {
+  [ "$(wc -l < "$d/run/status.tsv")" = $(($1 + 1)) ] &&
+    [ "$(awk -F'\t' 'NR > 1 && $2 == 1' "$d/run/status.tsv" | wc -l)" = "$1" ]
+}
+reviewer_sweep() {
+  [ "$rc" = 0 ] && one_attempt_each 8 && side_by_side 1 3 || { show "$d/run/status.tsv"; false; }
+}
+check "prefetch 1: the second sleep 1.5 is taken back from behind the first for the slot that asks for work (exit $rc, $span s, was 3.0)" \
+  reviewer_sweep
+check "prefetch 1: the two sleep 1 run side by side, not queued one behind the other" side_by_side 6 7
+# take-backs racing the queued task's start: every task exactly once, no
+# attempt recorded for a task handed back (2 ranks x 2 slots, prefetch 2,
+# long tasks among short ones so that idle slots take queues back often)
+d=$tmp/takeback; mkdir -p "$d"
+id_tasks "$d/t0" 160
+awk 'NR % 9 == 1 { print "sleep 0.3; " $0; next } NR % 3 == 0 { print "sleep 0.02; " $0; next } { print }' \
+  "$d/t0" > "$d/tasks"
+farm 2 "$d/run" --tasks "$d/tasks" --farm.slots_per_rank=2 --farm.prefetch=2; rc=$?
+takeback_once() { [ "$rc" = 0 ] && exactly_once "$d/ids" 160 && one_attempt_each 160; }
+check "take-backs: 160 tasks at prefetch 2, each ran exactly once, one attempt each (exit $rc)" \
+  takeback_once
 
 # bad input: exit 2 before any task runs, the message names the file (and line)
 expect_bad() {

@@ -72,8 +72,9 @@ typedef struct {
     int prefetch;               /* tasks queued at each slot behind its running one
                                    (0..CH_SUP_QUEUE): the next starts without a round
                                    trip to rank 0; only once every slot is busy, and
-                                   taken back for a slot that goes idle with nothing
-                                   else to start; handed back at a halt or stop */
+                                   taken back for a slot that asks for work while it
+                                   still waits behind a running task (docs/farm.md);
+                                   handed back at a halt or stop */
     ch_farm_output output;
     ch_journal_sync sync;
     int retries;                /* extra attempts after a failed one (>= 0) */

@@ -36,6 +36,15 @@ typedef struct {
     int64_t n_retry;
     int *held;                 /* [w * slots + k]: tasks slot k of rank w holds (0..depth) */
     unsigned char *reclaiming; /* [w * slots + k]: asked to hand back its queue, no answer yet */
+    int *reserved;             /* [w * slots + k]: 1 + the slot whose queue this slot waits
+                                  for (taken back for it: take_back), 0: none */
+    int64_t *head_since;       /* [w * slots + k]: when its running task started, as rank 0
+                                  knows it (mono ns): its queue has waited that long */
+    double recent[64];         /* the last ended attempts' durations (s), a ring */
+    int64_t n_recent;
+    int recent_new;
+    int64_t stuck_ns;          /* a queue is stuck behind a running task that has run this
+                                  long: 2 x the median of recent (take_back) */
     unsigned char *gone;       /* [w]: rank w's stream ended */
     int64_t in_flight, final_failed_run, ended_run;
     double *dur;
@@ -154,24 +163,110 @@ static void reclaim(disp_t *d, int w, int k)
     if (ch_farm_write_frame_(f->conns[w].fd, MSG_CTRL, c, sizeof c)) lost_rank(d, w);
 }
 
+/* Is a task ready to start (a retry due, or the next pending task with its
+ * barrier open)? As next_task, without taking it. */
+static int startable(disp_t *d, int64_t now)
+{
+    for (int64_t i = 0; i < d->n_retry; i++)
+        if (d->retry[i].due <= now) return 1;
+    while (d->cursor < d->n && d->state[d->cursor] != T_PENDING) d->cursor++;
+    return d->cursor < d->n && ch_taskfile_task(d->f->o.tasks, d->cursor)->barrier <= d->open_epoch;
+}
+
+/* Hand n assignments to rank w (its slots as in buf). */
+static void send_assign(disp_t *d, int w, assign_t *buf, int n)
+{
+    ch_farm_t *f = d->f;
+    if (w == 0) {
+        error_msg_t e = {.id = -1};
+        ch_farm_run_local_(f, buf, n, &e);
+        if (e.msg[0]) on_error(d, &e);
+    } else if (ch_farm_write_frame_(f->conns[w].fd, MSG_ASSIGN, buf, (size_t)n * sizeof *buf)) {
+        lost_rank(d, w);
+    }
+}
+
+/* A slot with room asks for work (it is idle, or its running task just
+ * ended and its queued one started). While a task waits queued behind a
+ * running one elsewhere, it should go to this slot: with farm.prefetch=0 it
+ * would have. Rank 0 takes it back (reclaim: the supervisor hands its queue
+ * back unstarted, unless the queued task has started in the meantime, its
+ * running one having ended: the supervisor alone decides, so a task is
+ * started once or handed back, never both) and the asking slot waits for
+ * that answer, one round trip, instead of taking a new task; a task handed
+ * back goes to it (handle). Which queues: any, for an idle slot with
+ * nothing else to start (the tail of a run, a barrier, a retry's backoff);
+ * else those whose running task has run 2 x the median of the recent
+ * attempts (stuck_ns) while the asking slot's own is younger than that: a
+ * queue behind a task of the usual length starts soon anyway, and taking
+ * it back would only cost messages (`true` tasks). */
+static void take_back(disp_t *d, int64_t now)
+{
+    ch_farm_t *f = d->f;
+    int ns = f->size * f->slots, queues = 0;
+    for (int i = 0; i < ns; i++) {
+        int v = d->reserved[i] - 1; /* answered, or its rank gone: free again */
+        if (v >= 0 && (!d->reclaiming[v] || d->gone[v / f->slots])) d->reserved[i] = 0;
+        queues += !d->gone[i / f->slots] && d->held[i] > 1 && !d->reclaiming[i];
+    }
+    if (!queues || d->n_recent == 0) return; /* nothing queued, or nothing has ended yet */
+    if (d->recent_new) {
+        double c[64];
+        int n = d->n_recent < 64 ? (int)d->n_recent : 64;
+        memcpy(c, d->recent, sizeof *c * (size_t)n);
+        qsort(c, (size_t)n, sizeof *c, cmp_double);
+        d->stuck_ns = (int64_t)(2e9 * c[n / 2]);
+        d->recent_new = 0;
+    }
+    int idle_ready = -1; /* idle slots that a due retry or handed-back task serves first */
+    for (int a = 0; a < ns && queues > 0; a++) {
+        if (d->gone[a / f->slots] || d->held[a] >= f->depth || d->reserved[a]) continue;
+        int64_t need = d->stuck_ns; /* how long the victim's running task must have run */
+        if (d->held[a] == 0) {
+            if (idle_ready < 0) {
+                idle_ready = 0;
+                for (int64_t i = 0; i < d->n_retry; i++) idle_ready += d->retry[i].due <= now;
+            }
+            if (idle_ready > 0) {
+                idle_ready--;
+                continue;
+            }
+            if (!startable(d, now)) need = 0;
+        } else if (now - d->head_since[a] >= d->stuck_ns) {
+            continue; /* its own running task is no shorter */
+        }
+        int v = -1;
+        for (int i = 0; i < ns; i++)
+            if (i != a && !d->gone[i / f->slots] && d->held[i] > 1 && !d->reclaiming[i] &&
+                now - d->head_since[i] >= need && (v < 0 || d->head_since[i] < d->head_since[v]))
+                v = i;
+        if (v < 0) {
+            if (need == 0) break; /* no queue anywhere */
+            continue;
+        }
+        reclaim(d, v / f->slots, v % f->slots);
+        d->reserved[a] = v + 1;
+        queues--;
+    }
+}
+
 /* Fill free capacity level by level: first every idle slot of every rank
  * (so that a few tasks spread over the ranks), then one queued task per
  * busy slot (farm.prefetch), and so on: a task is queued behind a running
- * one only when no slot anywhere is idle. When idle slots stay idle because
- * nothing is left to start, the tasks queued behind running ones are
- * reclaimed for them (the tail of a run, a barrier, a retry's backoff):
- * prefetch never leaves a task waiting while a slot idles. */
+ * one only when no slot anywhere is idle; and a slot with room first takes
+ * back a task stuck in a queue elsewhere (take_back). */
 static void dispatch(disp_t *d, assign_t *buf)
 {
     ch_farm_t *f = d->f;
     int64_t now = ch_farm_mono_ns_();
     int starved = 0;
+    take_back(d, now);
     for (int level = 0; level < f->depth && !starved; level++) {
         for (int w = 0; w < f->size && !starved; w++) {
             if (d->gone[w]) continue;
             int n = 0;
             for (int k = 0; k < f->slots; k++) {
-                if (*held_at(d, w, k) > level) continue;
+                if (*held_at(d, w, k) > level || d->reserved[w * f->slots + k]) continue;
                 int64_t id = next_task(d, now);
                 if (id < 0) {
                     starved = 1;
@@ -181,30 +276,14 @@ static void dispatch(disp_t *d, assign_t *buf)
                 d->where[id] = w;
                 if (d->failures[id] > 0) d->sum->retried++;
                 buf[n++] = (assign_t){id, ++d->attempt[id], k, task_timeout(d)};
+                if (*held_at(d, w, k) == 0) d->head_since[w * f->slots + k] = now;
                 (*held_at(d, w, k))++;
                 d->in_flight++;
                 d->sum->attempts++;
             }
-            if (!n) continue;
-            if (w == 0) {
-                error_msg_t e = {.id = -1};
-                ch_farm_run_local_(f, buf, n, &e);
-                if (e.msg[0]) on_error(d, &e);
-            } else if (ch_farm_write_frame_(f->conns[w].fd, MSG_ASSIGN, buf, (size_t)n * sizeof *buf)) {
-                lost_rank(d, w);
-            }
+            if (n) send_assign(d, w, buf, n);
         }
     }
-    if (!starved) return;
-    int idle = 0;
-    for (int w = 0; w < f->size; w++)
-        for (int k = 0; !d->gone[w] && k < f->slots; k++) idle += *held_at(d, w, k) == 0;
-    for (int w = 0; idle > 0 && w < f->size; w++)
-        for (int k = 0; idle > 0 && !d->gone[w] && k < f->slots; k++)
-            if (*held_at(d, w, k) > 1 && !d->reclaiming[w * f->slots + k]) {
-                idle -= *held_at(d, w, k) - 1;
-                reclaim(d, w, k);
-            }
 }
 
 static void broadcast_ctrl(disp_t *d, int ctrl)
@@ -246,13 +325,17 @@ static void halt(disp_t *d)
     }
 }
 
-/* An attempt ended or came back: its slot holds one task less. */
-static void slot_freed(disp_t *d, const ch_journal_end_t *r)
+/* An attempt ended (started) or came back unstarted: its slot holds one
+ * task less; after an end, its next queued task has started. Any answer
+ * of the slot ends a take-back: what it still holds has started or is
+ * queued anew. */
+static void slot_freed(disp_t *d, const ch_journal_end_t *r, int started)
 {
     ch_farm_t *f = d->f;
     int w = d->where[r->id], k = r->slot;
     if (k < 0 || k >= f->slots) return;
     if (*held_at(d, w, k) > 0) (*held_at(d, w, k))--;
+    if (started) d->head_since[w * f->slots + k] = ch_farm_mono_ns_();
     d->reclaiming[w * f->slots + k] = 0;
 }
 
@@ -262,12 +345,14 @@ static void on_result(disp_t *d, const ch_journal_end_t *r)
     const ch_farm_options_t *o = &d->f->o;
     int64_t id = r->id;
     d->in_flight--;
-    slot_freed(d, r);
+    slot_freed(d, r, 1);
     double sec = (double)(r->end_ns - r->start_ns) / 1e9;
     if (r->kind == CH_END_EXIT) s->exit_codes[r->code & 255]++;
     else if (r->kind == CH_END_SIGNAL) s->exit_codes[256]++;
     else if (r->kind == CH_END_SPAWN_FAILED) s->spawn_failed++;
     add_slowest(s, id, sec);
+    d->recent[d->n_recent++ % 64] = sec;
+    d->recent_new = 1;
     if (r->kind == CH_END_EXIT && r->code == 0) {
         d->ended_run++;
         resolve(d, id, T_DONE);
@@ -332,9 +417,23 @@ static int handle(disp_t *d, const result_t *res)
 {
     const ch_journal_end_t *r = &res->end;
     if (r->id < 0 || r->id >= d->n || d->state[r->id] != T_RUNNING) return 0;
-    if (!res->started) { /* handed back unstarted (a stop): as if never dispatched */
+    if (!res->started) { /* handed back unstarted (a take-back, a stop): as if never dispatched */
+        ch_farm_t *f = d->f;
+        int v = d->where[r->id] * f->slots + r->slot, a = -1;
+        for (int i = 0; r->slot >= 0 && r->slot < f->slots && i < f->size * f->slots; i++)
+            if (d->reserved[i] == v + 1 && d->held[i] < f->depth) a = i;
+        slot_freed(d, r, 0);
+        if (a >= 0 && !d->stopping && !d->halted && !d->error) {
+            /* taken back for slot a: the same attempt, there (it never started) */
+            int w = a / f->slots, k = a % f->slots;
+            assign_t as = {r->id, d->attempt[r->id], k, task_timeout(d)};
+            d->reserved[a] = 0;
+            d->where[r->id] = w;
+            if (d->held[a]++ == 0) d->head_since[a] = ch_farm_mono_ns_();
+            send_assign(d, w, &as, 1);
+            return 0;
+        }
         d->in_flight--;
-        slot_freed(d, r);
         d->attempt[r->id]--;
         d->sum->attempts--;
         if (d->failures[r->id] > 0) d->sum->retried--;
@@ -363,13 +462,15 @@ ch_status ch_farm_dispatcher_(ch_farm_t *f, ch_farm_summary_t *sum)
     d.retry = calloc((size_t)d.n, sizeof(retry_t));
     d.held = calloc((size_t)f->size * (size_t)f->slots, sizeof(int));
     d.reclaiming = calloc((size_t)f->size * (size_t)f->slots, 1);
+    d.reserved = calloc((size_t)f->size * (size_t)f->slots, sizeof(int));
+    d.head_since = calloc((size_t)f->size * (size_t)f->slots, sizeof(int64_t));
     d.gone = calloc((size_t)f->size, 1);
     struct pollfd *pfd = calloc((size_t)(f->slots + f->size), sizeof *pfd);
     result_t *res = calloc((size_t)f->slots * (CH_SUP_QUEUE + 1), sizeof *res);
     assign_t *abuf = malloc(sizeof *abuf * (size_t)f->slots * (size_t)f->depth);
     ch_status st = CH_OK;
     if (!d.state || !d.where || !d.attempt || !d.failures || !d.unresolved || !d.retry || !d.held ||
-        !d.reclaiming || !d.gone ||
+        !d.reclaiming || !d.reserved || !d.head_since || !d.gone ||
         !pfd || !res || !abuf) {
         st = CH_ERROR(CH_ERR_NOMEM, "out of memory for %" PRId64 " tasks", d.n);
         d.error = 1;
@@ -498,6 +599,8 @@ finish:
     free(d.retry);
     free(d.held);
     free(d.reclaiming);
+    free(d.reserved);
+    free(d.head_since);
     free(d.gone);
     free(d.dur);
     free(pfd);
