@@ -73,6 +73,7 @@ typedef struct {
     int stage_keep;            /* data.stage_keep: ch_data_unstage is the caller's to skip */
     int shard_window;          /* data.order = shard_window: data.shard_window; 0: sampler order */
     int random_resized_crop;   /* data.random_resized_crop (0: off) */
+    int fast_decode;           /* data.fast_decode: partial / DCT-scaled JPEG decode */
 } ch_data_options_t;
 
 /* The data.* keys (a job lists them as its "data" table). */

@@ -1,0 +1,120 @@
+/* cohort: pixel differences of the opt-in fast JPEG decode (data.fast_decode).
+ *
+ *   tests/fast_decode_diff OUT.bin FILE.jpg... [--size S] [--seed N]
+ *
+ * For each JPEG file (sample k of epoch 0): RandomResizedCrop(S) (default
+ * 224) + Normalize(0, 1/255) through the default path (full decode) and
+ * the fast path (crop decode + DCT scaling), both on the same crop box.
+ * Prints per file the box, the DCT scale and the mean / max |difference|
+ * in 0-255 units, then the totals; writes OUT.bin (per file: int32 top,
+ * left, height, width, scale_num, then S*S*3 uint8 of the default and of
+ * the fast output, H,W,C) for tests/fast_decode_torch.py, which compares
+ * both with torchvision's resized_crop on the same boxes.
+ */
+#include "config.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "framework/core/log.h"
+#include "io/data/image.h"
+#include "io/data/transforms.h"
+
+static void to_u8(const float *chw, int s, uint8_t *hwc)
+{
+    for (int c = 0; c < 3; c++)
+        for (int i = 0; i < s * s; i++) hwc[(size_t)i * 3 + (size_t)c] = (uint8_t)lrintf(chw[(size_t)c * (size_t)(s * s) + (size_t)i]);
+}
+
+int main(int argc, char **argv)
+{
+    int size = 224;
+    unsigned long long seed = 0;
+    const char *out_path = NULL;
+    const char **files = calloc((size_t)argc, sizeof *files);
+    int nf = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--size") && i + 1 < argc) size = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--seed") && i + 1 < argc) seed = strtoull(argv[++i], NULL, 10);
+        else if (!out_path) out_path = argv[i];
+        else files[nf++] = argv[i];
+    }
+    if (!out_path || nf == 0 || size < 1) {
+        fprintf(stderr, "usage: fast_decode_diff OUT.bin FILE.jpg... [--size S] [--seed N]\n");
+        return 2;
+    }
+    static const float m0[3] = {0, 0, 0}, s255[3] = {1 / 255.f, 1 / 255.f, 1 / 255.f};
+    ch_transform_t ops[2] = {ch_tf_random_resized_crop(size), ch_tf_normalize(3, m0, s255)};
+    ch_transforms_t *tf;
+    ch_check_fatal(ch_transforms_create(ops, 2, 3, seed, &tf), "transforms");
+    size_t n = (size_t)3 * (size_t)size * (size_t)size;
+    float *a = malloc(n * sizeof *a), *b = malloc(n * sizeof *b);
+    uint8_t *ua = malloc(n), *ub = malloc(n);
+    ch_transforms_scratch_t sa, sb;
+    ch_transforms_scratch_init(&sa);
+    ch_transforms_scratch_init(&sb);
+    ch_image_t full, part;
+    ch_image_init(&full);
+    ch_image_init(&part);
+    ch_transforms_roi_ctx_t ctx = {tf, 0, 0};
+    part.roi_fn = ch_transforms_roi;
+    part.roi_ctx = &ctx;
+    FILE *out = fopen(out_path, "wb");
+    if (!out) {
+        perror(out_path);
+        return 1;
+    }
+    double tot = 0, tot_scaled = 0, mx_all = 0;
+    int nscaled = 0;
+    for (int k = 0; k < nf; k++) {
+        ctx.index = k;
+        ch_check_fatal(ch_image_read_file(&full, files[k]), "read");
+        ch_check_fatal(ch_image_decode(full.raw, full.raw_size, 3, &full, files[k]), "decode");
+        ch_check_fatal(ch_transforms_apply(tf, &full, 0, k, &sa, a, size, size), "default path");
+        ch_check_fatal(ch_image_decode(full.raw, full.raw_size, 3, &part, files[k]), "fast decode");
+        ch_check_fatal(ch_transforms_apply(tf, &part, 0, k, &sb, b, size, size), "fast path");
+        double sum = 0, mx = 0;
+        for (size_t i = 0; i < n; i++) {
+            double d = fabs((double)a[i] - (double)b[i]);
+            sum += d;
+            mx = fmax(mx, d);
+        }
+        int32_t hdr[5] = {sa.rec.crop[0], sa.rec.crop[1], sa.rec.crop[2], sa.rec.crop[3],
+                          sb.rec.scale_num};
+        to_u8(a, size, ua);
+        to_u8(b, size, ub);
+        if (fwrite(hdr, sizeof hdr, 1, out) != 1 || fwrite(ua, 1, n, out) != n ||
+            fwrite(ub, 1, n, out) != n) {
+            perror(out_path);
+            return 1;
+        }
+        printf("%s: box %dx%d at (%d, %d) of %dx%d, scale %d/8: mean |diff| %.3f, max %.0f\n",
+               files[k], hdr[2], hdr[3], hdr[0], hdr[1], full.full_h, full.full_w, hdr[4],
+               sum / (double)n, mx);
+        tot += sum / (double)n;
+        if (hdr[4] < 8) {
+            tot_scaled += sum / (double)n;
+            nscaled++;
+        }
+        mx_all = fmax(mx_all, mx);
+    }
+    printf("%d files, %d DCT-scaled: mean |diff| %.3f over all, %.3f over the scaled ones; max %.0f "
+           "(0-255 units)\n",
+           nf, nscaled, tot / nf, nscaled ? tot_scaled / nscaled : 0.0, mx_all);
+    fclose(out);
+    part.roi_fn = NULL;
+    ch_image_free(&full);
+    ch_image_free(&part);
+    ch_transforms_scratch_free(&sa);
+    ch_transforms_scratch_free(&sb);
+    ch_transforms_destroy(tf);
+    free(a);
+    free(b);
+    free(ua);
+    free(ub);
+    free(files);
+    return 0;
+}
