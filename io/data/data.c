@@ -53,11 +53,12 @@ static const ch_config_key_t ch_data_config_keys[] = {
      "ratio=(3/4, 4/3)) [+ data.hflip], test Resize(int(S / 0.875)) + CenterCrop(S); "
      "instead of data.image_size and data.random_crop_padding."},
     {"data.fast_decode", CH_CFG_BOOL, "false", CH_CFG_NO_RANGE,
-     "JPEG samples, with data.random_resized_crop (train) or a Resize first (test): decode "
-     "only the rows and columns the crop reads (libjpeg-turbo crop decode) and, where the "
-     "crop is shrunk 2x or more, at 1/2, 3/8, 1/4 or 1/8 size (DCT scaling); same crop "
-     "boxes and flips as without it, pixels not bit-identical where DCT scaling is used "
-     "(docs/perf-data.md gives the differences). false: full decode, exactly PIL's pixels."},
+     "Faster JPEG decode for pipelines that start with RandomResizedCrop "
+     "(data.random_resized_crop) or Resize (data.image_size, the test pipeline): decode only "
+     "the rows and columns the crop reads (libjpeg-turbo crop decode) and, where the crop "
+     "is shrunk 2x or more, at 1/2, 3/8, 1/4 or 1/8 size (DCT scaling). Same crop boxes and "
+     "flips; pixels bit-identical to the default unless DCT scaling is used "
+     "(docs/perf-data.md gives the differences). false: full decode, PIL's pixels."},
     {"data.order", CH_CFG_STRING, "sampler", CH_CFG_NO_RANGE,
      "Training order: sampler (torch's DistributedSampler, exact) or shard_window (shards "
      "only, NOT DistributedSampler order: each rank reads its own shards, data.shard_window "

@@ -20,6 +20,8 @@
  *              [RandomHorizontalFlip(0.5) with data.hflip],
  *              ToTensor + Normalize(data.mean, data.std);
  *              test: [Resize + CenterCrop], ToTensor + Normalize;
+ *              data.fast_decode (opt-in): JPEGs decoded partially / DCT-
+ *              scaled for the first op (transforms.h "fast JPEG decode");
  *   loaders    train: BatchSampler(DistributedSampler(train, shuffle, seed),
  *              batch_size, drop_last=True) (or, opt-in, data.order =
  *              shard_window: ch_sampler_set_shard_window, not that order); test (when asked):

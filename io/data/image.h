@@ -73,10 +73,13 @@ typedef struct ch_image {
     int off_y, off_x;
 } ch_image_t;
 
-/* 1 when img holds the whole image at full resolution (after a decode). */
+/* 1 when img holds the whole image at full resolution: after a full
+ * decode or ch_image_reshape, and for an image filled in by hand that left
+ * full_h at 0; 0 after a partial decode. */
 static inline int ch_image_is_full(const ch_image_t *img)
 {
-    return img->scale_num == 8 && img->h == img->full_h && img->w == img->full_w;
+    return img->full_h == 0 ||
+           (img->scale_num == 8 && img->h == img->full_h && img->w == img->full_w);
 }
 
 /* An empty image (no allocation). */
