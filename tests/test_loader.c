@@ -9,12 +9,15 @@
 #include "io/data/loader.h"
 #include "framework/tensor/device.h"
 
+#include <math.h>
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+#include <jpeglib.h>
 
 #define FMNIST_DIR "/usr/share/datasets/fashion-mnist"
 
@@ -263,8 +266,10 @@ static void test_worker_error_reaches_consumer(void **state)
     ch_loader_t *l = NULL;
     assert_ch_error(ch_loader_create(ds, &cfg, &l), CH_ERR_INVALID, "varying size");
     ops[0] = ch_tf_resize_hw(4, 4);
-    for (int workers = 0; workers <= 2; workers++) {
+    for (int run = 0; run <= 5; run++) { /* workers 0..2, without and with fast_decode */
+        int workers = run % 3;
         cfg.num_workers = workers;
+        cfg.fast_decode = run >= 3; /* the same error from the partial JPEG decode */
         assert_ch_ok(ch_loader_create(ds, &cfg, &l));
         for (int epoch = 0; epoch < 2; epoch++) {
             assert_ch_ok(ch_loader_start_epoch(l, epoch));
@@ -287,6 +292,93 @@ static void test_worker_error_reaches_consumer(void **state)
         }
         ch_loader_destroy(l);
     }
+    ch_dataset_destroy(ds);
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    assert_int_equal(system(cmd), 0);
+}
+
+/* data.fast_decode through the loader: 12 RGB JPEGs of 120x90 (written
+ * with libjpeg), RandomResizedCrop(24) + flip: epoch 1's batches with
+ * fast decode (1 and 2 workers) are within the fast path's bound of the
+ * default ones (DCT scaling is used for crops >= 48 px on both axes), and
+ * at least some samples (no DCT scaling) are bit-identical. */
+static void test_fast_decode_loader(void **state)
+{
+    char dir[2048], p[4096];
+    snprintf(dir, sizeof dir, "%.1900s/tests/tmp_loader_fast.%d", ch_test_builddir(), (int)getpid());
+    snprintf(p, sizeof p, "%s/cls", dir);
+    mkdir(dir, 0755);
+    mkdir(p, 0755);
+    const int W = 120, H = 90, N = 12; /* smooth photo-like gradients */
+    uint8_t *px = malloc((size_t)W * H * 3);
+    for (int i = 0; i < N; i++) {
+        for (int k = 0; k < W * H * 3; k++)
+            px[k] = (uint8_t)lrint(127.5 + 120 * sin((k / 3) % W * (0.05 + 0.01 * (i % 4)) +
+                                                   (k / 3) / W * 0.08 + (k % 3) + i));
+        snprintf(p, sizeof p, "%s/cls/%02d.jpg", dir, i);
+        FILE *f = fopen(p, "wb");
+        assert_non_null(f);
+        struct jpeg_compress_struct ci;
+        struct jpeg_error_mgr jerr;
+        ci.err = jpeg_std_error(&jerr);
+        jpeg_create_compress(&ci);
+        jpeg_stdio_dest(&ci, f);
+        ci.image_width = (JDIMENSION)W;
+        ci.image_height = (JDIMENSION)H;
+        ci.input_components = 3;
+        ci.in_color_space = JCS_RGB;
+        jpeg_set_defaults(&ci);
+        jpeg_set_quality(&ci, 90, TRUE);
+        jpeg_start_compress(&ci, TRUE);
+        for (int y = 0; y < H; y++) {
+            JSAMPROW row = px + (size_t)y * W * 3;
+            jpeg_write_scanlines(&ci, &row, 1);
+        }
+        jpeg_finish_compress(&ci);
+        jpeg_destroy_compress(&ci);
+        fclose(f);
+    }
+    free(px);
+    ch_dataset_t *ds;
+    assert_ch_ok(ch_dataset_imagefolder_open(dir, 3, &ds));
+    static const float m0[3] = {0, 0, 0}, s255[3] = {1 / 255.f, 1 / 255.f, 1 / 255.f};
+    ch_transform_t ops[3] = {ch_tf_random_resized_crop(24), ch_tf_random_hflip(0.5),
+                             ch_tf_normalize(3, m0, s255)};
+    size_t chw = 3 * 24 * 24;
+    float *ref = malloc((size_t)N * chw * sizeof(float)), *got = malloc((size_t)N * chw * sizeof(float));
+    int64_t lab[12], idx[12], lab2[12], idx2[12];
+    int identical = 0;
+    for (int run = 0; run < 3; run++) {
+        ch_loader_options_t cfg;
+        ch_loader_options_default(&cfg);
+        cfg.transforms = ops;
+        cfg.n_transforms = 3;
+        cfg.batch_size = 4;
+        cfg.seed = 3;
+        cfg.num_workers = run == 0 ? 1 : run;
+        cfg.fast_decode = run > 0;
+        ch_loader_t *l;
+        assert_ch_ok(ch_loader_create(ds, &cfg, &l));
+        if (run == 0) { /* the default path: the reference */
+            assert_int_equal(run_epoch(l, 1, ref, lab, idx), N);
+        } else {
+            assert_int_equal(run_epoch(l, 1, got, lab2, idx2), N);
+            assert_memory_equal(idx, idx2, sizeof idx);
+            assert_memory_equal(lab, lab2, sizeof lab);
+            for (int i = 0; i < N; i++) {
+                double sum = 0;
+                for (size_t k = 0; k < chw; k++)
+                    sum += fabs((double)ref[(size_t)i * chw + k] - (double)got[(size_t)i * chw + k]);
+                if (sum == 0) identical++;
+                assert_true(sum / (double)chw < 3.0); /* tests/test_transforms.c's bound */
+            }
+        }
+        ch_loader_destroy(l);
+    }
+    assert_true(identical > 0 && identical < 2 * N); /* both kinds occur */
+    free(ref);
+    free(got);
     ch_dataset_destroy(ds);
     char cmd[4096];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
@@ -477,6 +569,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_padding_and_partial_batches),
         cmocka_unit_test(test_bad_configs_and_holding),
         cmocka_unit_test(test_worker_error_reaches_consumer),
+        cmocka_unit_test(test_fast_decode_loader),
         cmocka_unit_test(test_fashion_mnist_epoch),
         cmocka_unit_test(test_fashion_mnist_helper),
         cmocka_unit_test(test_ranks_cover_dataset),

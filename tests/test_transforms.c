@@ -1,6 +1,7 @@
 /* Tests for io/data/transforms and io/data/resample: deterministic pipelines against
  * torchvision on PIL images (tests/golden/transforms_golden.py), properties
- * of the random ones, determinism per (seed, epoch, index), bad input. */
+ * of the random ones, determinism per (seed, epoch, index), bad input, and
+ * the opt-in fast JPEG decode (data.fast_decode) against the default path. */
 #include "config.h"
 
 #include "tests/harness.h"
@@ -11,6 +12,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include <jpeglib.h>
 
 static const float MEAN1[1] = {0.2860f}, STD1[1] = {0.3530f};
 static const float MEAN3[3] = {0.485f, 0.456f, 0.406f}, STD3[3] = {0.229f, 0.224f, 0.225f};
@@ -269,6 +272,255 @@ static void test_parse(void **state)
                     "at character");
 }
 
+/* ------------------------------------------------ fast decode (data.fast_decode) */
+
+/* A photo-like h x w x c image (smooth shapes + noise) as a JPEG in memory
+ * (libjpeg quality 90: 4:2:0 for colour; progressive when asked). */
+static uint8_t *make_jpeg(int h, int w, int c, int progressive, unsigned seed, size_t *len)
+{
+    uint8_t *px = malloc((size_t)h * (size_t)w * (size_t)c);
+    assert_non_null(px);
+    unsigned r = seed * 2654435761u + 1;
+    for (int y = 0; y < h; y++)
+        for (int x = 0; x < w; x++)
+            for (int k = 0; k < c; k++) {
+                r = r * 1103515245u + 12345u;
+                double v = 128 + 60 * sin(x * (0.02 + 0.01 * k) + seed) * cos(y * 0.031 - k) +
+                           40 * ((x / 37 + y / 23 + k) % 3 - 1) + (double)((r >> 16) % 41) - 20;
+                px[((size_t)y * (size_t)w + (size_t)x) * (size_t)c + (size_t)k] =
+                    (uint8_t)(v < 0 ? 0 : v > 255 ? 255 : v);
+            }
+    struct jpeg_compress_struct ci;
+    struct jpeg_error_mgr jerr;
+    ci.err = jpeg_std_error(&jerr);
+    jpeg_create_compress(&ci);
+    unsigned char *out = NULL;
+    unsigned long olen = 0;
+    jpeg_mem_dest(&ci, &out, &olen);
+    ci.image_width = (JDIMENSION)w;
+    ci.image_height = (JDIMENSION)h;
+    ci.input_components = c;
+    ci.in_color_space = c == 3 ? JCS_RGB : JCS_GRAYSCALE;
+    jpeg_set_defaults(&ci);
+    jpeg_set_quality(&ci, 90, TRUE);
+    if (progressive) jpeg_simple_progression(&ci);
+    jpeg_start_compress(&ci, TRUE);
+    for (int y = 0; y < h; y++) {
+        JSAMPROW row = px + (size_t)y * (size_t)w * (size_t)c;
+        jpeg_write_scanlines(&ci, &row, 1);
+    }
+    jpeg_finish_compress(&ci);
+    jpeg_destroy_compress(&ci);
+    free(px);
+    *len = olen;
+    return out;
+}
+
+/* Bound on the fast path's difference from the default path where DCT
+ * scaling is used, in 0-255 units of the (un-normalized) output pixels:
+ * the mean over a sample's pixels and the largest single pixel. Measured
+ * over the cases below: mean <= 2.61, max <= 29 (docs/perf-data.md gives
+ * the figures on photo-like 500x375 JPEGs). */
+#define FAST_MEAN_BOUND 3.0
+#define FAST_MAX_BOUND 48.0
+
+/* Fast decode vs default: same crop boxes and flips for every sample; the
+ * output bit-identical where no DCT scaling is used, within the bounds
+ * above where it is; a full decode whatever roi_fn says for a pipeline
+ * that does not start with RandomResizedCrop / Resize. */
+static void test_fast_decode_matches_default(void **state)
+{
+    struct {
+        int h, w, c, prog, out;
+    } cases[] = {{375, 500, 3, 0, 224}, {500, 375, 3, 0, 64}, {251, 333, 3, 1, 96},
+                 {375, 500, 1, 0, 112}, {375, 500, 3, 0, 32}, {97, 131, 3, 0, 32}};
+    int scaled = 0, exact = 0;
+    double worst_mean = 0, worst_max = 0;
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+        int c = cases[ci].c, out = cases[ci].out;
+        size_t len;
+        uint8_t *jpg = make_jpeg(cases[ci].h, cases[ci].w, c, cases[ci].prog, (unsigned)ci, &len);
+        for (int variant = 0; variant < 2; variant++) {
+            ch_transform_t ops[3];
+            int nops = 0;
+            if (variant == 0) {
+                ops[nops++] = ch_tf_random_resized_crop(out);
+                ops[nops++] = ch_tf_random_hflip(0.5);
+            } else {
+                ops[nops++] = ch_tf_resize(out);
+                ops[nops++] = ch_tf_center_crop(out);
+            }
+            /* mean 0, std 1/255: the output is the uint8 pixel value */
+            static const float m0[3] = {0, 0, 0}, s255[3] = {1 / 255.f, 1 / 255.f, 1 / 255.f};
+            ops[nops++] = ch_tf_normalize(c, m0, s255);
+            ch_transforms_t *tf;
+            assert_ch_ok(ch_transforms_create(ops, nops, c, 7, &tf));
+            assert_true(ch_transforms_fast_decode_ok(tf));
+            size_t n = (size_t)c * (size_t)out * (size_t)out;
+            float *a = malloc(n * sizeof *a), *b = malloc(n * sizeof *b);
+            ch_transforms_scratch_t sa, sb;
+            ch_transforms_scratch_init(&sa);
+            ch_transforms_scratch_init(&sb);
+            ch_image_t full, part;
+            ch_image_init(&full);
+            ch_image_init(&part);
+            ch_transforms_roi_ctx_t ctx = {tf, 3, 0};
+            part.roi_fn = ch_transforms_roi;
+            part.roi_ctx = &ctx;
+            for (int64_t idx = 0; idx < (variant ? 1 : 60); idx++) {
+                ctx.index = idx;
+                assert_ch_ok(ch_image_decode(jpg, len, c, &full, "full"));
+                assert_true(ch_image_is_full(&full));
+                assert_ch_ok(ch_transforms_apply(tf, &full, 3, idx, &sa, a, out, out));
+                assert_ch_ok(ch_image_decode(jpg, len, c, &part, "part"));
+                assert_ch_ok(ch_transforms_apply(tf, &part, 3, idx, &sb, b, out, out));
+                /* the augmentation parameters are those of the default path */
+                assert_memory_equal(sa.rec.crop, sb.rec.crop, sizeof sa.rec.crop);
+                assert_int_equal(sa.rec.flip, sb.rec.flip);
+                assert_int_equal(sa.rec.scale_num, 8);
+                if (sb.rec.scale_num == 8) {
+                    if (memcmp(a, b, n * sizeof *a) != 0)
+                        fail_msg("case %zu variant %d sample %lld: not bit-identical at scale 8/8",
+                                 ci, variant, (long long)idx);
+                    exact++;
+                    continue;
+                }
+                double sum = 0, mx = 0;
+                for (size_t i = 0; i < n; i++) {
+                    double d = fabs((double)a[i] - (double)b[i]);
+                    sum += d;
+                    mx = fmax(mx, d);
+                }
+                worst_mean = fmax(worst_mean, sum / (double)n);
+                worst_max = fmax(worst_max, mx);
+                scaled++;
+            }
+            ch_image_free(&full);
+            part.roi_fn = NULL;
+            ch_image_free(&part);
+            ch_transforms_scratch_free(&sa);
+            ch_transforms_scratch_free(&sb);
+            free(a);
+            free(b);
+            ch_transforms_destroy(tf);
+        }
+        free(jpg);
+    }
+    print_message("fast decode: %d samples bit-identical (scale 8/8), %d DCT-scaled: worst mean "
+                  "|diff| %.3f, worst max %.0f (0-255 units)\n",
+                  exact, scaled, worst_mean, worst_max);
+    assert_true(exact > 50 && scaled > 50);
+    assert_true(worst_mean <= FAST_MEAN_BOUND);
+    assert_true(worst_max <= FAST_MAX_BOUND);
+
+    /* a pipeline that cannot use it: roi_fn declines, full decode, same result */
+    size_t len;
+    uint8_t *jpg = make_jpeg(40, 50, 3, 0, 9, &len);
+    ch_transform_t ops[3] = {ch_tf_random_crop(32, 2), ch_tf_random_hflip(0.5),
+                             ch_tf_normalize(3, MEAN3, STD3)};
+    ch_transforms_t *tf;
+    assert_ch_ok(ch_transforms_create(ops, 3, 3, 1, &tf));
+    assert_false(ch_transforms_fast_decode_ok(tf));
+    ch_transforms_roi_ctx_t ctx = {tf, 0, 5};
+    ch_image_t img;
+    ch_image_init(&img);
+    img.roi_fn = ch_transforms_roi;
+    img.roi_ctx = &ctx;
+    assert_ch_ok(ch_image_decode(jpg, len, 3, &img, "x"));
+    assert_true(ch_image_is_full(&img));
+    assert_int_equal(img.h, 40);
+    ch_image_free(&img);
+    ch_transforms_destroy(tf);
+    free(jpg);
+}
+
+/* A truncated or corrupt JPEG gives the same error with and without fast
+ * decode; a partial image handed to the wrong pipeline is refused. */
+static void test_fast_decode_errors(void **state)
+{
+    size_t len;
+    uint8_t *jpg = make_jpeg(375, 500, 3, 0, 3, &len);
+    ch_transform_t ops[2] = {ch_tf_random_resized_crop(64), ch_tf_normalize(3, MEAN3, STD3)};
+    ch_transforms_t *tf;
+    assert_ch_ok(ch_transforms_create(ops, 2, 3, 11, &tf));
+    ch_transforms_roi_ctx_t ctx = {tf, 0, 0};
+    ch_image_t full, part;
+    ch_image_init(&full);
+    ch_image_init(&part);
+    part.roi_fn = ch_transforms_roi;
+    part.roi_ctx = &ctx;
+    char want[1024];
+    /* cut at several places (in the scan data: below, inside and above
+     * the crop rows), and a file whose entropy data is overwritten */
+    size_t cuts[] = {len - 2, len * 9 / 10, len / 2, len / 5, 400, 20};
+    for (size_t k = 0; k < sizeof cuts / sizeof cuts[0]; k++)
+        for (int64_t idx = 0; idx < 8; idx++) {
+            ctx.index = idx;
+            ch_status a = ch_image_decode(jpg, cuts[k], 3, &full, "f.jpg");
+            assert_int_not_equal(a, CH_OK);
+            snprintf(want, sizeof want, "%s", ch_error_message());
+            ch_status b = ch_image_decode(jpg, cuts[k], 3, &part, "f.jpg");
+            assert_int_equal(a, b);
+            assert_string_equal(want, ch_error_message());
+            if (idx == 0 && k == 0) assert_non_null(strstr(want, "JPEG file is truncated"));
+        }
+    uint8_t *bad = malloc(len);
+    memcpy(bad, jpg, len);
+    size_t sof = 2;
+    while (sof + 4 < len && !(bad[sof] == 0xff && bad[sof + 1] == 0xc0)) sof++;
+    assert_true(sof + 4 < len);
+    bad[sof + 4] = 7; /* SOF0's sample precision: corrupt header */
+    ch_status a = ch_image_decode(bad, len, 3, &full, "g.jpg");
+    snprintf(want, sizeof want, "%s", ch_error_message());
+    assert_int_equal(a, CH_ERR_FORMAT);
+    assert_int_equal(ch_image_decode(bad, len, 3, &part, "g.jpg"), CH_ERR_FORMAT);
+    assert_string_equal(want, ch_error_message());
+    free(bad);
+
+    /* a region decoded for one sample, transformed as another: refused */
+    ctx.index = 1;
+    int64_t other = -1;
+    assert_ch_ok(ch_image_decode(jpg, len, 3, &part, "f.jpg"));
+    assert_false(ch_image_is_full(&part));
+    ch_transforms_scratch_t s;
+    ch_transforms_scratch_init(&s);
+    float *out = malloc(3 * 64 * 64 * sizeof *out);
+    for (int64_t idx = 2; idx < 50 && other < 0; idx++) { /* a sample with another box */
+        ch_status st = ch_transforms_apply(tf, &part, 0, idx, &s, out, 64, 64);
+        if (st != CH_OK) {
+            assert_int_equal(st, CH_ERR_INTERNAL);
+            assert_non_null(strstr(ch_error_message(), "not the one planned"));
+            other = idx;
+        }
+    }
+    assert_true(other >= 0);
+    free(out);
+    ch_transforms_scratch_free(&s);
+    ch_image_free(&full);
+    part.roi_fn = NULL;
+    ch_image_free(&part);
+    ch_transforms_destroy(tf);
+    free(jpg);
+}
+
+/* ch_resample_bilinear_box over the whole image is ch_resample_bilinear;
+ * a box outside the image is refused. */
+static void test_resample_box(void **state)
+{
+    uint8_t src[17 * 23 * 3], a[9 * 11 * 3], b[9 * 11 * 3];
+    for (size_t i = 0; i < sizeof src; i++) src[i] = (uint8_t)((i * 2654435761u) >> 24);
+    ch_resample_scratch_t rs;
+    memset(&rs, 0, sizeof rs);
+    assert_ch_ok(ch_resample_bilinear(src, 17, 23, 3, 23 * 3, a, 9, 11, &rs));
+    const double box[4] = {0, 0, 23, 17};
+    assert_ch_ok(ch_resample_bilinear_box(src, 17, 23, 3, 23 * 3, box, b, 9, 11, &rs));
+    assert_memory_equal(a, b, sizeof a);
+    const double bad[4] = {0, 0, 24, 17};
+    assert_ch_error(ch_resample_bilinear_box(src, 17, 23, 3, 23 * 3, bad, b, 9, 11, &rs),
+                    CH_ERR_INVALID, "outside");
+    ch_resample_scratch_free(&rs);
+}
+
 int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
@@ -277,6 +529,9 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_streams_are_per_epoch_and_index),
         cmocka_unit_test(test_bad_pipelines),
         cmocka_unit_test(test_parse),
+        cmocka_unit_test(test_fast_decode_matches_default),
+        cmocka_unit_test(test_fast_decode_errors),
+        cmocka_unit_test(test_resample_box),
     };
     return ch_test_main(argc, argv, tests, sizeof tests / sizeof tests[0]);
 }

@@ -52,6 +52,13 @@ static const ch_config_key_t ch_data_config_keys[] = {
      "The ImageNet recipe at this size S (0: off): train RandomResizedCrop(S, scale=(0.08, 1), "
      "ratio=(3/4, 4/3)) [+ data.hflip], test Resize(int(S / 0.875)) + CenterCrop(S); "
      "instead of data.image_size and data.random_crop_padding."},
+    {"data.fast_decode", CH_CFG_BOOL, "false", CH_CFG_NO_RANGE,
+     "Faster JPEG decode for pipelines that start with RandomResizedCrop "
+     "(data.random_resized_crop) or Resize (data.image_size, the test pipeline): decode only "
+     "the rows and columns the crop reads (libjpeg-turbo crop decode) and, where the crop "
+     "is shrunk 2x or more, at 1/2, 3/8, 1/4 or 1/8 size (DCT scaling). Same crop boxes and "
+     "flips; pixels bit-identical to the default unless DCT scaling is used "
+     "(docs/perf-data.md gives the differences). false: full decode, PIL's pixels."},
     {"data.order", CH_CFG_STRING, "sampler", CH_CFG_NO_RANGE,
      "Training order: sampler (torch's DistributedSampler, exact) or shard_window (shards "
      "only, NOT DistributedSampler order: each rank reads its own shards, data.shard_window "
@@ -123,6 +130,7 @@ ch_status ch_data_options_from_config(const ch_config_t *cfg, ch_data_options_t 
     CH_TRY(ch_config_get_string(cfg, "data.stage", &o->stage));
     CH_TRY(ch_config_get_bool(cfg, "data.stage_keep", &o->stage_keep));
     CH_TRY(ch_config_get_int(cfg, "data.random_resized_crop", &o->random_resized_crop));
+    CH_TRY(ch_config_get_bool(cfg, "data.fast_decode", &o->fast_decode));
     if (o->random_resized_crop > 0 && (o->image_size > 0 || o->random_crop_padding > 0))
         return CH_ERROR(CH_ERR_CONFIG, "data.random_resized_crop = %d sets the image size: leave "
                         "data.image_size and data.random_crop_padding at 0", o->random_resized_crop);
@@ -366,6 +374,7 @@ static ch_status make_loaders(const ch_data_options_t *o, const ch_data_setup_t 
     lc.world_size = u->world_size;
     lc.rank = u->rank;
     lc.seed = u->seed;
+    lc.fast_decode = o->fast_decode;
     /* seed recipe: BatchSampler(DistributedSampler(train), drop_last=True) */
     lc.shuffle = 1;
     lc.drop_last = 1;

@@ -20,6 +20,8 @@
  *              [RandomHorizontalFlip(0.5) with data.hflip],
  *              ToTensor + Normalize(data.mean, data.std);
  *              test: [Resize + CenterCrop], ToTensor + Normalize;
+ *              data.fast_decode (opt-in): JPEGs decoded partially / DCT-
+ *              scaled for the first op (transforms.h "fast JPEG decode");
  *   loaders    train: BatchSampler(DistributedSampler(train, shuffle, seed),
  *              batch_size, drop_last=True) (or, opt-in, data.order =
  *              shard_window: ch_sampler_set_shard_window, not that order); test (when asked):
@@ -73,6 +75,7 @@ typedef struct {
     int stage_keep;            /* data.stage_keep: ch_data_unstage is the caller's to skip */
     int shard_window;          /* data.order = shard_window: data.shard_window; 0: sampler order */
     int random_resized_crop;   /* data.random_resized_crop (0: off) */
+    int fast_decode;           /* data.fast_decode: partial / DCT-scaled JPEG decode */
 } ch_data_options_t;
 
 /* The data.* keys (a job lists them as its "data" table). */

@@ -38,6 +38,10 @@ ch_status ch_image_reshape(ch_image_t *img, int h, int w, int c)
     img->h = h;
     img->w = w;
     img->c = c;
+    img->full_h = h; /* whole, full resolution (a partial decode sets these after) */
+    img->full_w = w;
+    img->scale_num = 8;
+    img->off_y = img->off_x = 0;
     return CH_OK;
 }
 
@@ -124,6 +128,87 @@ static void jpeg_err_emit(j_common_ptr c, int level)
     }
 }
 
+/* The region *roi of the JPEG whose header cinfo has read (decode_jpeg's
+ * partial path, see ch_image_decode). Error exits longjmp to the caller's
+ * setjmp in decode_jpeg; the caller destroys cinfo. */
+static ch_status decode_jpeg_roi(j_decompress_ptr cinfo, struct jpeg_err *err, const uint8_t *buf,
+                                 size_t len, const ch_image_roi_t *roi, int native, int channels,
+                                 ch_image_t *img, const char *name)
+{
+    int h = (int)cinfo->image_height, w = (int)cinfo->image_width, n = roi->scale_num;
+    if (n < 1 || n > 8)
+        return CH_ERROR(CH_ERR_INVALID, "%s: JPEG region: scale %d/8 (1..8 expected)", name, n);
+    /* libjpeg-turbo's scaled size: jdiv_round_up(size * scale_num, 8) */
+    int sh = (int)(((long)h * n + 7) / 8), sw = (int)(((long)w * n + 7) / 8);
+    if (roi->x < 0 || roi->y < 0 || roi->w < 1 || roi->h < 1 || roi->x + roi->w > sw ||
+        roi->y + roi->h > sh)
+        return CH_ERROR(CH_ERR_INVALID,
+                        "%s: JPEG region %dx%d at (%d, %d) outside the %dx%d image (scale %d/8)",
+                        name, roi->h, roi->w, roi->y, roi->x, sh, sw, n);
+    cinfo->scale_num = (unsigned)n;
+    cinfo->scale_denom = 8;
+    jpeg_start_decompress(cinfo);
+    if ((int)cinfo->output_components != native || (int)cinfo->output_width != sw ||
+        (int)cinfo->output_height != sh)
+        return CH_ERROR(CH_ERR_FORMAT, "%s: unexpected JPEG output %ux%ux%d (scale %d/8)", name,
+                        cinfo->output_width, cinfo->output_height, cinfo->output_components, n);
+    /* columns with a margin of 2: fancy upsampling treats the edges of a
+     * partial row as image edges (libjpeg.txt, "Partial image decompression") */
+    int x0 = roi->x - 2 > 0 ? roi->x - 2 : 0;
+    int x1 = roi->x + roi->w + 2 < sw ? roi->x + roi->w + 2 : sw;
+    JDIMENSION xoff = (JDIMENSION)x0, cw = (JDIMENSION)(x1 - x0);
+    if (x0 > 0 || x1 < sw) jpeg_crop_scanline(cinfo, &xoff, &cw);
+    int aw = (int)cinfo->output_width, dx = roi->x - (int)xoff;
+    if (dx < 0 || dx + roi->w > aw)
+        return CH_ERROR(CH_ERR_INTERNAL, "%s: JPEG crop %u+%u does not cover columns %d..%d", name,
+                        xoff, cw, roi->x, roi->x + roi->w);
+    int c = (native == 3 || channels == 3) ? 3 : 1;
+    /* rows of aw pixels, plus one spare row for the last scanline */
+    ch_status st = ch_image_reshape(img, roi->h + 1, aw, c);
+    if (st) return ch_error_context("%s", name);
+    size_t stride = (size_t)aw * (size_t)c;
+    if (roi->y > 0) jpeg_skip_scanlines(cinfo, (JDIMENSION)roi->y);
+    for (int r = 0; r < roi->h && !err->eof; r++) {
+        JSAMPROW row = img->data + (size_t)r * stride;
+        if (jpeg_read_scanlines(cinfo, &row, 1) != 1) break;
+        if (native == 1 && channels == 3) gray_to_rgb_row(row, aw);
+    }
+    /* The rows below the region: a single-scan file that ends with its EOI
+     * marker (FF D9) is complete (libjpeg would find that marker, not the
+     * end of the data), so decoding stops here. Any other file is decoded
+     * through its last row (the entropy-coded data of the rows between is
+     * read, not inverse-transformed), so that a truncated file fails with
+     * the error of a full decode. (Multi-scan files were read whole by
+     * jpeg_start_decompress.) */
+    int complete = len >= 2 && buf[len - 2] == 0xff && buf[len - 1] == 0xd9;
+    if (!complete && !err->eof && cinfo->output_scanline < cinfo->output_height) {
+        JDIMENSION left = cinfo->output_height - cinfo->output_scanline;
+        if (left > 1) jpeg_skip_scanlines(cinfo, left - 1);
+        JSAMPROW row = img->data + (size_t)roi->h * stride;
+        if (!err->eof) (void)jpeg_read_scanlines(cinfo, &row, 1);
+    }
+    if (!err->eof && cinfo->output_scanline == cinfo->output_height) jpeg_finish_decompress(cinfo);
+    if (err->eof)
+        return CH_ERROR(CH_ERR_FORMAT, "%s: JPEG file is truncated (premature end of data)",
+                        name);
+    size_t out_row = (size_t)roi->w * (size_t)c;
+    for (int r = 0; r < roi->h; r++)
+        memmove(img->data + (size_t)r * out_row, img->data + (size_t)r * stride + (size_t)dx * (size_t)c,
+                out_row);
+    img->h = roi->h;
+    img->w = roi->w;
+    if (native == 3 && channels == 1) {
+        rgb_to_l(img->data, img->data, (size_t)roi->h * (size_t)roi->w);
+        img->c = 1;
+    }
+    img->full_h = h;
+    img->full_w = w;
+    img->scale_num = n;
+    img->off_y = roi->y;
+    img->off_x = roi->x;
+    return CH_OK;
+}
+
 static ch_status decode_jpeg(const uint8_t *buf, size_t len, int channels, ch_image_t *img,
                              const char *name)
 {
@@ -158,6 +243,12 @@ static ch_status decode_jpeg(const uint8_t *buf, size_t len, int channels, ch_im
                         name, cinfo.image_width, cinfo.image_height, (long)CH_IMAGE_MAX_PIXELS);
     }
     int h = (int)cinfo.image_height, w = (int)cinfo.image_width;
+    ch_image_roi_t roi;
+    if (img->roi_fn && img->roi_fn(img->roi_ctx, h, w, &roi)) {
+        ch_status rst = decode_jpeg_roi(&cinfo, &err, buf, len, &roi, native, channels, img, name);
+        jpeg_destroy_decompress(&cinfo);
+        return rst;
+    }
     /* room for 3 channels: conversions run in place */
     ch_status st = ch_image_reshape(img, h, w, (native == 3 || channels == 3) ? 3 : 1);
     if (st) {

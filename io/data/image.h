@@ -38,6 +38,21 @@ extern "C" {
 #define CH_IMAGE_MAX_PIXELS (1L << 26)
 #define CH_IMAGE_MAX_SIDE 65535
 
+/* Partial JPEG decoding (opt-in: data.fast_decode, transforms.h
+ * ch_transforms_roi). A region of the image as decoded with libjpeg-turbo's
+ * DCT scaling at scale_num / 8 (1..8; the scaled image is
+ * ceil(W * scale_num / 8) x ceil(H * scale_num / 8) pixels): rows
+ * [y, y + h) and columns [x, x + w) of it. */
+typedef struct ch_image_roi {
+    int x, y, w, h;
+    int scale_num;
+} ch_image_roi_t;
+
+/* Asked by the JPEG decoder once the file's size (h, w) is known: fill
+ * *roi (inside the scaled image) and return 1 to decode only that region,
+ * or return 0 for the ordinary full decode. Must not fail. */
+typedef int (*ch_image_roi_fn)(void *ctx, int h, int w, ch_image_roi_t *roi);
+
 typedef struct ch_image {
     uint8_t *data;   /* h * w * c bytes, H,W,C order */
     int c, h, w;
@@ -45,7 +60,27 @@ typedef struct ch_image {
     uint8_t *raw;    /* scratch for the encoded file (used by datasets) */
     size_t raw_capacity;
     size_t raw_size;
+    /* Partial decoding: roi_fn (NULL: always decode all) is set by the
+     * caller and left alone by the decoders. After any decode, full_h x
+     * full_w is the file's size, scale_num (1..8) the DCT scale and
+     * (off_y, off_x) where pixel (0, 0) of data lies in the image scaled by
+     * scale_num / 8; a full decode gives h x w = full_h x full_w,
+     * scale_num 8 and offset 0. */
+    ch_image_roi_fn roi_fn;
+    void *roi_ctx;
+    int full_h, full_w;
+    int scale_num;
+    int off_y, off_x;
 } ch_image_t;
+
+/* 1 when img holds the whole image at full resolution: after a full
+ * decode or ch_image_reshape, and for an image filled in by hand that left
+ * full_h at 0; 0 after a partial decode. */
+static inline int ch_image_is_full(const ch_image_t *img)
+{
+    return img->full_h == 0 ||
+           (img->scale_num == 8 && img->h == img->full_h && img->w == img->full_w);
+}
 
 /* An empty image (no allocation). */
 void ch_image_init(ch_image_t *img);
@@ -69,7 +104,17 @@ ch_status ch_image_read_file(ch_image_t *img, const char *path);
  * NULL) is put in error messages. buf must not alias img->data.
  * Errors: CH_ERR_FORMAT (empty, unknown format, corrupt or truncated data,
  * the decoder's own message), CH_ERR_UNSUPPORTED (CMYK JPEG, other image
- * formats such as BMP/TIFF/WebP), CH_ERR_INVALID (channels), CH_ERR_NOMEM. */
+ * formats such as BMP/TIFF/WebP), CH_ERR_INVALID (channels), CH_ERR_NOMEM.
+ *
+ * With img->roi_fn set, a JPEG whose region the callback asks for is
+ * decoded with libjpeg-turbo's DCT scaling (scale_num / 8) and partial
+ * decompression (jpeg_crop_scanline, jpeg_skip_scanlines) into exactly that
+ * region (img->h x img->w = roi h x w; see the fields above). Its pixels
+ * equal the same region of a full decode at that scale (the columns are
+ * decoded with a margin so that libjpeg-turbo's edge handling of fancy
+ * upsampling does not reach them). The rows below the region are still
+ * entropy-decoded (the last row is decoded) so that a truncated or corrupt
+ * file fails with the same error as a full decode. PNGs ignore roi_fn. */
 ch_status ch_image_decode(const uint8_t *buf, size_t len, int channels, ch_image_t *img,
                           const char *name);
 

@@ -24,6 +24,7 @@ struct slot {
     ch_threadpool_group_t *group;
     ch_image_t img;          /* worker scratch: decoded sample */
     ch_transforms_scratch_t scratch;
+    ch_transforms_roi_ctx_t roi; /* fast decode: the sample being decoded */
 };
 
 struct ch_loader {
@@ -81,6 +82,8 @@ static ch_status fill_slot(void *arg)
     for (int64_t k = 0; k < count; k++) {
         if (atomic_load_explicit(&l->stop, memory_order_relaxed)) return CH_OK;
         int64_t idx = first[k];
+        s->roi.epoch = l->epoch; /* read by img.roi_fn (fast decode) */
+        s->roi.index = idx;
         ch_status st = ch_dataset_get(l->ds, idx, &s->img, &bt->labels[k]);
         if (st == CH_OK)
             st = ch_transforms_apply(l->tf, &s->img, l->epoch, idx, &s->scratch,
@@ -181,6 +184,11 @@ ch_status ch_loader_create(ch_dataset_t *ds, const ch_loader_options_t *cfg, ch_
         s->l = l;
         ch_image_init(&s->img);
         ch_transforms_scratch_init(&s->scratch);
+        if (cfg->fast_decode && ch_transforms_fast_decode_ok(l->tf)) {
+            s->roi.tf = l->tf;
+            s->img.roi_fn = ch_transforms_roi;
+            s->img.roi_ctx = &s->roi;
+        }
         /* the first slots that fit the cap are page-locked, the rest pageable */
         s->pin_asked = cfg->pinned && img_bytes + lab_bytes <= pin_cap - pin_total;
         if (s->pin_asked) pin_total += img_bytes + lab_bytes;

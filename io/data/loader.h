@@ -69,11 +69,15 @@ typedef struct ch_loader_options {
                                   order); 0: off */
     const int64_t *shard_first; /* n_shards + 1 sample offsets (read at create) */
     int n_shards;
+    int fast_decode;           /* data.fast_decode: JPEGs decoded partially / DCT-scaled
+                                  for a pipeline starting with RandomResizedCrop or Resize
+                                  (transforms.h "fast JPEG decode"; not bit-identical);
+                                  0: full decode (default) */
 } ch_loader_options_t;
 
 /* Defaults: batch_size 32, drop_last 0, num_workers 2, prefetch 0 (auto),
  * pinned 0, pinned_max_bytes 0 (1 GiB), world_size 1, rank 0, shuffle 1,
- * seed 0, sampler_drop_last 0, no transforms (must be set). */
+ * seed 0, sampler_drop_last 0, no transforms (must be set), fast_decode 0. */
 void ch_loader_options_default(ch_loader_options_t *cfg);
 
 typedef struct ch_batch {

@@ -9,6 +9,17 @@
 
 #define PRECISION_BITS (32 - 8 - 2)
 
+/* The passes vectorize at -O3 (GCC), whatever the build's -O level; one
+ * clone per ISA picked at load time, as framework/reduce's kernels. The
+ * sums are integers, so the result does not depend on the clone. */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
+#define RESAMPLE_KERNEL __attribute__((target_clones("avx2", "default"), optimize("O3")))
+#elif defined(__GNUC__) && !defined(__clang__)
+#define RESAMPLE_KERNEL __attribute__((optimize("O3")))
+#else
+#define RESAMPLE_KERNEL
+#endif
+
 void ch_resample_scratch_free(ch_resample_scratch_t *s)
 {
     free(s->kx);
@@ -16,6 +27,7 @@ void ch_resample_scratch_free(ch_resample_scratch_t *s)
     free(s->bx);
     free(s->by);
     free(s->tmp);
+    free(s->acc);
     memset(s, 0, sizeof *s);
 }
 
@@ -36,12 +48,12 @@ static double bilinear_filter(double x)
     return 0.0;
 }
 
-/* Coefficients for in_size -> out_size over the box [0, in_size): returns
- * ksize, fills kk (out_size * ksize fixed-point) and bounds (xmin, count). */
-static int precompute_coeffs(int in_size, int out_size, int32_t **kk_p, size_t *kk_cap, int **b_p,
-                             size_t *b_cap)
+/* Coefficients for in_size -> out_size over the box [in0, in1) (Pillow's
+ * resize box): returns ksize, fills kk (out_size * ksize fixed-point) and
+ * bounds (xmin, count). */
+static int precompute_coeffs(int in_size, double in0, double in1, int out_size, int32_t **kk_p,
+                             size_t *kk_cap, int **b_p, size_t *b_cap)
 {
-    double in0 = 0.0, in1 = (double)(float)in_size;
     double scale = (in1 - in0) / out_size, filterscale = scale;
     if (filterscale < 1.0) filterscale = 1.0;
     double support = 1.0 * filterscale;
@@ -93,17 +105,32 @@ static inline uint8_t clip8(int32_t in)
 ch_status ch_resample_bilinear(const uint8_t *src, int sh, int sw, int c, size_t src_stride,
                                uint8_t *dst, int dh, int dw, ch_resample_scratch_t *s)
 {
+    const double box[4] = {0.0, 0.0, (double)(float)sw, (double)(float)sh};
+    return ch_resample_bilinear_box(src, sh, sw, c, src_stride, box, dst, dh, dw, s);
+}
+
+RESAMPLE_KERNEL
+ch_status ch_resample_bilinear_box(const uint8_t *src, int sh, int sw, int c, size_t src_stride,
+                                   const double box[4], uint8_t *dst, int dh, int dw,
+                                   ch_resample_scratch_t *s)
+{
     CH_REQUIRE(sh > 0 && sw > 0 && dh > 0 && dw > 0 && c >= 1 && c <= 4,
                "resample: bad sizes %dx%d -> %dx%d (c=%d)", sh, sw, dh, dw, c);
-    int need_h = dw != sw, need_v = dh != sh;
+    CH_REQUIRE(box[0] >= 0 && box[1] >= 0 && box[2] <= sw && box[3] <= sh && box[2] > box[0] &&
+                   box[3] > box[1],
+               "resample: box (%g, %g, %g, %g) outside the %dx%d image", box[0], box[1], box[2],
+               box[3], sh, sw);
+    /* Pillow: a pass is needed when the size changes or the box is not the whole axis */
+    int need_h = dw != sw || box[0] != 0.0 || box[2] != (double)sw;
+    int need_v = dh != sh || box[1] != 0.0 || box[3] != (double)sh;
     if (!need_h && !need_v) {
         for (int y = 0; y < sh; y++)
             memcpy(dst + (size_t)y * (size_t)dw * (size_t)c, src + (size_t)y * src_stride,
                    (size_t)sw * (size_t)c);
         return CH_OK;
     }
-    int ksx = precompute_coeffs(sw, dw, &s->kx, &s->kx_cap, &s->bx, &s->bx_cap);
-    int ksy = precompute_coeffs(sh, dh, &s->ky, &s->ky_cap, &s->by, &s->by_cap);
+    int ksx = precompute_coeffs(sw, box[0], box[2], dw, &s->kx, &s->kx_cap, &s->bx, &s->bx_cap);
+    int ksy = precompute_coeffs(sh, box[1], box[3], dh, &s->ky, &s->ky_cap, &s->by, &s->by_cap);
     if (ksx < 0 || ksy < 0) return CH_ERROR(CH_ERR_NOMEM, "resample: out of memory");
     const int32_t *kx = s->kx, *ky = s->ky;
     int *by = s->by;
@@ -129,6 +156,19 @@ ch_status ch_resample_bilinear(const uint8_t *src, int sh, int sw, int c, size_t
             for (int xx = 0; xx < dw; xx++) {
                 int xmin = bx[xx * 2], xmax = bx[xx * 2 + 1];
                 const int32_t *k = &kx[xx * ksx];
+                if (c == 3) { /* the three channels in one pass (same integer sums) */
+                    int32_t s0 = 1 << (PRECISION_BITS - 1), s1 = s0, s2 = s0;
+                    const uint8_t *p = row + (size_t)xmin * 3;
+                    for (int x = 0; x < xmax; x++, p += 3) {
+                        s0 += (int32_t)p[0] * k[x];
+                        s1 += (int32_t)p[1] * k[x];
+                        s2 += (int32_t)p[2] * k[x];
+                    }
+                    orow[(size_t)xx * 3] = clip8(s0);
+                    orow[(size_t)xx * 3 + 1] = clip8(s1);
+                    orow[(size_t)xx * 3 + 2] = clip8(s2);
+                    continue;
+                }
                 for (int ch = 0; ch < c; ch++) {
                     int32_t ss = 1 << (PRECISION_BITS - 1);
                     const uint8_t *p = row + (size_t)xmin * (size_t)c + (size_t)ch;
@@ -142,15 +182,22 @@ ch_status ch_resample_bilinear(const uint8_t *src, int sh, int sw, int c, size_t
         vin_stride = out_stride;
     }
     size_t w_bytes = (size_t)dw * (size_t)c;
+    /* row by row into one row of int32 sums (vectorizes; integer sums are
+     * exact, so the order of the taps does not change the result) */
+    if (grow((void **)&s->acc, &s->acc_cap, w_bytes * sizeof(int32_t)))
+        return CH_ERROR(CH_ERR_NOMEM, "resample: out of memory");
+    int32_t *acc = s->acc;
     for (int yy = 0; yy < dh; yy++) {
         const int32_t *k = &ky[yy * ksy];
         int ymin = by[yy * 2], ymax = by[yy * 2 + 1];
         uint8_t *orow = dst + (size_t)yy * w_bytes;
-        for (size_t xx = 0; xx < w_bytes; xx++) {
-            int32_t ss = 1 << (PRECISION_BITS - 1);
-            for (int y = 0; y < ymax; y++) ss += (int32_t)vin[(size_t)(y + ymin) * vin_stride + xx] * k[y];
-            orow[xx] = clip8(ss);
+        for (size_t xx = 0; xx < w_bytes; xx++) acc[xx] = 1 << (PRECISION_BITS - 1);
+        for (int y = 0; y < ymax; y++) {
+            const uint8_t *row = vin + (size_t)(y + ymin) * vin_stride;
+            int32_t ky1 = k[y];
+            for (size_t xx = 0; xx < w_bytes; xx++) acc[xx] += (int32_t)row[xx] * ky1;
         }
+        for (size_t xx = 0; xx < w_bytes; xx++) orow[xx] = clip8(acc[xx]);
     }
     return CH_OK;
 }

@@ -30,6 +30,8 @@ typedef struct ch_resample_scratch {
     size_t kx_cap, ky_cap, bx_cap, by_cap;
     uint8_t *tmp;
     size_t tmp_cap;
+    int32_t *acc; /* one output row of vertical-pass sums */
+    size_t acc_cap;
 } ch_resample_scratch_t;
 
 void ch_resample_scratch_free(ch_resample_scratch_t *s);
@@ -39,6 +41,15 @@ void ch_resample_scratch_free(ch_resample_scratch_t *s);
  * All sizes >= 1. Errors: CH_ERR_INVALID (sizes), CH_ERR_NOMEM. */
 ch_status ch_resample_bilinear(const uint8_t *src, int sh, int sw, int c, size_t src_stride,
                                uint8_t *dst, int dh, int dw, ch_resample_scratch_t *scratch);
+
+/* As ch_resample_bilinear, over the box (x0, y0, x1, y1) of src in pixel
+ * coordinates (fractional allowed; 0 <= x0 < x1 <= sw, 0 <= y0 < y1 <= sh):
+ * Pillow's Image.resize(size, BILINEAR, box=...). The filter reads the
+ * pixels of src around the box (within src). The box (0, 0, sw, sh) is
+ * ch_resample_bilinear. Errors: CH_ERR_INVALID (sizes, box), CH_ERR_NOMEM. */
+ch_status ch_resample_bilinear_box(const uint8_t *src, int sh, int sw, int c, size_t src_stride,
+                                   const double box[4], uint8_t *dst, int dh, int dw,
+                                   ch_resample_scratch_t *scratch);
 
 #ifdef __cplusplus
 }

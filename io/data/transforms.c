@@ -388,6 +388,108 @@ static void rrc_params(const ch_transform_t *t, int height, int width, rng_t *r,
     *j = (width - *w) / 2;
 }
 
+/* ---------------------------------------------------- fast decode (ROI) */
+
+/* Largest DCT scale used below 8/8: only crops that the resize shrinks by
+ * 2x or more are decoded scaled (data.fast_decode). */
+#define FAST_MAX_SCALE 4
+
+int ch_transforms_fast_decode_ok(const ch_transforms_t *tf)
+{
+    return tf->n >= 2 &&
+           (tf->ops[0].kind == CH_TF_RANDOM_RESIZED_CROP || tf->ops[0].kind == CH_TF_RESIZE);
+}
+
+/* The first op of a fast-decode pipeline on a full_h x full_w image: the
+ * box (y, x, h, w) it reads in full-size pixels, its output (oh, ow), the
+ * DCT scale n (1..8) and the region of the scaled image that covers the
+ * box. Draws from r exactly as ch_transforms_apply does. */
+struct fast_plan {
+    int y, x, h, w, oh, ow, n;
+    ch_image_roi_t roi;
+};
+
+static void fast_plan(const ch_transforms_t *tf, int full_h, int full_w, rng_t *r,
+                      struct fast_plan *p)
+{
+    const ch_transform_t *t = &tf->ops[0];
+    if (t->kind == CH_TF_RANDOM_RESIZED_CROP) {
+        rrc_params(t, full_h, full_w, r, &p->y, &p->x, &p->h, &p->w);
+        p->oh = t->size[0];
+        p->ow = t->size[1];
+    } else {
+        p->y = p->x = 0;
+        p->h = full_h;
+        p->w = full_w;
+        resize_size(t, full_h, full_w, &p->oh, &p->ow);
+    }
+    /* smallest n with the scaled box still >= the output on both axes */
+    int n = 1;
+    while (n < 8 && ((int64_t)p->h * n < (int64_t)8 * p->oh || (int64_t)p->w * n < (int64_t)8 * p->ow))
+        n++;
+    if (n > FAST_MAX_SCALE) n = 8;
+    p->n = n;
+    int sh = (int)(((int64_t)full_h * n + 7) / 8), sw = (int)(((int64_t)full_w * n + 7) / 8);
+    int y0 = (int)floor(p->y * n / 8.0), x0 = (int)floor(p->x * n / 8.0);
+    int y1 = (int)ceil((p->y + p->h) * n / 8.0), x1 = (int)ceil((p->x + p->w) * n / 8.0);
+    if (y1 > sh) y1 = sh;
+    if (x1 > sw) x1 = sw;
+    p->roi.y = y0;
+    p->roi.x = x0;
+    p->roi.h = y1 - y0;
+    p->roi.w = x1 - x0;
+    p->roi.scale_num = n;
+}
+
+int ch_transforms_roi(void *ctx, int h, int w, ch_image_roi_t *roi)
+{
+    const ch_transforms_roi_ctx_t *c = ctx;
+    if (!c || !c->tf || !ch_transforms_fast_decode_ok(c->tf) || h < 1 || w < 1) return 0;
+    rng_t r;
+    rng_init(&r, c->tf->seed, c->epoch, c->index);
+    struct fast_plan p;
+    fast_plan(c->tf, h, w, &r, &p);
+    if (p.n == 8 && p.roi.h == h && p.roi.w == w) return 0; /* the whole image anyway */
+    *roi = p.roi;
+    return 1;
+}
+
+/* First op of the pipeline on a partially decoded image (ch_transforms_roi):
+ * resize the scaled box to the op's output; v becomes the result. */
+static ch_status apply_fast_first(const ch_transforms_t *tf, const ch_image_t *in, rng_t *r,
+                                  ch_transforms_scratch_t *s, struct view *v)
+{
+    if (!ch_transforms_fast_decode_ok(tf))
+        return CH_ERROR(CH_ERR_INVALID, "transforms: a partially decoded image (fast decode) needs "
+                        "a pipeline that starts with RandomResizedCrop or Resize");
+    struct fast_plan p;
+    fast_plan(tf, in->full_h, in->full_w, r, &p);
+    if (p.n != in->scale_num || p.roi.y != in->off_y || p.roi.x != in->off_x ||
+        p.roi.h != in->h || p.roi.w != in->w)
+        return CH_ERROR(CH_ERR_INTERNAL,
+                        "transforms: the decoded region %dx%d at (%d, %d), scale %d/8, is not the "
+                        "one planned (%dx%d at (%d, %d), scale %d/8): sample or epoch changed "
+                        "between decode and transform",
+                        in->h, in->w, in->off_y, in->off_x, in->scale_num, p.roi.h, p.roi.w,
+                        p.roi.y, p.roi.x, p.n);
+    double k = p.n / 8.0;
+    const double box[4] = {p.x * k - in->off_x, p.y * k - in->off_y, (p.x + p.w) * k - in->off_x,
+                           (p.y + p.h) * k - in->off_y};
+    ch_image_t *dst = other(s, in);
+    CH_TRY(ch_image_reshape(dst, p.oh, p.ow, in->c));
+    CH_TRY(ch_resample_bilinear_box(in->data, in->h, in->w, in->c, (size_t)in->w * (size_t)in->c,
+                                    box, dst->data, p.oh, p.ow, &s->rs));
+    view_of(v, dst);
+    if (tf->ops[0].kind == CH_TF_RANDOM_RESIZED_CROP) {
+        s->rec.crop[0] = p.y;
+        s->rec.crop[1] = p.x;
+        s->rec.crop[2] = p.h;
+        s->rec.crop[3] = p.w;
+    }
+    s->rec.scale_num = p.n;
+    return CH_OK;
+}
+
 ch_status ch_transforms_apply(const ch_transforms_t *tf, const ch_image_t *in, int64_t epoch,
                               int64_t index, ch_transforms_scratch_t *s, float *out, int out_h,
                               int out_w)
@@ -398,8 +500,18 @@ ch_status ch_transforms_apply(const ch_transforms_t *tf, const ch_image_t *in, i
     rng_t r;
     rng_init(&r, tf->seed, epoch, index);
     struct view v;
-    view_of(&v, in);
-    for (int k = 0; k < tf->n - 1; k++) {
+    memset(&v, 0, sizeof v);
+    int k0 = 0;
+    s->rec.crop[0] = s->rec.crop[1] = s->rec.crop[2] = s->rec.crop[3] = -1;
+    s->rec.flip = 0;
+    s->rec.scale_num = 8;
+    if (!ch_image_is_full(in)) { /* fast decode: the first op reads the decoded region */
+        CH_TRY(apply_fast_first(tf, in, &r, s, &v));
+        k0 = 1;
+    } else {
+        view_of(&v, in);
+    }
+    for (int k = k0; k < tf->n - 1; k++) {
         const ch_transform_t *t = &tf->ops[k];
         switch (t->kind) {
         case CH_TF_RANDOM_CROP: {
@@ -419,7 +531,10 @@ ch_status ch_transforms_apply(const ch_transforms_t *tf, const ch_image_t *in, i
             break;
         }
         case CH_TF_RANDOM_HFLIP:
-            if (rng_uniform(&r) < t->p) v.flip = !v.flip;
+            if (rng_uniform(&r) < t->p) {
+                v.flip = !v.flip;
+                s->rec.flip++;
+            }
             break;
         case CH_TF_RESIZE: {
             int oh, ow;
@@ -446,6 +561,10 @@ ch_status ch_transforms_apply(const ch_transforms_t *tf, const ch_image_t *in, i
         case CH_TF_RANDOM_RESIZED_CROP: {
             int i, j, h, w;
             rrc_params(t, v.h, v.w, &r, &i, &j, &h, &w);
+            s->rec.crop[0] = i;
+            s->rec.crop[1] = j;
+            s->rec.crop[2] = h;
+            s->rec.crop[3] = w;
             view_crop(&v, i, j, h, w);
             CH_TRY(view_resize(&v, t->size[0], t->size[1], s));
             break;

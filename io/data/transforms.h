@@ -112,18 +112,70 @@ void ch_transforms_output_size(const ch_transforms_t *tf, int in_h, int in_w, in
 typedef struct ch_transforms_scratch {
     ch_image_t a, b;
     ch_resample_scratch_t rs;
+    /* what the last ch_transforms_apply drew (for tests and debugging):
+     * the last RandomResizedCrop box (top, left, height, width) in pixels of
+     * its input, -1s when there was none; the number of horizontal flips;
+     * the DCT scale n of a fast-decoded image (n / 8; 8: full size) */
+    struct {
+        int crop[4];
+        int flip;
+        int scale_num;
+    } rec;
 } ch_transforms_scratch_t;
 void ch_transforms_scratch_init(ch_transforms_scratch_t *s);
 void ch_transforms_scratch_free(ch_transforms_scratch_t *s);
 
 /* Transform `in` (sample `index` of `epoch`) into out: float32 [C, out_h,
  * out_w] contiguous (C = the pipeline's channels). Thread-safe for distinct
- * scratches. Errors: CH_ERR_INVALID (in's channels differ), CH_ERR_RANGE
+ * scratches. `in` may be a partial decode made with ch_transforms_roi for
+ * the same (epoch, index) (fast decode, below). Errors: CH_ERR_INVALID
+ * (in's channels differ), CH_ERR_INTERNAL (a partial image that is not the
+ * planned region), CH_ERR_RANGE
  * (crop larger than the image; the result's size is not out_h x out_w),
  * CH_ERR_NOMEM. Messages give the sizes; callers add the file / index. */
 ch_status ch_transforms_apply(const ch_transforms_t *tf, const ch_image_t *in, int64_t epoch,
                               int64_t index, ch_transforms_scratch_t *scratch, float *out,
                               int out_h, int out_w);
+
+/* ---- Opt-in fast JPEG decode (data.fast_decode)
+ *
+ * For a pipeline whose first op is RandomResizedCrop or Resize, the JPEG
+ * decoder (image.h, ch_image_t.roi_fn) can decode only the part of the
+ * image that op reads, and at a reduced size:
+ *   1. ch_transforms_roi, called by the decoder with the file's size, draws
+ *      the RandomResizedCrop box from the sample's stream exactly as
+ *      ch_transforms_apply does (same draws: crop boxes, flips and every
+ *      later draw are those of the default path);
+ *   2. DCT scaling n/8 (libjpeg-turbo scale_num/scale_denom): the smallest
+ *      n in 1..4 that keeps the scaled box at least the op's output size on
+ *      both axes, used only when the op shrinks the box by 2x or more
+ *      (otherwise n = 8: full resolution); the region of the scaled image
+ *      that covers the box is decoded with jpeg_crop_scanline +
+ *      jpeg_skip_scanlines;
+ *   3. ch_transforms_apply, given the partial image, resizes the box, mapped
+ *      into the scaled region (fractional at n < 8), to the op's output
+ *      with the same PIL bilinear filter (ch_resample_bilinear_box), then
+ *      runs the rest of the pipeline as usual.
+ * At n = 8 the result is bit-identical to the default path (the region's
+ * pixels are those of a full decode). At n < 8 it differs by the DCT
+ * scaling's own low-pass: docs/perf-data.md gives the measured difference
+ * vs the default path and vs torchvision. PNGs and other pipelines are
+ * decoded in full. */
+
+/* Whether tf can use fast decode (first op RandomResizedCrop or Resize). */
+int ch_transforms_fast_decode_ok(const ch_transforms_t *tf);
+
+/* ctx of ch_transforms_roi: the pipeline and the sample about to be decoded
+ * (the same epoch and index must then be passed to ch_transforms_apply). */
+typedef struct ch_transforms_roi_ctx {
+    const ch_transforms_t *tf;
+    int64_t epoch, index;
+} ch_transforms_roi_ctx_t;
+
+/* A ch_image_roi_fn (image.h): ctx is a ch_transforms_roi_ctx_t. Returns 0
+ * (decode all) when the pipeline cannot use it or the region is the whole
+ * image at full size. */
+int ch_transforms_roi(void *ctx, int h, int w, ch_image_roi_t *roi);
 
 #ifdef __cplusplus
 }
