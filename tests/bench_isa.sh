@@ -34,6 +34,11 @@
 #       removed at the end).
 #   -n  print the plan and the estimated time, run nothing.
 #   -c  accepted for older command lines; both tables are always printed.
+#   -z  ONNX_DIR: a case whose arch is NAME.onnx runs cohort on the model of
+#       ONNX_DIR/NAME.onnx (bench_nn --onnx; cohort-train's model.onnx) and
+#       PyTorch on torchvision's NAME with dropout and stochastic depth at
+#       p = 0, the module tests/golden/onnx_zoo.py exports (issue 28's
+#       goals: onnx_zoo.py DIR mobilenet_v2 ... writes the files, 3x64x64).
 #
 # CASE is arch:channels:size:batch:train|eval:steps[:warmup] (default: the
 # cases of issue 12's first table). Warm-up steps default to 2, or 1 when
@@ -61,13 +66,14 @@ resnet18:1:28:64:eval:8 resnet34:1:28:64:eval:6 resnet50:1:28:64:eval:5
 resnet18:3:224:16:train:2 resnet34:3:224:16:train:2 resnet50:3:224:16:train:2
 resnet18:3:224:16:eval:3 resnet34:3:224:16:eval:2 resnet50:3:224:16:eval:2"
 
-usage="usage: $0 [-M] [-r ROUNDS] [-t THREADS] [-i ISAS] [-p TORCH2_PYTHON] [-b BASELINE] [-a ALGORITHM] [-o LOG_DIR] [-n] [CASE ...]"
-rounds=3 threads=2 isas="AVX2 AVX512_CORE" py2='' base='' alg='' logdir='' dry=0 preset=0
+usage="usage: $0 [-M] [-r ROUNDS] [-t THREADS] [-i ISAS] [-p TORCH2_PYTHON] [-b BASELINE] [-a ALGORITHM] [-o LOG_DIR] [-z ONNX_DIR] [-n] [CASE ...]"
+rounds=3 threads=2 isas="AVX2 AVX512_CORE" py2='' base='' alg='' logdir='' dry=0 preset=0 zoo=''
 o_r='' o_t='' o_i=''
-while getopts Mr:t:i:p:b:a:o:nc o; do
+while getopts Mr:t:i:p:b:a:o:z:nc o; do
   case $o in
     M) preset=1 ;; r) o_r=$OPTARG ;; t) o_t=$OPTARG ;; i) o_i=$OPTARG ;;
     p) py2=$OPTARG ;; b) base=$OPTARG ;; a) alg=$OPTARG ;; o) logdir=$OPTARG ;; n) dry=1 ;; c) ;;
+    z) zoo=$OPTARG ;;
     *) echo "$usage" >&2; exit 2 ;;
   esac
 done
@@ -88,6 +94,9 @@ done
 for c in $cases; do
   case $c in
     resnet*:*:*:*:train:* | resnet*:*:*:*:eval:*) ;;
+    *.onnx:*:*:*:train:* | *.onnx:*:*:*:eval:*)
+      [ -n "$zoo" ] && [ -f "$zoo/${c%%:*}" ] ||
+        { echo "$0: case '$c': no ${c%%:*} in the -z folder '$zoo'" >&2; exit 2; } ;;
     *) echo "$0: case '$c' is not arch:channels:size:batch:train|eval:steps[:warmup]" >&2; exit 2 ;;
   esac
 done
@@ -188,6 +197,15 @@ progs="cohort torch1"
 # run PROG ARGS...: one program under the current cap environment ("$@" of envcmd)
 run_prog() {
   p=$1; shift
+  # an ONNX case (-z): cohort builds the model from ZOO_DIR/NAME.onnx, PyTorch
+  # builds torchvision's NAME (onnx_zoo.py's export of the same module)
+  if [ "$1" = --arch ] && [ "${2%.onnx}" != "$2" ]; then
+    a=$2; shift 2
+    case $p in
+      cohort | before | alg) set -- --onnx "$zoo/$a" "$@" ;;
+      *) set -- --arch "${a%.onnx}" "$@" ;;
+    esac
+  fi
   case $p in
     cohort) $envcmd "$build/tests/bench_nn" "$@" ;;
     torch1) $envcmd "$PY" "$src/tests/golden/bench_nn_torch.py" "$@" ;;
