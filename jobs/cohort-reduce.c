@@ -142,6 +142,8 @@ int main(int argc, char **argv)
     ch_prof_add(ch_job_profiler(job), 0, tot.read_wait_s);
     ch_prof_add(ch_job_profiler(job), 1, tot.compute_s);
     ch_prof_add(ch_job_profiler(job), 2, tot.combine_s);
+    ch_log_debug("cohort-reduce: %lld chunks memory-mapped (reduce.mmap = %s), the others read",
+                 (long long)tot.mapped, ro.mmap ? "true" : "false");
     int bad = ch_error_code() == CH_ERR_INVALID || ch_error_code() == CH_ERR_FORMAT;
     if (ch_job_agree(job, s, "reduce")) return ch_job_finalize(job, bad ? CH_EXIT_BAD_INPUT : CH_EXIT_ERROR);
     if (stopped) return ch_job_finalize(job, h.save_failed ? CH_EXIT_ERROR : CH_EXIT_PREEMPTED);

@@ -7,12 +7,20 @@ one run, REPS rounds interleaved, medians reported:
   read-and-sum  tests/bench_reduce_read (W ranks pread + sum: the machine's
                 read bandwidth as a plain program sees it)
   cohort fast / exact  mpiexec -n W jobs/cohort-reduce (end to end: MPI
-                start included; "job" = the profile's total wall)
-  numpy         np.load(mmap_mode='r').mean(0) / .var(0) (in process)
+                start included; "job" = the profile's total wall), with
+                reduce.mmap true (the default: chunks memory-mapped) and
+                false (pread into buffers); --mmap picks one or both
+  mpi start     mpiexec -n W of a program that only does MPI_Init, one
+                MPI_Allreduce and MPI_Finalize (tests/bench_reduce_read
+                --init-only): the floor of any MPI job's end-to-end time
+  numpy         np.load(mmap_mode='r').mean(0) / .var(0) (timed in the
+                process; "whole command": python start, imports, load,
+                reduction and save, as cohort's end to end)
   dask          da.from_array(mmap, chunks).mean(0).compute() (in process),
-                chunks 1000x1000 and 5000x5000, if dask imports
+                chunks 1000x1000 and 5000x5000, if dask imports (and whole)
 Usage: bench_reduce.py [--rows 20000] [--cols 20000] [--ranks 2] [--reps 5]
        [--file /tmp/cohort_bench_reduce.npy] [--python PYTHON_WITH_DASK]
+       [--ops mean,var] [--mmap true,false] [--no-readsum]
 Run from the build directory; MPIEXEC (environment) names the MPI launcher.
 """
 import argparse
@@ -34,6 +42,8 @@ ap.add_argument("--reps", type=int, default=5)
 ap.add_argument("--file", default="/tmp/cohort_bench_reduce.npy")
 ap.add_argument("--python", default=sys.executable, help="python for numpy/dask timings")
 ap.add_argument("--ops", default="mean,var")
+ap.add_argument("--mmap", default="true,false", help="reduce.mmap values to run")
+ap.add_argument("--no-readsum", action="store_true", help="skip the read-and-sum reference")
 a = ap.parse_args()
 
 if not os.path.exists(a.file):
@@ -65,17 +75,21 @@ print(dt)
 
 
 def inproc(op, kind):
+    """(seconds of the reduction in the process, seconds of the whole command)"""
+    t = time.perf_counter()
     p = subprocess.run([a.python, "-c", INPROC, a.file, op, kind], capture_output=True, text=True)
+    whole = time.perf_counter() - t
     if p.returncode != 0:
-        return None
-    return float(p.stdout.split()[-1])
+        return None, None
+    return float(p.stdout.split()[-1]), whole
 
 
-def cohort(op, mode):
+def cohort(op, mode, mm):
     out = a.file + ".cohort_%s.%s.npy" % (mode, op)
     t = time.perf_counter()
     p = subprocess.run([MPIEXEC, "-n", str(a.ranks), "jobs/cohort-reduce", "--op", op, "--axis", "0",
-                        "--mode", mode, "--out", out, a.file], capture_output=True, text=True)
+                        "--mode", mode, "--mmap", mm, "--out", out, a.file],
+                       capture_output=True, text=True)
     dt = time.perf_counter() - t
     if p.returncode != 0:
         sys.exit("cohort-reduce failed:\n" + p.stdout + p.stderr)
@@ -89,21 +103,35 @@ def readsum():
     return float(re.search(r"([\d.]+) s,", p.stdout).group(1))
 
 
+def mpistart():
+    t = time.perf_counter()
+    subprocess.run([MPIEXEC, "-n", str(a.ranks), "tests/bench_reduce_read", "--init-only"],
+                   capture_output=True, text=True, check=True)
+    return time.perf_counter() - t
+
+
 have_dask = subprocess.run([a.python, "-c", "import dask.array"], capture_output=True).returncode == 0
 res = {}
+mms = a.mmap.split(",")
 for rep in range(a.reps):
-    res.setdefault("read-and-sum", []).append(readsum())
+    if not a.no_readsum:
+        res.setdefault("read-and-sum", []).append(readsum())
+    res.setdefault("mpi start (init+allreduce+finalize)", []).append(mpistart())
     for op in a.ops.split(","):
-        for mode in ("fast", "exact"):
-            e2e, job = cohort(op, mode)
-            res.setdefault("cohort %s %s (end to end)" % (mode, op), []).append(e2e)
-            res.setdefault("cohort %s %s (job wall)" % (mode, op), []).append(job)
-        res.setdefault("numpy %s" % op, []).append(inproc(op, "numpy"))
+        for mm in mms:
+            for mode in ("fast", "exact"):
+                e2e, job = cohort(op, mode, mm)
+                res.setdefault("cohort %s %s mmap=%s (end to end)" % (mode, op, mm), []).append(e2e)
+                res.setdefault("cohort %s %s mmap=%s (job wall)" % (mode, op, mm), []).append(job)
+        v, w = inproc(op, "numpy")
+        res.setdefault("numpy %s" % op, []).append(v)
+        res.setdefault("numpy %s (whole command)" % op, []).append(w)
         if have_dask:
             for c in (1000, 5000):
-                v = inproc(op, "dask:%d" % c)
+                v, w = inproc(op, "dask:%d" % c)
                 if v is not None:
                     res.setdefault("dask %s chunks %d" % (op, c), []).append(v)
+                    res.setdefault("dask %s chunks %d (whole command)" % (op, c), []).append(w)
 
 print("# %s: %dx%d float64, %.2f GB, %d ranks, %d reps, medians; host %s, %d CPUs, load %s"
       % (a.file, a.rows, a.cols, nbytes / 1e9, a.ranks, a.reps, os.uname().nodename, os.cpu_count(),
@@ -112,18 +140,22 @@ med = {k: statistics.median(v) for k, v in res.items() if None not in v}
 for k, v in med.items():
     print("%-38s %8.3f s  %6.2f GB/s   runs %s" % (k, v, nbytes / v / 1e9,
                                                   " ".join("%.3f" % t for t in res[k])))
-rs = med["read-and-sum"]
+rs = med.get("read-and-sum")
 for op in a.ops.split(","):
     np_t = med.get("numpy %s" % op)
-    for mode in ("fast", "exact"):
-        c = med["cohort %s %s (end to end)" % (mode, op)]
-        print("ratio %s %s: vs read-and-sum %.2f, vs numpy %.2fx" % (mode, op, rs / c, np_t / c))
-    print("ratio exact/fast %s: %.2f" % (op, med["cohort fast %s (end to end)" % op] /
-                                        med["cohort exact %s (end to end)" % op]))
-    for c in (1000, 5000):
-        k = "dask %s chunks %d" % (op, c)
-        if k in med:
-            print("ratio fast %s vs %s: %.2fx" % (op, k, med[k] / med["cohort fast %s (end to end)" % op]))
+    for mm in mms:
+        for mode in ("fast", "exact"):
+            c = med["cohort %s %s mmap=%s (end to end)" % (mode, op, mm)]
+            print("ratio %s %s mmap=%s: numpy / cohort %.2fx (job wall %.2fx; whole commands %.2fx)%s" % (
+                mode, op, mm, np_t / c, np_t / med["cohort %s %s mmap=%s (job wall)" % (mode, op, mm)],
+                med["numpy %s (whole command)" % op] / c,
+                ", read-and-sum / cohort %.2f" % (rs / c) if rs else ""))
+            for ch in (1000, 5000):
+                k = "dask %s chunks %d" % (op, ch)
+                if k in med:
+                    print("ratio %s %s mmap=%s vs %s: %.2fx" % (mode, op, mm, k, med[k] / c))
+        print("ratio exact/fast %s mmap=%s: %.2f" % (op, mm, med["cohort fast %s mmap=%s (end to end)" % (op, mm)] /
+                                                    med["cohort exact %s mmap=%s (end to end)" % (op, mm)]))
 # exact-mode agreement with numpy (not bitwise: numpy is not exact)
 for op in a.ops.split(","):
     ce = np.load(a.file + ".cohort_exact.%s.npy" % op)

@@ -8,6 +8,7 @@
 
 #include "framework/reduce/reduce.h"
 #include "framework/reduce/xsum.h"
+#include "io/formats/npy.h"
 
 #include <float.h>
 #include <math.h>
@@ -16,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 static uint64_t bits(double x)
 {
@@ -376,7 +378,7 @@ static uint64_t *run_world(const ch_reduce_spec_t *sp, const double *x, int64_t 
     ch_array_desc_t d = desc2(CH_DT_FLOAT64, rows, cols, 0);
     mem_src_t m = {(const unsigned char *)x, 8};
     int64_t row0 = 0;
-    ch_array_source_t src = {d, 1, &d, &row0, mem_read, &m};
+    ch_array_source_t src = {d, 1, &d, &row0, mem_read, &m, NULL, NULL};
     ch_reducer_t *r;
     assert_ch_ok(ch_reducer_create(sp, &d, &r));
     ch_reduce_run_options_t o;
@@ -497,7 +499,7 @@ static void test_pipeline_timed_agreement_and_final_stop(void **state)
     ch_array_desc_t d = desc2(CH_DT_FLOAT64, R, C, 0);
     slow_src_t ss = {{(const unsigned char *)x, 8}, 0.002};
     int64_t row0 = 0;
-    ch_array_source_t src = {d, 1, &d, &row0, slow_read, &ss};
+    ch_array_source_t src = {d, 1, &d, &row0, slow_read, &ss, NULL, NULL};
     ch_reduce_run_options_t o;
     ch_reduce_run_options_default(&o);
     o.chunk_bytes = 7 * 8;         /* 120 steps per pass (W = 1), 2 ms each */
@@ -558,7 +560,7 @@ static void test_state_save_load_same_bits(void **state)
     ch_array_desc_t d = desc2(CH_DT_FLOAT64, R, C, 0);
     mem_src_t m = {(const unsigned char *)x, 8};
     int64_t row0 = 0;
-    ch_array_source_t src = {d, 1, &d, &row0, mem_read, &m};
+    ch_array_source_t src = {d, 1, &d, &row0, mem_read, &m, NULL, NULL};
     ch_reducer_t *a, *b;
     assert_ch_ok(ch_reducer_create(&sp, &d, &a));
     ch_reduce_run_options_t o;
@@ -594,6 +596,100 @@ static void test_state_save_load_same_bits(void **state)
     ch_reducer_destroy(b);
     free(buf);
     free(ref);
+    free(x);
+}
+
+/* Mappings of path in /proc/self/maps (-1: cannot tell). */
+static int mappings_of(const char *path)
+{
+    FILE *f = fopen("/proc/self/maps", "r");
+    if (!f) return -1;
+    char line[4096];
+    int n = 0;
+    while (fgets(line, sizeof line, f))
+        if (strstr(line, path)) n++;
+    fclose(f);
+    return n;
+}
+
+/* reduce.mmap (issue #23): a .npy file source mapped chunk by chunk gives
+ * the bits of the pread path (fast and exact, odd chunk sizes that cut
+ * pages and rows), every piece is mapped, and no mapping outlives the run,
+ * also when a stop leaves pieces mapped ahead and never fed. */
+static void test_pipeline_mmap_same_bits_and_unmapped(void **state)
+{
+    enum { R = 300, C = 37 };
+    char dir[] = "/tmp/test_reduce_mmap.XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    char file[sizeof dir + 16];
+    snprintf(file, sizeof file, "%s/x.npy", dir);
+    double *x = malloc(R * C * sizeof *x);
+    rng_state = 2323;
+    for (int i = 0; i < R * C; i++) x[i] = wild();
+    ch_array_desc_t d = desc2(CH_DT_FLOAT64, R, C, 0);
+    assert_ch_ok(ch_npy_write(file, &d, x));
+    ch_file_source_t *fs;
+    const char *paths[1] = {file};
+    assert_ch_ok(ch_npy_source_open(paths, 1, &fs));
+    const ch_array_source_t *src = ch_file_source_get(fs);
+    static const ch_reduce_kind ops[] = {CH_ROP_SUM, CH_ROP_MEAN, CH_ROP_VAR};
+    for (int mode = 0; mode < 2; mode++) {
+        for (size_t k = 0; k < sizeof ops / sizeof ops[0]; k++) {
+            for (int chunk = 0; chunk < 2; chunk++) {
+                ch_reduce_spec_t sp;
+                ch_reduce_spec_default(&sp);
+                sp.op = ops[k];
+                sp.mode = mode ? CH_REDUCE_FAST : CH_REDUCE_EXACT;
+                sp.naxes = 1;
+                sp.axes[0] = 0;
+                const uint64_t *v[2];
+                ch_reducer_t *r[2];
+                for (int mm = 0; mm < 2; mm++) {
+                    ch_reduce_run_options_t o;
+                    ch_reduce_run_options_default(&o);
+                    o.chunk_bytes = chunk ? 4099 * 8 : 333 * 8; /* across pages, not whole rows */
+                    o.mmap = mm;
+                    ch_reduce_step_t tot;
+                    o.totals = &tot;
+                    int stopped = 0;
+                    assert_ch_ok(ch_reducer_create(&sp, &d, &r[mm]));
+                    assert_ch_ok(ch_reduce_run(r[mm], src, NULL, &o, &stopped));
+                    assert_int_equal(stopped, 0);
+                    int64_t per_pass = (R * C + o.chunk_bytes / 8 - 1) / (o.chunk_bytes / 8);
+                    assert_int_equal(tot.mapped, mm ? per_pass * ch_reducer_passes(r[mm]) : 0);
+                    assert_ch_ok(ch_reducer_result(r[mm], NULL, (const void **)&v[mm], NULL, NULL));
+                    assert_int_equal(mappings_of(file), 0);
+                }
+                assert_memory_equal(v[0], v[1], C * sizeof(double));
+                ch_reducer_destroy(r[0]);
+                ch_reducer_destroy(r[1]);
+            }
+        }
+    }
+    /* a stop with pieces mapped ahead: all unmapped */
+    ch_reduce_spec_t sp;
+    ch_reduce_spec_default(&sp);
+    sp.op = CH_ROP_VAR;
+    sp.naxes = 1;
+    sp.axes[0] = 0;
+    ch_reducer_t *r;
+    assert_ch_ok(ch_reducer_create(&sp, &d, &r));
+    ch_reduce_run_options_t o;
+    ch_reduce_run_options_default(&o);
+    o.chunk_bytes = 50 * 8;
+    o.prefetch = 4;
+    o.sync_bytes = 0;
+    stop_hook_t h = {3};
+    o.step_hook = stop_hook;
+    o.arg = &h;
+    int stopped = 0;
+    assert_ch_ok(ch_reduce_run(r, src, NULL, &o, &stopped));
+    assert_int_equal(stopped, 1);
+    assert_int_equal(mappings_of(file), 0);
+    ch_reducer_destroy(r);
+    ch_file_source_destroy(fs);
+    unlink(file);
+    rmdir(dir);
     free(x);
 }
 
@@ -682,7 +778,7 @@ static void test_channel_stats(void **state)
     ch_array_desc_t d = {CH_DT_UINT8, 0, 0, 4, {N, C, H, W}};
     mem_src_t m = {x, 1};
     int64_t row0 = 0;
-    ch_array_source_t src = {d, 1, &d, &row0, mem_read, &m};
+    ch_array_source_t src = {d, 1, &d, &row0, mem_read, &m, NULL, NULL};
     double mean[C], sd[C];
     assert_ch_ok(ch_reduce_channel_stats(&src, 1, pg, mean, sd));
     for (int c = 0; c < C; c++) {
@@ -732,6 +828,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_var_of_huge_values),
         cmocka_unit_test(test_pipeline_timed_agreement_and_final_stop),
         cmocka_unit_test(test_channel_stats),
+        cmocka_unit_test(test_pipeline_mmap_same_bits_and_unmapped),
     };
     return ch_test_main_mpi(argc, argv, tests, sizeof tests / sizeof tests[0]);
 }

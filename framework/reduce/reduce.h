@@ -177,6 +177,7 @@ typedef struct {
     double read_wait_s;         /* seconds the compute thread waited for data */
     double compute_s;           /* seconds in ch_reducer_feed */
     double combine_s;           /* seconds merging ranks (ch_reducer_end_pass), all passes */
+    int64_t mapped;             /* totals only: pieces memory-mapped (not read), all passes */
 } ch_reduce_step_t;
 
 typedef struct {
@@ -202,19 +203,28 @@ typedef struct {
     int (*step_hook)(void *arg, const ch_reduce_step_t *st);
     void *arg;
     ch_reduce_step_t *totals; /* if not NULL: the seconds of all passes at the end */
+    int mmap;            /* 1 (default): pieces are memory-mapped where the
+                            source can (src->map: .npy and raw files), so the
+                            feed reads the page cache with no copy; the
+                            reader thread maps prefetch pieces ahead and each
+                            is unmapped when fed. A piece that cannot be
+                            mapped is read. 0: always src->read. The same
+                            pieces either way: the same bits */
 } ch_reduce_run_options_t;
 
 /* 16 MiB chunks (measured here: faster than 64 MiB, whose buffers stream
  * through memory between the read and the sum, and than 4 MiB, too few rows
  * per exact-sum block; docs/PERFORMANCE.md), 2 ahead, agree every 256 MiB
- * and about every second, start at the beginning, no hook. */
+ * and about every second, start at the beginning, no hook, chunks
+ * memory-mapped where the source can. */
 void ch_reduce_run_options_default(ch_reduce_run_options_t *o);
 
 /* The chunked, multi-rank reduction of src into r (collective over pg, or
  * pg NULL for one process). Each pass: every rank reads its share
  * (elements [r E / W, (r+1) E / W) of the segments' storage order), feeds
- * r, then ch_reducer_end_pass. Resident memory: (prefetch + 1) chunk
- * buffers plus the reducer state. Errors: the source's read errors (on the
+ * r, then ch_reducer_end_pass. Resident memory: (prefetch + 1) chunks
+ * (buffers, or with opt->mmap the mapped pages of the pieces in flight)
+ * plus the reducer state. Errors: the source's read errors (on the
  * rank that read; every rank then fails with CH_ERR_REMOTE naming it), the
  * reducer's, CH_ERR_NOMEM. */
 ch_status ch_reduce_run(ch_reducer_t *r, const ch_array_source_t *src, ch_pg_t *pg,
@@ -234,13 +244,13 @@ ch_status ch_reduce_channel_stats(const ch_array_source_t *src, int channel_axis
 /* The reduction's config keys (a job lists them as its "reduce" table;
  * --help groups them under "reduce"): reduce.op, axis, keepdims, ddof,
  * mode, bins, range, chunk_mb, prefetch, sync_mb, checkpoint_seconds,
- * sync_seconds. */
+ * sync_seconds, mmap. */
 ch_config_table_t ch_reduce_config_table(void);
 
 /* Options from those keys (PETSc's set-from-options): *spec and *run get
  * their defaults, then the keys' values (op, axes, keepdims, ddof, mode,
  * bins, range; chunk and sync sizes in bytes = MiB * 2^20, prefetch,
- * sync_seconds);
+ * sync_seconds, mmap);
  * *checkpoint_seconds = reduce.checkpoint_seconds (0: only on preemption).
  * cfg must have been loaded with ch_reduce_config_table among its tables.
  * Errors: CH_ERR_CONFIG/INVALID naming the key and value. */
@@ -249,7 +259,8 @@ ch_status ch_reduce_options_from_config(const ch_config_t *cfg, ch_reduce_spec_t
 
 /* Collective checkpoint clock: 1 on every rank when `seconds` (> 0) have
  * passed on rank 0 since *last (rank 0's ch_time_now() value, updated
- * then), else 0. One broadcast. */
+ * then), else 0. One broadcast; none when seconds <= 0 (then 0: seconds
+ * must be the same on every rank). */
 int ch_reduce_checkpoint_due(ch_pg_t *pg, double *last, double seconds);
 
 #ifdef __cplusplus

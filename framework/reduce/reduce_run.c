@@ -18,6 +18,7 @@ void ch_reduce_run_options_default(ch_reduce_run_options_t *o)
     o->prefetch = 2;
     o->sync_bytes = 256LL << 20;
     o->sync_seconds = 1.0;
+    o->mmap = 1;
 }
 
 /* The steps until the next agreement (timed cadence): rank 0 measures the
@@ -77,6 +78,10 @@ typedef struct {
     int64_t first, npieces;
     int nbuf;
     unsigned char **buf;
+    ch_array_view_t *view;      /* per slot: the mapped piece (base NULL: read into buf) */
+    const unsigned char **data; /* per slot: where the piece's elements are */
+    int use_map;
+    int64_t mapped;             /* pieces mapped (not read) */
     size_t itemsize;
     pthread_mutex_t mu;
     pthread_cond_t cv;
@@ -97,7 +102,18 @@ static void *reader_main(void *arg)
         pthread_mutex_unlock(&rd->mu);
         if (stop) break;
         const piece_t *p = &rd->pieces[k];
-        ch_status s = rd->src->read(rd->src->ctx, p->seg, p->e0, p->n, rd->buf[k % rd->nbuf]);
+        int slot = (int)(k % rd->nbuf);
+        ch_status s = CH_OK;
+        /* the mapping instead of the read where the source can (a failed
+         * map is no error: the piece is read) */
+        if (rd->use_map && rd->src->map(rd->src->ctx, p->seg, p->e0, p->n, &rd->view[slot]) == CH_OK) {
+            rd->data[slot] = rd->view[slot].data;
+            rd->mapped++;
+        } else {
+            memset(&rd->view[slot], 0, sizeof rd->view[slot]);
+            s = rd->src->read(rd->src->ctx, p->seg, p->e0, p->n, rd->buf[slot]);
+            rd->data[slot] = rd->buf[slot];
+        }
         pthread_mutex_lock(&rd->mu);
         if (s != CH_OK) {
             rd->err = s;
@@ -120,12 +136,22 @@ static ch_status reader_wait(reader_t *rd, int64_t k, const unsigned char **data
     ch_status s = rd->produced > k ? CH_OK : rd->err;
     pthread_mutex_unlock(&rd->mu);
     if (s != CH_OK) return ch_error_adopt(s, rd->msg);
-    *data = rd->buf[k % rd->nbuf];
+    *data = rd->data[k % rd->nbuf];
     return CH_OK;
 }
 
+static void unmap_slot(reader_t *rd, int slot)
+{
+    if (rd->view[slot].base) rd->src->unmap(rd->src->ctx, &rd->view[slot]);
+    memset(&rd->view[slot], 0, sizeof rd->view[slot]);
+}
+
+/* Piece k is done with: its mapping goes (resident memory stays a few
+ * pieces), its slot is free for the reader. */
 static void reader_release(reader_t *rd, int64_t k)
 {
+    int slot = (int)(k % rd->nbuf);
+    unmap_slot(rd, slot); /* (a piece whose wait failed has none) */
     pthread_mutex_lock(&rd->mu);
     rd->consumed = k + 1;
     pthread_cond_broadcast(&rd->cv);
@@ -139,6 +165,7 @@ static void reader_stop(reader_t *rd, pthread_t th)
     pthread_cond_broadcast(&rd->cv);
     pthread_mutex_unlock(&rd->mu);
     pthread_join(th, NULL);
+    for (int i = 0; i < rd->nbuf; i++) unmap_slot(rd, i); /* pieces read ahead, never used */
 }
 
 /* ----------------------------------------------------------------- the run */
@@ -167,7 +194,11 @@ ch_status ch_reduce_run(ch_reducer_t *r, const ch_array_source_t *src, ch_pg_t *
     memset(&rd, 0, sizeof rd);
     rd.nbuf = opt->prefetch + 1;
     rd.buf = calloc((size_t)rd.nbuf, sizeof *rd.buf);
-    ch_status s = (pieces && rd.buf) ? CH_OK : CH_ERROR(CH_ERR_NOMEM, "reduce pieces");
+    rd.view = calloc((size_t)rd.nbuf, sizeof *rd.view);
+    rd.data = calloc((size_t)rd.nbuf, sizeof *rd.data);
+    rd.src = src;
+    rd.use_map = opt->mmap && src->map && src->unmap;
+    ch_status s = (pieces && rd.buf && rd.view && rd.data) ? CH_OK : CH_ERROR(CH_ERR_NOMEM, "reduce pieces");
     if (s == CH_OK) {
         rank_pieces(src, rank, world, chunk_elems, pieces);
         int64_t biggest = 0;
@@ -175,6 +206,8 @@ ch_status ch_reduce_run(ch_reducer_t *r, const ch_array_source_t *src, ch_pg_t *
             my_bytes += pieces[k].n * (int64_t)itemsize;
             if (pieces[k].n > biggest) biggest = pieces[k].n;
         }
+        /* (with mapping on, the buffers are only touched for a piece that
+         * could not be mapped: untouched, they cost address space only) */
         for (int i = 0; i < rd.nbuf && s == CH_OK && biggest > 0; i++) {
             rd.buf[i] = malloc((size_t)biggest * itemsize);
             if (!rd.buf[i])
@@ -203,7 +236,7 @@ ch_status ch_reduce_run(ch_reducer_t *r, const ch_array_source_t *src, ch_pg_t *
             if (pg) s = ch_pg_check_all(pg, s, NULL);
             break;
         }
-        ch_reduce_step_t st = {pass, ch_reducer_passes(r), 0, steps, 0, my_bytes, 0, 0, 0};
+        ch_reduce_step_t st = {pass, ch_reducer_passes(r), 0, steps, 0, my_bytes, 0, 0, 0, 0};
         for (int64_t k = 0; k < rd.first; k++) st.bytes_done += pieces[k].n * (int64_t)itemsize;
         /* Collectives only every sync_every steps (and at the last): a
          * rank whose read or feed failed keeps stepping without data until
@@ -257,6 +290,8 @@ ch_status ch_reduce_run(ch_reducer_t *r, const ch_array_source_t *src, ch_pg_t *
         sum.read_wait_s += st.read_wait_s;
         sum.compute_s += st.compute_s;
         sum.bytes_done += st.bytes_done;
+        sum.mapped += rd.mapped;
+        rd.mapped = 0;
         if (s != CH_OK || *stopped) break;
         double t0 = ch_time_now();
         s = ch_reducer_end_pass(r, pg);
@@ -268,6 +303,8 @@ ch_status ch_reduce_run(ch_reducer_t *r, const ch_array_source_t *src, ch_pg_t *
     pthread_mutex_destroy(&rd.mu);
     for (int i = 0; rd.buf && i < rd.nbuf; i++) free(rd.buf[i]);
     free(rd.buf);
+    free(rd.view);
+    free(rd.data);
     free(pieces);
     return s;
 }
@@ -321,6 +358,8 @@ ch_status ch_reduce_channel_stats(const ch_array_source_t *src, int channel_axis
 int ch_reduce_checkpoint_due(ch_pg_t *pg, double *last, double seconds)
 {
     int32_t due = 0;
+    /* no clock (the same key on every rank): nothing to agree on, no broadcast */
+    if (seconds <= 0) return 0;
     double now = ch_time_now();
     if ((!pg || ch_pg_rank(pg) == 0) && seconds > 0 && now - *last >= seconds) due = 1;
     if (pg && ch_pg_size(pg) > 1 && ch_pg_broadcast(pg, &due, 1, CH_DIST_INT32, 0) != CH_OK) due = 0;
@@ -354,6 +393,11 @@ static const ch_config_key_t reduce_keys[] = {
     {"reduce.sync_seconds", CH_CFG_FLOAT, "1", 0, 1e9,
      "The ranks also agree (stop, checkpoint, progress) about every this many seconds (0: only by sync_mb).",
      "--sync_seconds"},
+    {"reduce.mmap", CH_CFG_BOOL, "true", CH_CFG_NO_RANGE,
+     "Memory-map each chunk of a .npy or raw input (no copy; pages mapped ahead by the reader "
+     "thread, unmapped after the chunk) instead of reading it into a buffer; false: always pread. "
+     "Where a chunk cannot be mapped (HDF5, an unaligned raw offset, mmap refused) it is read. "
+     "Same bits either way.", "--mmap"},
 };
 ch_config_table_t ch_reduce_config_table(void)
 {
@@ -398,5 +442,6 @@ ch_status ch_reduce_options_from_config(const ch_config_t *cfg, ch_reduce_spec_t
     CH_TRY(ch_config_get_double(cfg, "reduce.sync_mb", &mb));
     run->sync_bytes = (int64_t)(mb * 1048576.0);
     CH_TRY(ch_config_get_double(cfg, "reduce.sync_seconds", &run->sync_seconds));
+    CH_TRY(ch_config_get_bool(cfg, "reduce.mmap", &run->mmap));
     return ch_config_get_double(cfg, "reduce.checkpoint_seconds", checkpoint_seconds);
 }

@@ -67,6 +67,14 @@ typedef struct {
 /* Number of elements (product of the shape; 1 for ndim 0). */
 int64_t ch_array_desc_count(const ch_array_desc_t *d);
 
+/* A mapped range of a source (ch_array_source_t.map): the elements at
+ * data; base and len are the mapping's own (for unmap). */
+typedef struct ch_array_view {
+    const void *data;
+    void *base;
+    size_t len;
+} ch_array_view_t;
+
 /* A (possibly sharded) array: segments stacked along axis 0, each with its
  * own order and byte order. read() copies elements [e0, e0+n) of segment
  * seg (storage order) into dst (n * itemsize bytes); it may be called from a
@@ -78,6 +86,15 @@ typedef struct {
     const int64_t *seg_row0;      /* first row of each segment */
     ch_status (*read)(void *ctx, int seg, int64_t e0, int64_t n, void *dst);
     void *ctx;
+    /* Optional zero-copy view (NULL: none; io/formats/npy.h gives one for
+     * .npy and raw files): map elements [e0, e0+n) of segment seg (storage
+     * order, the segment's byte order) so that view->data points at them,
+     * aligned to the element size, until unmap(ctx, view). A nonzero
+     * return means "not this range" (any code, no message kept): the
+     * caller reads it with read() instead. Called like read(), from one
+     * thread at a time; unmap may be called from another thread. */
+    ch_status (*map)(void *ctx, int seg, int64_t e0, int64_t n, struct ch_array_view *view);
+    void (*unmap)(void *ctx, struct ch_array_view *view);
 } ch_array_source_t;
 
 #ifdef __cplusplus

@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -311,6 +312,7 @@ struct ch_file_source {
     ch_array_desc_t *seg;
     int64_t *row0;
     ch_h5_dataset_t **h5; /* per segment: the HDF5 dataset, or NULL for a file read by pread */
+    int64_t page;         /* the page size (mmap offsets) */
 };
 
 static ch_status file_read(void *ctx, int seg, int64_t e0, int64_t n, void *dst)
@@ -325,6 +327,44 @@ static ch_status file_read(void *ctx, int seg, int64_t e0, int64_t n, void *dst)
         return CH_ERROR(CH_ERR_IO, "%s: file shrank while reading: %zu of %zu bytes at element %lld",
                         s->paths[seg], got, want, (long long)e0);
     return CH_OK;
+}
+
+/* The zero-copy view (ch_array_source_t.map): the chunk's byte range
+ * mapped MAP_PRIVATE / PROT_READ from the page boundary below it and
+ * populated at once (MAP_POPULATE: the page-cache pages are entered in
+ * the page table here, on the reader thread, and a range not in the page
+ * cache is read now), so the compute thread sums page-cache memory with
+ * no copy and no page fault. MADV_SEQUENTIAL lets the kernel read ahead
+ * and drop pages behind (inputs larger than RAM). Not for HDF5 datasets,
+ * nor where the elements would not be aligned to their size (a raw file
+ * with an odd offset), nor a range past the file's current end (the file
+ * shrank: read() reports it; a file cut while mapped still raises SIGBUS,
+ * as for any mapping). Any failure returns nonzero with no message: the
+ * caller reads the range instead. */
+static ch_status file_map(void *ctx, int seg, int64_t e0, int64_t n, ch_array_view_t *view)
+{
+    ch_file_source_t *s = ctx;
+    if (s->h5[seg] || n <= 0) return CH_ERR_UNSUPPORTED;
+    int64_t isz = (int64_t)ch_array_dtype_size(s->seg[seg].dtype);
+    int64_t off = s->offsets[seg] + e0 * isz, end = off + n * isz;
+    if (off % isz != 0 || s->page <= 0) return CH_ERR_UNSUPPORTED;
+    struct stat sb;
+    if (fstat(s->fds[seg], &sb) != 0 || (int64_t)sb.st_size < end) return CH_ERR_IO;
+    int64_t a = off - off % s->page;
+    void *p = mmap(NULL, (size_t)(end - a), PROT_READ, MAP_PRIVATE | MAP_POPULATE, s->fds[seg], (off_t)a);
+    if (p == MAP_FAILED) return CH_ERR_IO;
+    (void)madvise(p, (size_t)(end - a), MADV_SEQUENTIAL);
+    view->base = p;
+    view->len = (size_t)(end - a);
+    view->data = (const unsigned char *)p + (off - a);
+    return CH_OK;
+}
+
+static void file_unmap(void *ctx, ch_array_view_t *view)
+{
+    (void)ctx;
+    if (view->base) munmap(view->base, view->len);
+    memset(view, 0, sizeof *view);
 }
 
 void ch_file_source_destroy(ch_file_source_t *s)
@@ -376,7 +416,10 @@ static ch_status source_finish(ch_file_source_t *s)
     s->src.seg = s->seg;
     s->src.seg_row0 = s->row0;
     s->src.read = file_read;
+    s->src.map = file_map;
+    s->src.unmap = file_unmap;
     s->src.ctx = s;
+    s->page = (int64_t)sysconf(_SC_PAGESIZE);
     return CH_OK;
 }
 

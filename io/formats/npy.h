@@ -10,8 +10,10 @@
  * f2, f4, f8 with '<', '>', '|' or '='. Object ('O'), structured (a list
  * descr), complex, string and datetime dtypes are refused.
  *
- * Reads never memory-map: a source reads element ranges with pread(2),
- * so any thread may read while the others compute.
+ * A source reads element ranges with pread(2) (any thread may read while
+ * the others compute) and, for .npy and raw files (not HDF5 datasets),
+ * also maps them (ch_array_source_t.map: mmap of the range's pages, no
+ * copy; framework/reduce uses it unless reduce.mmap = false).
  */
 #ifndef COHORT_IO_NPY_H
 #define COHORT_IO_NPY_H
