@@ -14,41 +14,21 @@ import os
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from fractions import Fraction
 
 import numpy as np
 
-BIN = os.environ["REDUCE_BIN"]
-MPIEXEC = os.environ.get("MPIEXEC", "mpiexec")
-TMP = tempfile.mkdtemp(prefix="test_reduce.", dir=os.environ.get("TMPDIR", "/tmp"))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import reduce_tap as R  # noqa: E402
+from reduce_tap import BIN, path, tap  # noqa: E402,F401
+
+TMP = R.init("test_reduce.")
 rng = np.random.default_rng(15)
-n_test = 0
-failed = 0
-
-
-def tap(ok, name, detail=""):
-    global n_test, failed
-    n_test += 1
-    if not ok:
-        failed += 1
-        for line in str(detail).splitlines()[:30]:
-            print("# " + line)
-    print(("ok %d - %s" if ok else "not ok %d - %s") % (n_test, name))
-    sys.stdout.flush()
-
-
-def path(name):
-    return os.path.join(TMP, name)
 
 
 def run(args, np_=1, check=True):
-    cmd = ([MPIEXEC, "-n", str(np_)] if np_ > 1 else []) + [BIN] + [str(a) for a in args]
-    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=600)
-    if check and p.returncode != 0:
-        raise RuntimeError("%s -> exit %d\n%s" % (" ".join(cmd), p.returncode, p.stdout))
-    return p
+    return R.run(args, np_, check=check)
 
 
 def reduce(inputs, op, axis=None, np_=1, extra=(), out="out.npy"):
@@ -578,6 +558,6 @@ out = open(path("sd.log")).read()
 tap(p.returncode == 1 and "saving the state" in out and sd in out,
     "a failed state save on preemption exits 1, not 3", "exit %s\n%s" % (p.returncode, out[-1500:]))
 
-print("1..%d" % n_test)
+print("1..%d" % R.n_test)
 subprocess.run(["rm", "-rf", TMP])
-sys.exit(1 if failed else 0)
+sys.exit(1 if R.failed else 0)

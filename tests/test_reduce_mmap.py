@@ -18,39 +18,20 @@ import re
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 
 import numpy as np
 
-BIN = os.environ["REDUCE_BIN"]
-MPIEXEC = os.environ.get("MPIEXEC", "mpiexec")
-TMP = tempfile.mkdtemp(prefix="test_reduce_mmap.", dir=os.environ.get("TMPDIR", "/tmp"))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import reduce_tap as R  # noqa: E402
+from reduce_tap import BIN, path, tap  # noqa: E402,F401
+
+TMP = R.init("test_reduce_mmap.")
 rng = np.random.default_rng(23)
-n_test = 0
-failed = 0
-
-
-def tap(ok, name, detail=""):
-    global n_test, failed
-    n_test += 1
-    if not ok:
-        failed += 1
-        for line in str(detail).splitlines()[:30]:
-            print("# " + line)
-    print(("ok %d - %s" if ok else "not ok %d - %s") % (n_test, name))
-    sys.stdout.flush()
-
-
-def path(name):
-    return os.path.join(TMP, name)
 
 
 def run(args, np_=1, env=None):
-    cmd = ([MPIEXEC, "-n", str(np_)] if np_ > 1 else []) + [BIN] + [str(a) for a in args]
-    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                       timeout=600, env=env)
-    return p
+    return R.run(args, np_, check=False, env=env)
 
 
 def same_bits(x, y):
@@ -211,8 +192,8 @@ for mmf in ("true", "false"):
         tap(ok and kb < 64 * 1024, "max RSS with mmap %s, %s mean of a 96 MiB file, 1 MiB chunks: "
             "%.1f MiB (< 64)" % (mmf, mode, kb / 1024.0), t.stdout[-1000:])
 
-print("1..%d" % n_test)
-if failed == 0:
+print("1..%d" % R.n_test)
+if R.failed == 0:
     import shutil
     shutil.rmtree(TMP, ignore_errors=True)
-sys.exit(1 if failed else 0)
+sys.exit(1 if R.failed else 0)
