@@ -1380,9 +1380,10 @@ static ch_status ln_build(mp_t *p, const val_t *x, const ln_match_t *lm, val_t *
     char name[CH_NN_NAME_MAX], ent[CH_NN_NAME_MAX + 8];
     const val_t *vals[2] = {lm->w, lm->b};
     const char *locals[2] = {"weight", "bias"};
-    weight_prefix(p, vals, locals, 2, name, sizeof name);
+    ch_status st = weight_prefix(p, vals, locals, 2, name, sizeof name);
     p->n = n0;
     p->ni = ni0;
+    CH_TRY(st); /* a LayerNorm applied twice: named like a shared Conv's */
     ch_module_t *m;
     CH_TRY(ch_nn_layernorm2d(p->graph, name, (int)x->rd[1], lm->eps, &m));
     snprintf(ent, sizeof ent, "%s.weight", name);

@@ -334,6 +334,9 @@ static void ln_refused(void **state)
         /* nn.LayerNorm([C, H, W]) on (N, C, H, W) */
         {"lnbad_chw", "(LayerNormalization, opset 17): LayerNormalization of (2, 8, 16, 16) over "
                       "axis -3", "between Transpose (0, 2, 3, 1) and Transpose (0, 3, 1, 2)"},
+        /* one nn.LayerNorm after two Linears (shared weights) */
+        {"lnbad_shared", "(LayerNormalization, opset 17): its weights (norm.weight) are already "
+                         "used by an earlier node", "shared weights"},
     };
     int64_t shape[4] = {2, 3, 16, 16};
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {

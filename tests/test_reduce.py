@@ -292,6 +292,9 @@ np.save(path("shard_bad.npy"), np.zeros((3, 5)))
 expect_bad("shards that disagree", ["--op", "sum", path("shard0.npy"), path("shard_bad.npy")],
            "trailing shape")
 expect_bad("missing file", ["--op", "sum", path("nope.npy")], "nope.npy")
+os.mkfifo(path("fifo.npy"))  # open() of a FIFO without a writer blocked, deaf to SIGTERM
+expect_bad("a FIFO is refused at once", ["--op", "sum", path("fifo.npy")], "not a regular file", 2)
+expect_bad("a device", ["--op", "sum", "/dev/zero"], "/dev/zero: not a regular file")
 expect_bad("unknown operation", ["--op", "median", good], "median")
 expect_bad("raw size mismatch", ["--op", "sum", "--dtype", "f8", "--shape", "10x10", good], "raw")
 

@@ -166,14 +166,19 @@ static ch_status parse_shape_tuple(const char *path, const char *v, ch_array_des
 ch_status ch_npy_read_header(const char *path, ch_npy_header_t *out)
 {
     memset(out, 0, sizeof *out);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* O_NONBLOCK: a FIFO opens at once (and is refused below) instead of
+     * blocking in open(), where no stop signal is acted on */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) return CH_ERROR(CH_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
     struct stat sb;
     unsigned char pre[12];
     size_t got = 0;
     char *hdr = NULL;
     ch_status s = fstat(fd, &sb) ? CH_ERROR(CH_ERR_IO, "%s: stat: %s", path, strerror(errno))
-                                 : pread_full(fd, pre, sizeof pre, 0, &got, path);
+                  : !S_ISREG(sb.st_mode)
+                      ? CH_ERROR(CH_ERR_INVALID, "%s: not a regular file (a FIFO, device or "
+                                 "socket cannot be read in chunks)", path)
+                      : pread_full(fd, pre, sizeof pre, 0, &got, path);
     if (s != CH_OK) goto done;
     if (got < 10 || memcmp(pre, "\x93NUMPY", 6)) {
         s = CH_ERROR(CH_ERR_FORMAT, "%s: not a .npy file (no \\x93NUMPY magic at the start)", path);
@@ -409,8 +414,12 @@ static ch_status source_finish(ch_file_source_t *s)
 {
     for (int i = 0; i < s->n; i++) {
         if (s->h5[i]) continue;
-        s->fds[i] = open(s->paths[i], O_RDONLY | O_CLOEXEC);
+        s->fds[i] = open(s->paths[i], O_RDONLY | O_CLOEXEC | O_NONBLOCK);
         if (s->fds[i] < 0) return CH_ERROR(CH_ERR_IO, "%s: cannot open: %s", s->paths[i], strerror(errno));
+        struct stat sb;
+        if (fstat(s->fds[i], &sb) == 0 && !S_ISREG(sb.st_mode))
+            return CH_ERROR(CH_ERR_INVALID, "%s: not a regular file (a FIFO, device or socket "
+                            "cannot be read in chunks)", s->paths[i]);
     }
     s->src.nseg = s->n;
     s->src.seg = s->seg;

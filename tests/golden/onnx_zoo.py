@@ -68,7 +68,8 @@ multiple of 7, i.e. 224 / 32). Opsets: 14, except mobilenet_v3_small at 13
 x * HardSigmoid(x)), shufflenet_v2_x0_5 at 17 (torch 1.13's highest),
 and "lnnet" / "lnnet14" (LnNet, 3x16x16) at 17 (LayerNormalization nodes)
 and 14 (the decomposed LayerNorm). Exporting "lnnet" also writes
-lnbad_mlp.onnx and lnbad_chw.onnx, LayerNorms the mapper refuses.
+lnbad_mlp.onnx, lnbad_chw.onnx and lnbad_shared.onnx, LayerNorms the
+mapper refuses.
 """
 import collections
 import copy
@@ -294,10 +295,27 @@ class LnBadChw(nn.Module):
         return self.head(torch.flatten(nn.functional.adaptive_avg_pool2d(x, 1), 1))
 
 
+class LnBadShared(nn.Module):
+    """One nn.LayerNorm applied after two Linear layers (shared weights)."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3, padding=1)
+        self.fc1 = nn.Linear(8, 8)
+        self.fc2 = nn.Linear(8, 8)
+        self.norm = nn.LayerNorm(8)
+        self.head = nn.Linear(8, NUM_CLASSES)
+
+    def forward(self, x):
+        x = torch.flatten(nn.functional.adaptive_avg_pool2d(self.conv(x), 1), 1)
+        return self.head(self.norm(self.fc2(self.norm(self.fc1(x)))))
+
+
 def export_ln_bad(out):
-    """OUT/lnbad_mlp.onnx, OUT/lnbad_chw.onnx (opset 17): LayerNorms the
-    mapper refuses (test_onnx_zoo's ln_refused)."""
-    for name, cls in (("lnbad_mlp", LnBadMlp), ("lnbad_chw", LnBadChw)):
+    """OUT/lnbad_mlp.onnx, OUT/lnbad_chw.onnx, OUT/lnbad_shared.onnx (opset
+    17): LayerNorms the mapper refuses (test_onnx_zoo's ln_refused)."""
+    for name, cls in (("lnbad_mlp", LnBadMlp), ("lnbad_chw", LnBadChw),
+                      ("lnbad_shared", LnBadShared)):
         torch.manual_seed(0)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
