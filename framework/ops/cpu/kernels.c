@@ -179,7 +179,29 @@ static void window(const pool_geo *g, int64_t oh, int64_t ow, int64_t *h0, int64
     *w0 = ws > 0 ? ws : 0;
 }
 
-/* One block of B channel lanes [c0, c0+L) at output (oh, ow). */
+/* The max of one window [h0, h1) x [w0, w1) over the lanes [c0, c0 + L) of
+ * a (sample, channel block) plane xb (pixel stride B) into out[c0 ..]: taps
+ * in h, w order, a NaN wins. L is a constant (16 or 8: whole vectors) where
+ * the callers inline it, so the lanes vectorise. */
+static inline __attribute__((always_inline)) void
+mp_fwd_lanes(const float *xb, float *out, const pool_geo *g, int64_t B, int64_t c0, int64_t L,
+             int64_t h0, int64_t h1, int64_t w0, int64_t w1)
+{
+    float best[V];
+    for (int64_t l = 0; l < L; l++) best[l] = -INFINITY;
+    for (int64_t h = h0; h < h1; h++)
+        for (int64_t w = w0; w < w1; w++) {
+            const float *p = xb + (h * g->W + w) * B + c0;
+            for (int64_t l = 0; l < L; l++) {
+                float v = p[l];
+                best[l] = (v > best[l] || v != v) ? v : best[l];
+            }
+        }
+    for (int64_t l = 0; l < L; l++) out[c0 + l] = best[l];
+}
+
+/* One (sample, channel block) plane of B channel lanes: every output
+ * (oh, ow), in chunks of 16, then 8, then single lanes. */
 CH_CPU_SIMD static void k_maxpool_fwd(const float *xb, float *yb, const pool_geo *g, int64_t B)
 {
     for (int64_t oh = 0; oh < g->Ho; oh++) {
@@ -187,30 +209,40 @@ CH_CPU_SIMD static void k_maxpool_fwd(const float *xb, float *yb, const pool_geo
             int64_t h0, h1, w0, w1;
             window(g, oh, ow, &h0, &h1, &w0, &w1);
             float *out = yb + (oh * g->Wo + ow) * B;
-            for (int64_t c0 = 0; c0 < B; c0 += V) {
-                float best[V];
-                int64_t L = B - c0 < V ? B - c0 : V;
-                for (int l = 0; l < V; l++) best[l] = -INFINITY;
-                for (int64_t h = h0; h < h1; h++) {
-                    for (int64_t w = w0; w < w1; w++) {
-                        const float *p = xb + (h * g->W + w) * B + c0;
-                        if (L == V) {
-                            for (int l = 0; l < V; l++) {
-                                float v = p[l];
-                                best[l] = (v > best[l] || v != v) ? v : best[l];
-                            }
-                        } else {
-                            for (int64_t l = 0; l < L; l++) {
-                                float v = p[l];
-                                best[l] = (v > best[l] || v != v) ? v : best[l];
-                            }
-                        }
-                    }
-                }
-                for (int64_t l = 0; l < L; l++) out[c0 + l] = best[l];
+            int64_t c0 = 0;
+            for (; c0 + 16 <= B; c0 += 16) mp_fwd_lanes(xb, out, g, B, c0, 16, h0, h1, w0, w1);
+            for (; c0 + 8 <= B; c0 += 8) mp_fwd_lanes(xb, out, g, B, c0, 8, h0, h1, w0, w1);
+            for (; c0 < B; c0++) mp_fwd_lanes(xb, out, g, B, c0, 1, h0, h1, w0, w1);
+        }
+    }
+}
+
+/* Backward of one window over lanes [c0, c0 + L): each lane's first maximum
+ * (h, w order; a NaN wins) gets dy added. L constant as mp_fwd_lanes. */
+static inline __attribute__((always_inline)) void
+mp_bwd_lanes(const float *xb, const float *d, float *dxb, const pool_geo *g, int64_t B,
+             int64_t c0, int64_t L, int64_t h0, int64_t h1, int64_t w0, int64_t w1)
+{
+    float best[V];
+    int32_t idx[V];
+    for (int64_t l = 0; l < L; l++) {
+        best[l] = -INFINITY;
+        idx[l] = (int32_t)(h0 * g->W + w0);
+    }
+    for (int64_t h = h0; h < h1; h++) {
+        for (int64_t w = w0; w < w1; w++) {
+            int32_t pos = (int32_t)(h * g->W + w);
+            const float *p = xb + pos * B + c0;
+            /* branch-free so the lanes vectorise */
+            for (int64_t l = 0; l < L; l++) {
+                float v = p[l];
+                int up = (v > best[l]) | (v != v);
+                best[l] = up ? v : best[l];
+                idx[l] = up ? pos : idx[l];
             }
         }
     }
+    for (int64_t l = 0; l < L; l++) dxb[idx[l] * B + c0 + l] += d[c0 + l];
 }
 
 CH_CPU_SIMD static void k_maxpool_bwd(const float *xb, const float *dyb, float *dxb,
@@ -221,38 +253,10 @@ CH_CPU_SIMD static void k_maxpool_bwd(const float *xb, const float *dyb, float *
             int64_t h0, h1, w0, w1;
             window(g, oh, ow, &h0, &h1, &w0, &w1);
             const float *d = dyb + (oh * g->Wo + ow) * B;
-            for (int64_t c0 = 0; c0 < B; c0 += V) {
-                float best[V];
-                int32_t idx[V];
-                int64_t L = B - c0 < V ? B - c0 : V;
-                for (int l = 0; l < V; l++) {
-                    best[l] = -INFINITY;
-                    idx[l] = (int32_t)(h0 * g->W + w0);
-                }
-                for (int64_t h = h0; h < h1; h++) {
-                    for (int64_t w = w0; w < w1; w++) {
-                        int32_t pos = (int32_t)(h * g->W + w);
-                        const float *p = xb + pos * B + c0;
-                        if (L == V) {
-                            /* branch-free so the lanes vectorise */
-                            for (int l = 0; l < V; l++) {
-                                float v = p[l];
-                                int up = (v > best[l]) | (v != v);
-                                best[l] = up ? v : best[l];
-                                idx[l] = up ? pos : idx[l];
-                            }
-                        } else {
-                            for (int64_t l = 0; l < L; l++) {
-                                float v = p[l];
-                                int up = (v > best[l]) | (v != v);
-                                best[l] = up ? v : best[l];
-                                idx[l] = up ? pos : idx[l];
-                            }
-                        }
-                    }
-                }
-                for (int64_t l = 0; l < L; l++) dxb[idx[l] * B + c0 + l] += d[c0 + l];
-            }
+            int64_t c0 = 0;
+            for (; c0 + 16 <= B; c0 += 16) mp_bwd_lanes(xb, d, dxb, g, B, c0, 16, h0, h1, w0, w1);
+            for (; c0 + 8 <= B; c0 += 8) mp_bwd_lanes(xb, d, dxb, g, B, c0, 8, h0, h1, w0, w1);
+            for (; c0 < B; c0++) mp_bwd_lanes(xb, d, dxb, g, B, c0, 1, h0, h1, w0, w1);
         }
     }
 }
