@@ -3,7 +3,15 @@
  * Inception-style branches, plain C over the channel view of every layout
  * (cpu.h cpu_cview). Each (n, c) plane is done by one thread in h, w order,
  * and no sum is split across threads: bitwise the same for any thread count
- * (tests/test_nn_graph.c). */
+ * (tests/test_nn_graph.c).
+ *
+ * The pure copies (concat, split, narrow, channel shuffle) move runs of
+ * channels that are contiguous in one channel block of both tensors: whole
+ * blocks of one blocking at once (memcpy), else per pixel a run of 16, 8 or
+ * fewer lanes (vector moves), the shuffle a gather of up to 16 lanes per
+ * pixel. They run over samples (or (sample, block) pairs) on the rank's
+ * threads above CH_CPU_PAR_MIN; a copy is the same bits on any thread count
+ * (tests/test_channel_copy.c). */
 #include "config.h"
 
 #include "framework/ops/cpu/cpu.h"
@@ -56,29 +64,66 @@ ch_status ch_cpu_mul_channel_backward(void *st, const ch_tensor_t *x, const ch_t
     return CH_OK;
 }
 
-/* Copy the channels [c0, c0 + part's C) of `whole` to or from `part`. */
-static void copy_slice(const ch_tensor_t *whole, const ch_tensor_t *part, int64_t c0, int to_part)
+/* HW pixels of r channel lanes: d[hw * ds + l] = s[hw * ss + l], l < r (ds,
+ * ss: the pixel strides, the channel blocks of the two tensors). */
+CH_CPU_SIMD static void copy_run(float *d, int64_t ds, const float *s, int64_t ss, int64_t r,
+                                 int64_t HW)
 {
-    const cpu_cview vw = ch_cpu_cview(whole), vp = ch_cpu_cview(part);
-    float *wp = whole->data, *pp = part->data;
-    const int64_t NC = vp.N * vp.C, HW = vp.HW;
-#pragma omp parallel for schedule(static) if (2 * NC * HW >= CH_CPU_PAR_MIN)
-    for (int64_t p = 0; p < NC; p++) {
-        const int64_t n = p / vp.C, c = p % vp.C;
-        for (int64_t hw = 0; hw < HW; hw++) {
-            const int64_t iw = at(&vw, n, c0 + c, hw), ip = at(&vp, n, c, hw);
-            if (to_part) pp[ip] = wp[iw];
-            else wp[iw] = pp[ip];
+    if (r == ds && r == ss) {
+        memcpy(d, s, (size_t)(HW * r) * sizeof *d);
+    } else if (r == 16) {
+        for (int64_t hw = 0; hw < HW; hw++)
+            for (int l = 0; l < 16; l++) d[hw * ds + l] = s[hw * ss + l];
+    } else if (r == 8) {
+        for (int64_t hw = 0; hw < HW; hw++)
+            for (int l = 0; l < 8; l++) d[hw * ds + l] = s[hw * ss + l];
+    } else if (r == 1) {
+        for (int64_t hw = 0; hw < HW; hw++) d[hw * ds] = s[hw * ss];
+    } else {
+        for (int64_t hw = 0; hw < HW; hw++)
+            for (int64_t l = 0; l < r; l++) d[hw * ds + l] = s[hw * ss + l];
+    }
+}
+
+/* dst[:, dc0 + c] = src[:, sc0 + c] for c in [0, nc), any two layouts. */
+static void copy_ch(const ch_tensor_t *src, int64_t sc0, ch_tensor_t *dst, int64_t dc0,
+                    int64_t nc)
+{
+    const cpu_cview vs = ch_cpu_cview(src), vd = ch_cpu_cview(dst);
+    const float *sp = src->data;
+    float *dp = dst->data;
+    const int64_t N = vs.N, HW = vs.HW, Bs = vs.B, Bd = vd.B;
+    if (nc <= 0 || N <= 0 || HW <= 0) return;
+    const int par = 2 * N * nc * HW >= CH_CPU_PAR_MIN;
+    if (Bs == Bd && sc0 % Bs == 0 && dc0 % Bd == 0 && nc % Bs == 0) {
+        /* whole blocks of one blocking: a sample's part is one run */
+        const size_t bytes = (size_t)(nc * HW) * sizeof *dp;
+#pragma omp parallel for schedule(static) if (par)
+        for (int64_t n = 0; n < N; n++)
+            memcpy(dp + (n * vd.nb + dc0 / Bd) * HW * Bd, sp + (n * vs.nb + sc0 / Bs) * HW * Bs,
+                   bytes);
+        return;
+    }
+#pragma omp parallel for schedule(static) if (par)
+    for (int64_t n = 0; n < N; n++) {
+        int64_t r;
+        for (int64_t c = 0; c < nc; c += r) {
+            const int64_t cs = sc0 + c, cd = dc0 + c;
+            r = nc - c;
+            if (Bs - cs % Bs < r) r = Bs - cs % Bs;
+            if (Bd - cd % Bd < r) r = Bd - cd % Bd;
+            copy_run(dp + (n * vd.nb + cd / Bd) * HW * Bd + cd % Bd, Bd,
+                     sp + (n * vs.nb + cs / Bs) * HW * Bs + cs % Bs, Bs, r, HW);
         }
     }
 }
 
 ch_status ch_cpu_concat_channels(void *st, const ch_tensor_t *const *xs, int n, ch_tensor_t *y)
 {
-    (void)st;
+    ch_cpu_threads(st);
     int64_t c0 = 0;
     for (int i = 0; i < n; i++) {
-        copy_slice(y, xs[i], c0, 0);
+        copy_ch(xs[i], 0, y, c0, xs[i]->shape[1]);
         c0 += xs[i]->shape[1];
     }
     return CH_OK;
@@ -86,10 +131,10 @@ ch_status ch_cpu_concat_channels(void *st, const ch_tensor_t *const *xs, int n, 
 
 ch_status ch_cpu_split_channels(void *st, const ch_tensor_t *dy, ch_tensor_t *const *dxs, int n)
 {
-    (void)st;
+    ch_cpu_threads(st);
     int64_t c0 = 0;
     for (int i = 0; i < n; i++) {
-        copy_slice(dy, dxs[i], c0, 1);
+        copy_ch(dy, c0, dxs[i], 0, dxs[i]->shape[1]);
         c0 += dxs[i]->shape[1];
     }
     return CH_OK;
@@ -181,31 +226,53 @@ ch_status ch_cpu_binary_backward(void *st, int op, const ch_tensor_t *a, const c
 ch_status ch_cpu_copy_channels(void *st, const ch_tensor_t *src, int64_t src_c0,
                                ch_tensor_t *dst, int64_t dst_c0, int64_t nc)
 {
-    (void)st;
-    const cpu_cview vs = ch_cpu_cview(src), vd = ch_cpu_cview(dst);
-    const float *sp = src->data;
-    float *dp = dst->data;
-    const int64_t NC = vs.N * nc, HW = vs.HW;
-#pragma omp parallel for schedule(static) if (2 * NC * HW >= CH_CPU_PAR_MIN)
-    for (int64_t p = 0; p < NC; p++) {
-        const int64_t n = p / nc, c = p % nc;
-        for (int64_t hw = 0; hw < HW; hw++)
-            dp[at(&vd, n, dst_c0 + c, hw)] = sp[at(&vs, n, src_c0 + c, hw)];
-    }
+    ch_cpu_threads(st);
+    copy_ch(src, src_c0, dst, dst_c0, nc);
     return CH_OK;
+}
+
+/* HW pixels of L lanes gathered from L source channels: d[hw * ds + l] =
+ * s[hw * ss + off[l]] (ss: the source's channel block, off[l]: the source
+ * lane's offset from s). */
+CH_CPU_SIMD static void gather_run(float *d, int64_t ds, const float *s, int64_t ss,
+                                   const int64_t *off, int64_t L, int64_t HW)
+{
+    if (L == 16) {
+        for (int64_t hw = 0; hw < HW; hw++)
+            for (int l = 0; l < 16; l++) d[hw * ds + l] = s[hw * ss + off[l]];
+    } else if (L == 8) {
+        for (int64_t hw = 0; hw < HW; hw++)
+            for (int l = 0; l < 8; l++) d[hw * ds + l] = s[hw * ss + off[l]];
+    } else if (L == 1 && ds == 1 && ss == 1) {
+        memcpy(d, s + off[0], (size_t)HW * sizeof *d);
+    } else {
+        for (int64_t hw = 0; hw < HW; hw++)
+            for (int64_t l = 0; l < L; l++) d[hw * ds + l] = s[hw * ss + off[l]];
+    }
 }
 
 ch_status ch_cpu_channel_shuffle(void *st, const ch_tensor_t *x, int groups, ch_tensor_t *y)
 {
-    (void)st;
+    ch_cpu_threads(st);
     const cpu_cview vx = ch_cpu_cview(x), vy = ch_cpu_cview(y);
     const float *xp = x->data;
     float *yp = y->data;
-    const int64_t C = vx.C, NC = vx.N * C, HW = vx.HW, cpg = C / groups;
-#pragma omp parallel for schedule(static) if (2 * NC * HW >= CH_CPU_PAR_MIN)
-    for (int64_t p = 0; p < NC; p++) {
-        const int64_t n = p / C, j = p % C, src = (j % groups) * cpg + j / groups;
-        for (int64_t hw = 0; hw < HW; hw++) yp[at(&vy, n, j, hw)] = xp[at(&vx, n, src, hw)];
+    const int64_t C = vx.C, N = vx.N, HW = vx.HW, cpg = C / groups, Bx = vx.B, By = vy.B;
+    const int64_t nbl = vy.nb; /* y's channel blocks per sample */
+#pragma omp parallel for schedule(static) if (2 * N * C * HW >= CH_CPU_PAR_MIN)
+    for (int64_t p = 0; p < N * nbl; p++) {
+        const int64_t n = p / nbl, jb = p % nbl;
+        const float *xn = xp + n * vx.nb * HW * Bx;
+        float *yb = yp + (n * nbl + jb) * HW * By;
+        for (int64_t l0 = 0; l0 < By; l0 += 16) {
+            const int64_t L = By - l0 < 16 ? By - l0 : 16;
+            int64_t off[16];
+            for (int64_t l = 0; l < L; l++) {
+                const int64_t j = jb * By + l0 + l, src = (j % groups) * cpg + j / groups;
+                off[l] = (src / Bx) * HW * Bx + src % Bx;
+            }
+            gather_run(yb + l0, By, xn, Bx, off, L, HW);
+        }
     }
     return CH_OK;
 }
