@@ -181,7 +181,8 @@ int ch_compute_num_threads(const ch_compute_t *cx);
 
 /* The layout activations with `channels` channels should have on `dev`
  * for the fastest ops: the context's CPU choice when channels is divisible
- * by its block, else CH_LAYOUT_PLAIN (e.g. the 1-channel input image).
+ * by its block; with nChw16c, nChw8c when channels is a multiple of 8 only
+ * (24, 40, ...); else CH_LAYOUT_PLAIN (e.g. the 1-channel input image).
  * Modules allocate their output activations with this layout. */
 ch_layout_t ch_compute_preferred_layout(const ch_compute_t *cx, ch_devkind_t dev,
                                         int64_t channels);

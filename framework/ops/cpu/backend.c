@@ -129,11 +129,17 @@ static int cpu_num_threads(const void *state)
     return omp_get_max_threads();
 }
 
+/* The context's layout where its block divides the channels; with nChw16c,
+ * nChw8c for channel counts that are multiples of 8 only (24, 40, 56, ...:
+ * oneDNN's jit kernels instead of the gemm-based ones plain NCHW gets, and
+ * the 8-lane vector loops of the C ops: shufflenet_v2's 24-channel stage,
+ * docs/PERFORMANCE.md "Networks from ONNX"); else plain. */
 static ch_layout_t cpu_preferred_layout(const void *state, int64_t channels)
 {
     const ch_cpu_t *c = state;
     int b = ch_layout_block(c->layout);
     if (channels <= 0) return CH_LAYOUT_PLAIN;
+    if (b == 16 && channels % 16 != 0 && channels % 8 == 0) return CH_LAYOUT_NCHW8C;
     if (b && channels % b != 0) return CH_LAYOUT_PLAIN;
     return c->layout;
 }
