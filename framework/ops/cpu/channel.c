@@ -17,6 +17,7 @@
 #include "framework/ops/cpu/cpu.h"
 
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 static inline int64_t at(const cpu_cview *v, int64_t n, int64_t c, int64_t hw)
@@ -251,6 +252,12 @@ CH_CPU_SIMD static void gather_run(float *d, int64_t ds, const float *s, int64_t
     }
 }
 
+/* Offset of channel c from its sample's start in view v, pixel 0. */
+static inline int64_t chan_off(const cpu_cview *v, int64_t c)
+{
+    return (c / v->B) * v->HW * v->B + c % v->B;
+}
+
 ch_status ch_cpu_channel_shuffle(void *st, const ch_tensor_t *x, int groups, ch_tensor_t *y)
 {
     ch_cpu_threads(st);
@@ -259,6 +266,11 @@ ch_status ch_cpu_channel_shuffle(void *st, const ch_tensor_t *x, int groups, ch_
     float *yp = y->data;
     const int64_t C = vx.C, N = vx.N, HW = vx.HW, cpg = C / groups, Bx = vx.B, By = vy.B;
     const int64_t nbl = vy.nb; /* y's channel blocks per sample */
+    /* source offsets of y's channels, the same for every sample (computed
+     * per lane chunk below where the table cannot be had) */
+    int64_t *tab = malloc((size_t)C * sizeof *tab);
+    if (tab)
+        for (int64_t j = 0; j < C; j++) tab[j] = chan_off(&vx, (j % groups) * cpg + j / groups);
 #pragma omp parallel for schedule(static) if (2 * N * C * HW >= CH_CPU_PAR_MIN)
     for (int64_t p = 0; p < N * nbl; p++) {
         const int64_t n = p / nbl, jb = p % nbl;
@@ -266,14 +278,17 @@ ch_status ch_cpu_channel_shuffle(void *st, const ch_tensor_t *x, int groups, ch_
         float *yb = yp + (n * nbl + jb) * HW * By;
         for (int64_t l0 = 0; l0 < By; l0 += 16) {
             const int64_t L = By - l0 < 16 ? By - l0 : 16;
-            int64_t off[16];
-            for (int64_t l = 0; l < L; l++) {
-                const int64_t j = jb * By + l0 + l, src = (j % groups) * cpg + j / groups;
-                off[l] = (src / Bx) * HW * Bx + src % Bx;
-            }
+            int64_t own[16];
+            const int64_t *off = tab ? tab + jb * By + l0 : own;
+            if (!tab)
+                for (int64_t l = 0; l < L; l++) {
+                    const int64_t j = jb * By + l0 + l;
+                    own[l] = chan_off(&vx, (j % groups) * cpg + j / groups);
+                }
             gather_run(yb + l0, By, xn, Bx, off, L, HW);
         }
     }
+    free(tab);
     return CH_OK;
 }
 
