@@ -51,6 +51,8 @@ CH_CPU_SIMD static void k_sum(const float *xb, int64_t HW, int64_t B, int64_t c0
         const float *p = xb + j * B + c0;
         if (L == V)
             for (int l = 0; l < V; l++) a[l] += p[l];
+        else if (L == 8)
+            for (int l = 0; l < 8; l++) a[l] += p[l];
         else
             for (int64_t l = 0; l < L; l++) a[l] += p[l];
     }
@@ -88,6 +90,11 @@ CH_CPU_SIMD static void k_sqdev(const float *xb, int64_t HW, int64_t B, int64_t 
                 float d = p[l] - mm[l];
                 a[l] += d * d;
             }
+        else if (L == 8)
+            for (int l = 0; l < 8; l++) {
+                float d = p[l] - mm[l];
+                a[l] += d * d;
+            }
         else
             for (int64_t l = 0; l < L; l++) {
                 float d = p[l] - mm[l];
@@ -121,6 +128,10 @@ CH_CPU_SIMD static void k_affine(const float *xb, float *yb, int64_t HW, int64_t
                 float t[V];
                 for (int l = 0; l < V; l++) t[l] = p[c0 + l] * a[c0 + l] + b[c0 + l];
                 for (int l = 0; l < V; l++) q[c0 + l] = t[l];
+            } else if (L == 8) {
+                float t[8];
+                for (int l = 0; l < 8; l++) t[l] = p[c0 + l] * a[c0 + l] + b[c0 + l];
+                for (int l = 0; l < 8; l++) q[c0 + l] = t[l];
             } else {
                 for (int64_t l = 0; l < L; l++) q[c0 + l] = p[c0 + l] * a[c0 + l] + b[c0 + l];
             }
@@ -163,6 +174,11 @@ CH_CPU_SIMD static void k_bwd_reduce(const float *xb, const float *dyb, int64_t 
                 a[l] += d[l];
                 b[l] += d[l] * (p[l] - mm[l]);
             }
+        else if (L == 8)
+            for (int l = 0; l < 8; l++) {
+                a[l] += d[l];
+                b[l] += d[l] * (p[l] - mm[l]);
+            }
         else
             for (int64_t l = 0; l < L; l++) {
                 a[l] += d[l];
@@ -202,6 +218,12 @@ CH_CPU_SIMD static void k_bwd_elemt(const float *xb, const float *dyb, float *dx
                     t[l] = d[c0 + l] * a[c0 + l] - (p[c0 + l] - m[c0 + l]) * k[c0 + l] +
                            b[c0 + l];
                 for (int l = 0; l < V; l++) q[c0 + l] = t[l];
+            } else if (L == 8) {
+                float t[8];
+                for (int l = 0; l < 8; l++)
+                    t[l] = d[c0 + l] * a[c0 + l] - (p[c0 + l] - m[c0 + l]) * k[c0 + l] +
+                           b[c0 + l];
+                for (int l = 0; l < 8; l++) q[c0 + l] = t[l];
             } else {
                 for (int64_t l = 0; l < L; l++)
                     q[c0 + l] = d[c0 + l] * a[c0 + l] - (p[c0 + l] - m[c0 + l]) * k[c0 + l] +
