@@ -33,6 +33,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -234,6 +235,23 @@ static void test_normal_run(void **state)
     }
 }
 
+/* Names in dir other than . and .. (comma-separated into buf); 0 when empty. */
+static int dir_entries(const char *dir, char *buf, size_t len)
+{
+    DIR *d = opendir(dir);
+    assert_non_null(d);
+    int n = 0;
+    buf[0] = 0;
+    for (struct dirent *e; (e = readdir(d));) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+        size_t used = strlen(buf);
+        snprintf(buf + used, len - used, "%s%s", n ? "," : "", e->d_name);
+        n++;
+    }
+    closedir(d);
+    return n;
+}
+
 static void test_setup_failure_on_one_rank(void **state)
 {
     (void)state;
@@ -254,6 +272,20 @@ static void test_setup_failure_on_one_rank(void **state)
         /* no rank went on; every rank finalized */
         assert_int_equal(count_lines(r.out, "stopped at"), 0);
         expect_every_rank(&r, np, "cleanup");
+        /* bad input before any work: the run directory was there before
+         * (mkdtemp), and the refused run leaves nothing in it (no lock) */
+        char left[512];
+        if (dir_entries(dir, left, sizeof left)) fail_msg("%s holds '%s' after a refused run", dir, left);
+        /* output dir two levels below it: the directories the run made go
+         * too, deepest first */
+        char nested[128], nested_arg[200];
+        snprintf(nested, sizeof nested, "%s/made/by/run/", dir);
+        snprintf(nested_arg, sizeof nested_arg, "--test.output_dir=%s", nested);
+        const char *args2[] = {nested_arg, "--test.mode=fail", krank, NULL};
+        run_helper(&r, np, NULL, args2);
+        expect_exit(&r, 2);
+        if (dir_entries(dir, left, sizeof left))
+            fail_msg("%s holds '%s' after a refused run into %s", dir, left, nested);
         remove_dir(dir);
     }
 }

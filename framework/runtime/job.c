@@ -53,7 +53,9 @@ struct ch_job {
     const char *out_dir; /* string of cfg */
     char *stop_file;     /* <out_dir>/STOP, or NULL */
     int lock_fd;         /* rank 0: <out_dir>/cohort.lock, locked; else -1 */
-    int made_out_dir;    /* rank 0: out_dir did not exist before this run */
+    size_t made_dirs_from; /* rank 0: out_dir[0..n) is the shallowest directory this
+                              run created (mkdir -p), 0 when it made none */
+    int made_lock;       /* rank 0: this run created out_dir's lock file */
     int warning_signal;
     int requeue;
     int running;         /* ch_job_init returned CH_JOB_CONTINUE */
@@ -229,9 +231,12 @@ int ch_job_agree(ch_job_t *job, ch_status local, const char *what)
 
 /* ------------------------------------------------------------------ files */
 
-/* mkdir -p: create dir and every missing parent (mode 0777 & ~umask). */
-static ch_status make_dirs(const char *dir)
+/* mkdir -p: create dir and every missing parent (mode 0777 & ~umask).
+ * *made_from (may be NULL) gets the length of the prefix of dir that is
+ * the shallowest directory this call created, or 0 when it created none. */
+static ch_status make_dirs(const char *dir, size_t *made_from)
 {
+    if (made_from) *made_from = 0;
     char path[4096];
     size_t n = strlen(dir);
     if (n == 0 || n >= sizeof path) return CH_ERROR(CH_ERR_IO, "'%s': empty or too long", dir);
@@ -240,8 +245,11 @@ static ch_status make_dirs(const char *dir)
         if (path[i] != '/' && path[i] != 0) continue;
         char c = path[i];
         path[i] = 0;
-        if (mkdir(path, 0777) && errno != EEXIST)
+        if (mkdir(path, 0777) == 0) {
+            if (made_from && *made_from == 0) *made_from = i;
+        } else if (errno != EEXIST) {
             return CH_ERROR(CH_ERR_IO, "cannot create '%s': %s", path, strerror(errno));
+        }
         path[i] = c;
     }
     return CH_OK;
@@ -389,13 +397,16 @@ static void lock_read_holder(int fd, char *buf, size_t len)
  * holds it (refused at once, nothing in dir is touched); CH_ERR_UNSUPPORTED
  * when the file system has no POSIX locks (the caller goes on without the
  * lock, warned); CH_ERR_IO naming the file. */
-static ch_status lock_output_dir(const char *dir, int *fd_out)
+static ch_status lock_output_dir(const char *dir, int *fd_out, int *created)
 {
     *fd_out = -1;
+    *created = 0;
     char path[4200];
     if ((size_t)snprintf(path, sizeof path, "%s/%s", dir, LOCK_FILE_NAME) >= sizeof path)
         return CH_ERROR(CH_ERR_INVALID, "'%s': path too long", dir);
-    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+    int fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+    if (fd >= 0) *created = 1;
+    else if (errno == EEXIST) fd = open(path, O_RDWR | O_CLOEXEC);
     if (fd < 0) return CH_ERROR(CH_ERR_IO, "cannot open lock file '%s': %s", path, strerror(errno));
     struct flock fl;
     memset(&fl, 0, sizeof fl);
@@ -406,6 +417,8 @@ static ch_status lock_output_dir(const char *dir, int *fd_out)
         int e = errno;
         lock_read_holder(fd, holder, sizeof holder);
         close(fd);
+        if (*created) (void)unlink(path);
+        *created = 0;
         if (e == EAGAIN || e == EACCES)
             return CH_ERROR(CH_ERR_INVALID,
                             "'%s' is in use by another run: %s holds its lock %s (two runs "
@@ -564,12 +577,10 @@ static int setup_output_dir(ch_job_t *job, const ch_job_options_t *opt)
     if (!job->stop_file) s = CH_ERROR(CH_ERR_NOMEM, "out of memory");
     else snprintf(job->stop_file, len, "%s/%s", job->out_dir, STOP_FILE_NAME);
     if (s == CH_OK && job->rank == 0) {
-        struct stat sb;
-        job->made_out_dir = stat(job->out_dir, &sb) != 0;
-        s = make_dirs(job->out_dir);
+        s = make_dirs(job->out_dir, &job->made_dirs_from);
         if (s == CH_OK) s = probe_output_dir(job->out_dir);
         if (s == CH_OK) {
-            s = lock_output_dir(job->out_dir, &job->lock_fd);
+            s = lock_output_dir(job->out_dir, &job->lock_fd, &job->made_lock);
             if (s == CH_ERR_UNSUPPORTED) {
                 /* a file system without locks: run unprotected rather than
                  * not at all, and leave temporary files alone (their writer
@@ -1034,15 +1045,26 @@ int ch_job_finalize(ch_job_t *job, int exit_code)
         ch_pg_destroy(job->pg);
     }
     watchdog_stop(job);
-    if (exit_code == CH_EXIT_BAD_INPUT && job->made_out_dir && job->lock_fd >= 0) {
-        /* bad input found before any work: the run directory this run made
-         * holds nothing but its lock, so it goes too (rmdir leaves it when
-         * anything else was written there) */
-        char lock[4200];
-        snprintf(lock, sizeof lock, "%s/%s", job->out_dir, LOCK_FILE_NAME);
+    if (exit_code == CH_EXIT_BAD_INPUT && job->lock_fd >= 0) {
+        /* bad input found before any work: the lock file this run made
+         * goes, and so do the directories it made (the run directory and
+         * any parents mkdir -p made, deepest first; rmdir leaves a
+         * directory that anything else was written to). A directory that
+         * was there before keeps what it had, and gets nothing. */
+        char path[4200];
+        snprintf(path, sizeof path, "%s/%s", job->out_dir, LOCK_FILE_NAME);
         unlock_output_dir(job->lock_fd);
         job->lock_fd = -1;
-        if (unlink(lock) == 0) (void)rmdir(job->out_dir);
+        if (!job->made_lock || unlink(path) == 0) {
+            snprintf(path, sizeof path, "%s", job->out_dir);
+            size_t n = strlen(path);
+            while (job->made_dirs_from > 0 && n >= job->made_dirs_from) {
+                while (n > 1 && path[n - 1] == '/') path[--n] = 0; /* trailing slashes */
+                if (n < job->made_dirs_from || rmdir(path) != 0) break;
+                while (n > 0 && path[n - 1] != '/') n--; /* up to the parent */
+                path[n] = 0;
+            }
+        }
     }
     ch_config_destroy(job->cfg);
     if (job->env_ok) ch_env_finalize(&job->env);
