@@ -693,6 +693,73 @@ static void test_pipeline_mmap_same_bits_and_unmapped(void **state)
     free(x);
 }
 
+/* A hook that cuts the file (truncate to 0 bytes) at a step, after giving
+ * the reader thread time to map the next pieces. */
+typedef struct {
+    const char *path;
+    int64_t at;
+} cut_hook_t;
+
+static int cut_hook(void *arg, const ch_reduce_step_t *st)
+{
+    cut_hook_t *h = arg;
+    if (st->step == h->at) {
+        usleep(300000);
+        assert_int_equal(truncate(h->path, 0), 0);
+    }
+    return 0;
+}
+
+/* A file cut while pieces of it are mapped (reduce.mmap): the feed's load
+ * from a lost page raises SIGBUS, which must become one CH_ERR_IO naming
+ * the cut, not a dead rank; the pread path reports it as a short read. */
+static void test_pipeline_mmap_file_cut(void **state)
+{
+    enum { R = 512, C = 256 }; /* 1 MiB of float64: 16 pieces of 64 KiB */
+    char dir[] = "/tmp/test_reduce_cut.XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    char file[sizeof dir + 16];
+    snprintf(file, sizeof file, "%s/x.npy", dir);
+    double *x = malloc(R * C * sizeof *x);
+    rng_state = 77;
+    for (int i = 0; i < R * C; i++) x[i] = wild();
+    ch_array_desc_t d = desc2(CH_DT_FLOAT64, R, C, 0);
+    for (int mm = 1; mm >= 0; mm--) {
+        assert_ch_ok(ch_npy_write(file, &d, x));
+        ch_file_source_t *fs;
+        const char *paths[1] = {file};
+        assert_ch_ok(ch_npy_source_open(paths, 1, &fs));
+        ch_reduce_spec_t sp;
+        ch_reduce_spec_default(&sp);
+        sp.op = CH_ROP_SUM;
+        sp.naxes = 1;
+        sp.axes[0] = 0;
+        ch_reducer_t *r;
+        assert_ch_ok(ch_reducer_create(&sp, &d, &r));
+        ch_reduce_run_options_t o;
+        ch_reduce_run_options_default(&o);
+        o.chunk_bytes = 64 << 10;
+        o.prefetch = 4;
+        o.sync_bytes = 0; /* the hook after every step */
+        o.sync_seconds = 0;
+        o.mmap = mm;
+        cut_hook_t h = {file, 2};
+        o.step_hook = cut_hook;
+        o.arg = &h;
+        int stopped = 0;
+        ch_status s = ch_reduce_run(r, ch_file_source_get(fs), NULL, &o, &stopped);
+        assert_int_equal(s, CH_ERR_IO);
+        if (mm) assert_non_null(strstr(ch_error_message(), "was cut (truncated) while"));
+        else assert_non_null(strstr(ch_error_message(), "shrank"));
+        assert_int_equal(mappings_of(file), 0);
+        ch_reducer_destroy(r);
+        ch_file_source_destroy(fs);
+    }
+    unlink(file);
+    rmdir(dir);
+    free(x);
+}
+
 /* The column-blocked fixed-point window (whole rows over a reduced axis)
  * must give the superaccumulator's bits for every kind of value: in the
  * window, below it, zeros, subnormals, inf, NaN, tiny columns. */
@@ -829,6 +896,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_pipeline_timed_agreement_and_final_stop),
         cmocka_unit_test(test_channel_stats),
         cmocka_unit_test(test_pipeline_mmap_same_bits_and_unmapped),
+        cmocka_unit_test(test_pipeline_mmap_file_cut),
     };
     return ch_test_main_mpi(argc, argv, tests, sizeof tests / sizeof tests[0]);
 }
