@@ -343,8 +343,9 @@ static ch_status file_read(void *ctx, int seg, int64_t e0, int64_t n, void *dst)
  * and drop pages behind (inputs larger than RAM). Not for HDF5 datasets,
  * nor where the elements would not be aligned to their size (a raw file
  * with an odd offset), nor a range past the file's current end (the file
- * shrank: read() reports it; a file cut while mapped still raises SIGBUS,
- * as for any mapping). Any failure returns nonzero with no message: the
+ * shrank: read() reports it; a file cut while mapped raises SIGBUS at the
+ * next load from a lost page, which ch_reduce_run's summing thread turns
+ * into an error for the piece it sums). Any failure returns nonzero with no message: the
  * caller reads the range instead. */
 static ch_status file_map(void *ctx, int seg, int64_t e0, int64_t n, ch_array_view_t *view)
 {
