@@ -672,25 +672,29 @@ static void fail_with_output(const run_t *r, int np, const char *what)
 
 /* A job's own collective fails with CH_ERR_MPI (how a lost peer shows up
  * where the launcher lets the survivors run): one line naming the lost
- * rank, exit CH_EXIT_PEER_LOST (4), finalize without collectives.
- * With more than one rank the launcher runs with -disable-auto-cleanup, so
- * every rank reaches its own report: with hydra's default, the first rank
- * to _exit makes hydra kill the others wherever they are, and what they
- * print (and hydra's own lines about the kill) depends on the timing, which
- * made this case flaky in CI (stop 31). Every rank prints exactly one line
- * of the one format, and the job's exit status is 4. */
+ * rank, exit CH_EXIT_PEER_LOST (4), finalize without collectives (and
+ * without MPI_Finalize: _exit).
+ * One rank runs without a launcher, so its exit status is its own: 4.
+ * Two ranks run under mpiexec -disable-auto-cleanup, so every rank reaches
+ * its own report (under hydra's default the first rank's _exit makes hydra
+ * kill the others wherever they are). What hydra then reports as the job's
+ * status is not the ranks' code: for processes that end without
+ * MPI_Finalize it is racy (MPICH issue 7057: sometimes 0; here once
+ * "Hangup (signal 1)", exit 1, under ASan, and once a failure of this case
+ * in CI). So with two ranks each rank's own exit code is checked where the
+ * helper prints it ("peer lost 1, exit 4"), not the launcher's status. */
 static void test_lost_peer_line_and_exit_code(void **state)
 {
     (void)state;
-    for (int w = 0; w < 2; w++) {
-        int np = world_sizes[w];
+    for (int np = 1; np <= 2; np++) {
         char dir[64];
         const char *extra[] = {"--test.mode=mpierr", "--test.rank=3", NULL};
         run_t r;
         launcher_flag = np > 1 ? "-disable-auto-cleanup" : NULL;
-        run_in_new_dir(&r, np, dir, extra);
+        run_in_new_dir(&r, np > 1 ? np : 0, dir, extra);
         launcher_flag = NULL;
-        if (r.timed_out || !r.exited || r.code != 4) fail_with_output(&r, np, "wanted exit 4");
+        if (r.timed_out || !r.exited) fail_with_output(&r, np, "wanted an exit");
+        if (np == 1 && r.code != 4) fail_with_output(&r, np, "wanted exit 4");
         if (count_lines(r.err, NULL) != np)
             fail_with_output(&r, np, "wanted one line on stderr per rank");
         if (count_lines(r.err, ": rank 3 is gone (loss all-reduce failed: ") != np ||
@@ -699,7 +703,7 @@ static void test_lost_peer_line_and_exit_code(void **state)
         for (int k = 0; k < np; k++) {
             char want[64];
             snprintf(want, sizeof want, "rank %d: peer lost 1, exit 4", k);
-            if (!strstr(r.out, want)) fail_with_output(&r, np, "a rank's 'peer lost' line is missing");
+            if (!strstr(r.out, want)) fail_with_output(&r, np, "a rank's 'peer lost, exit 4' line is missing");
             snprintf(want, sizeof want, "rank %d: cleanup", k);
             if (!strstr(r.out, want)) fail_with_output(&r, np, "a rank's cleanup did not run");
         }
