@@ -645,12 +645,15 @@ static void test_teardown_watchdog(void **state)
                                NULL};
         run_t r;
         double t0 = now();
-        run_in_new_dir(&r, np, dir, extra);
+        /* one rank without a launcher: its exit status is its own (hydra's
+         * report of a process that ends by _exit, here from the watchdog
+         * thread, is racy: once "Hangup (signal 1)", exit 1, under ASan;
+         * MPICH issue 7057); two ranks: the lines say it */
+        run_in_new_dir(&r, np > 1 ? np : 0, dir, extra);
         if (r.timed_out) fail_msg("the teardown hung (%d ranks)", np);
         assert_true(now() - t0 < 30);
         assert_true(r.exited);
         if (np == 1) assert_int_equal(r.code, 4);
-        else assert_int_not_equal(r.code, 0);
         /* the loop itself finished everywhere */
         assert_int_equal(count_lines(r.out, "stopped at step 6 of 6"), np);
         assert_int_equal(count_lines(r.err, "teardown (profile table, cleanups, process groups"),
