@@ -51,6 +51,19 @@ static double wild(void)
     return ldexp((rnd() & 1) ? -m : m, e);
 }
 
+/* A rows x cols float64 .npy file of wild() values from seed, in a fresh
+ * directory under /tmp: *x gets the values (malloc'd), path its name
+ * (the directory is dirname(path)). */
+static void wild_npy(int rows, int cols, uint64_t seed, char *path, size_t len, double **x)
+{
+    char dir[] = "/tmp/test_reduce.XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    snprintf(path, len, "%s/x.npy", dir);
+    *x = malloc((size_t)rows * (size_t)cols * sizeof **x);
+    rng_state = seed;
+    for (int i = 0; i < rows * cols; i++) (*x)[i] = wild();
+}
+
 static void test_xsum_exact_cases(void **state)
 {
     double a[] = {1e100, 1.0, -1e100};
@@ -612,6 +625,30 @@ static int mappings_of(const char *path)
     return n;
 }
 
+/* A reducer of op over axis 0 of d, and run options for a mapped run with
+ * prefetch pieces ahead, chunks of chunk_bytes and the hook (hook, arg)
+ * after every step. */
+static ch_reducer_t *axis0_mapped_run(ch_reduce_kind op, const ch_array_desc_t *d,
+                                      int64_t chunk_bytes, int prefetch,
+                                      int (*hook)(void *, const ch_reduce_step_t *), void *arg,
+                                      ch_reduce_run_options_t *o)
+{
+    ch_reduce_spec_t sp;
+    ch_reduce_spec_default(&sp);
+    sp.op = op;
+    sp.naxes = 1;
+    sp.axes[0] = 0;
+    ch_reducer_t *r;
+    assert_ch_ok(ch_reducer_create(&sp, d, &r));
+    ch_reduce_run_options_default(o);
+    o->chunk_bytes = chunk_bytes;
+    o->prefetch = prefetch;
+    o->sync_bytes = 0; /* the hook after every step */
+    o->step_hook = hook;
+    o->arg = arg;
+    return r;
+}
+
 /* reduce.mmap (issue #23): a .npy file source mapped chunk by chunk gives
  * the bits of the pread path (fast and exact, odd chunk sizes that cut
  * pages and rows), every piece is mapped, and no mapping outlives the run,
@@ -619,13 +656,9 @@ static int mappings_of(const char *path)
 static void test_pipeline_mmap_same_bits_and_unmapped(void **state)
 {
     enum { R = 300, C = 37 };
-    char dir[] = "/tmp/test_reduce_mmap.XXXXXX";
-    assert_non_null(mkdtemp(dir));
-    char file[sizeof dir + 16];
-    snprintf(file, sizeof file, "%s/x.npy", dir);
-    double *x = malloc(R * C * sizeof *x);
-    rng_state = 2323;
-    for (int i = 0; i < R * C; i++) x[i] = wild();
+    char file[64];
+    double *x;
+    wild_npy(R, C, 2323, file, sizeof file, &x);
     ch_array_desc_t d = desc2(CH_DT_FLOAT64, R, C, 0);
     assert_ch_ok(ch_npy_write(file, &d, x));
     ch_file_source_t *fs;
@@ -667,21 +700,9 @@ static void test_pipeline_mmap_same_bits_and_unmapped(void **state)
         }
     }
     /* a stop with pieces mapped ahead: all unmapped */
-    ch_reduce_spec_t sp;
-    ch_reduce_spec_default(&sp);
-    sp.op = CH_ROP_VAR;
-    sp.naxes = 1;
-    sp.axes[0] = 0;
-    ch_reducer_t *r;
-    assert_ch_ok(ch_reducer_create(&sp, &d, &r));
-    ch_reduce_run_options_t o;
-    ch_reduce_run_options_default(&o);
-    o.chunk_bytes = 50 * 8;
-    o.prefetch = 4;
-    o.sync_bytes = 0;
     stop_hook_t h = {3};
-    o.step_hook = stop_hook;
-    o.arg = &h;
+    ch_reduce_run_options_t o;
+    ch_reducer_t *r = axis0_mapped_run(CH_ROP_VAR, &d, 50 * 8, 4, stop_hook, &h, &o);
     int stopped = 0;
     assert_ch_ok(ch_reduce_run(r, src, NULL, &o, &stopped));
     assert_int_equal(stopped, 1);
@@ -689,7 +710,8 @@ static void test_pipeline_mmap_same_bits_and_unmapped(void **state)
     ch_reducer_destroy(r);
     ch_file_source_destroy(fs);
     unlink(file);
-    rmdir(dir);
+    *strrchr(file, '/') = 0;
+    rmdir(file);
     free(x);
 }
 
@@ -716,36 +738,20 @@ static int cut_hook(void *arg, const ch_reduce_step_t *st)
 static void test_pipeline_mmap_file_cut(void **state)
 {
     enum { R = 512, C = 256 }; /* 1 MiB of float64: 16 pieces of 64 KiB */
-    char dir[] = "/tmp/test_reduce_cut.XXXXXX";
-    assert_non_null(mkdtemp(dir));
-    char file[sizeof dir + 16];
-    snprintf(file, sizeof file, "%s/x.npy", dir);
-    double *x = malloc(R * C * sizeof *x);
-    rng_state = 77;
-    for (int i = 0; i < R * C; i++) x[i] = wild();
+    char file[64];
+    double *x;
+    wild_npy(R, C, 77, file, sizeof file, &x);
     ch_array_desc_t d = desc2(CH_DT_FLOAT64, R, C, 0);
     for (int mm = 1; mm >= 0; mm--) {
         assert_ch_ok(ch_npy_write(file, &d, x));
         ch_file_source_t *fs;
         const char *paths[1] = {file};
         assert_ch_ok(ch_npy_source_open(paths, 1, &fs));
-        ch_reduce_spec_t sp;
-        ch_reduce_spec_default(&sp);
-        sp.op = CH_ROP_SUM;
-        sp.naxes = 1;
-        sp.axes[0] = 0;
-        ch_reducer_t *r;
-        assert_ch_ok(ch_reducer_create(&sp, &d, &r));
+        cut_hook_t h = {file, 2};
         ch_reduce_run_options_t o;
-        ch_reduce_run_options_default(&o);
-        o.chunk_bytes = 64 << 10;
-        o.prefetch = 4;
-        o.sync_bytes = 0; /* the hook after every step */
+        ch_reducer_t *r = axis0_mapped_run(CH_ROP_SUM, &d, 64 << 10, 4, cut_hook, &h, &o);
         o.sync_seconds = 0;
         o.mmap = mm;
-        cut_hook_t h = {file, 2};
-        o.step_hook = cut_hook;
-        o.arg = &h;
         int stopped = 0;
         ch_status s = ch_reduce_run(r, ch_file_source_get(fs), NULL, &o, &stopped);
         assert_int_equal(s, CH_ERR_IO);
@@ -756,7 +762,8 @@ static void test_pipeline_mmap_file_cut(void **state)
         ch_file_source_destroy(fs);
     }
     unlink(file);
-    rmdir(dir);
+    *strrchr(file, '/') = 0;
+    rmdir(file);
     free(x);
 }
 
