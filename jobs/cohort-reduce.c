@@ -147,6 +147,9 @@ int main(int argc, char **argv)
     int bad = ch_error_code() == CH_ERR_INVALID || ch_error_code() == CH_ERR_FORMAT;
     if (ch_job_agree(job, s, "reduce")) return ch_job_finalize(job, bad ? CH_EXIT_BAD_INPUT : CH_EXIT_ERROR);
     if (stopped) return ch_job_finalize(job, h.save_failed ? CH_EXIT_ERROR : CH_EXIT_PREEMPTED);
+    /* an input written in place during the run: no result from a mix */
+    if (ch_job_agree(job, ch_file_source_check_unchanged(fs), "input"))
+        return ch_job_finalize(job, CH_EXIT_ERROR);
 
     ch_array_desc_t rd;
     const void *data;
