@@ -755,7 +755,7 @@ static void test_pipeline_mmap_file_cut(void **state)
         int stopped = 0;
         ch_status s = ch_reduce_run(r, ch_file_source_get(fs), NULL, &o, &stopped);
         assert_int_equal(s, CH_ERR_IO);
-        if (mm) assert_non_null(strstr(ch_error_message(), "was cut (truncated) while"));
+        if (mm) assert_non_null(strstr(ch_error_message(), "x.npy was cut (truncated) while"));
         else assert_non_null(strstr(ch_error_message(), "shrank"));
         assert_int_equal(mappings_of(file), 0);
         ch_reducer_destroy(r);

@@ -123,10 +123,13 @@ static ch_status feed_mapped(ch_reducer_t *r, const ch_array_source_t *src, int 
     sigjmp_buf jb;
     if (sigsetjmp(jb, 1) != 0) {
         bus_jmp = NULL;
-        return CH_ERROR(CH_ERR_IO, "input file %d was cut (truncated) while its elements "
-                        "[%lld, %lld) were being summed from its memory mapping (SIGBUS); "
-                        "nothing is written: rerun on the complete file (reduce.mmap = false "
-                        "reads instead of mapping)", seg, (long long)e0, (long long)(e0 + n));
+        char name[32];
+        snprintf(name, sizeof name, "input file %d", seg);
+        return CH_ERROR(CH_ERR_IO, "%s was cut (truncated) while its elements [%lld, %lld) "
+                        "were being summed from its memory mapping (SIGBUS); nothing is "
+                        "written: rerun on the complete file (reduce.mmap = false reads "
+                        "instead of mapping)", src->seg_names ? src->seg_names[seg] : name,
+                        (long long)e0, (long long)(e0 + n));
     }
     bus_lo = view->base;
     bus_hi = (const unsigned char *)view->base + view->len;

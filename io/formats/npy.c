@@ -453,6 +453,7 @@ static ch_status source_finish(ch_file_source_t *s)
     s->src.read = file_read;
     s->src.map = file_map;
     s->src.unmap = file_unmap;
+    s->src.seg_names = (const char *const *)s->paths;
     s->src.ctx = s;
     s->page = (int64_t)sysconf(_SC_PAGESIZE);
     return CH_OK;
