@@ -308,10 +308,10 @@ static ch_status resume(trainer_t *j, const char *path)
 {
     char *saved_cfg = NULL;
     CH_TRY(ch_train_state_read_config(path, &saved_cfg));
-    ch_status s = ch_train_resume_config_check(
-        path, saved_cfg, j->cfg, resume_free_keys,
-        (int)(sizeof resume_free_keys / sizeof resume_free_keys[0]));
-    /* an ONNX network: the same file contents as the resumed run's */
+    /* an ONNX network: the same file contents as the resumed run's (checked
+     * first: the configuration check below logs a changed model.onnx path
+     * as a change that does not matter, which holds only for the same bytes) */
+    ch_status s = CH_OK;
     const char *mark = saved_cfg ? strstr(saved_cfg, ONNX_CRC_MARK) : NULL;
     unsigned saved_crc = 0;
     const int saved_onnx = mark && sscanf(mark + strlen(ONNX_CRC_MARK), "%8x", &saved_crc) == 1;
@@ -325,6 +325,9 @@ static ch_status resume(trainer_t *j, const char *path)
     else if (s == CH_OK && !j->onnx[0] && saved_onnx)
         s = CH_ERROR(CH_ERR_INVALID, "%s: the resumed run trained a model.onnx network; give "
                      "--model.onnx with that file", path);
+    if (s == CH_OK)
+        s = ch_train_resume_config_check(path, saved_cfg, j->cfg, resume_free_keys,
+                                         (int)(sizeof resume_free_keys / sizeof resume_free_keys[0]));
     free(saved_cfg);
     CH_TRY(s);
     ch_train_progress_t saved;
