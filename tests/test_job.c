@@ -142,18 +142,30 @@ static void run_helper_once(run_t *r, int np, const char *const *env, const char
             r->timed_out ? " (TIMED OUT)" : "", r->out, r->err);
 }
 
-/* run_helper_once, again (twice at most) where the launcher itself died by
- * a signal before the time limit: that is mpiexec's crash, not the job's
- * behaviour (MPICH 4.0's hydra has died so under ASan on a loaded machine
- * when ranks end by _exit, test_dead_rank_watchdog with 4 ranks), and
- * nothing the job printed can be judged when hydra's forwarding of it died
- * too. */
+/* The launcher failed on its own: mpiexec died by a signal (not the time
+ * limit's kill), or hydra reported an internal error of its own ("[proxy:"
+ * or "[mpiexec@" lines: "assert (!closed) failed", "write error (Broken
+ * pipe)", ...). */
+static int launcher_failed(const run_t *r)
+{
+    if (!r->exited && !r->timed_out) return 1;
+    return strstr(r->err, "[proxy:") != NULL || strstr(r->err, "[mpiexec@") != NULL;
+}
+
+/* run_helper_once, again (twice at most) where the launcher failed on its
+ * own: that is mpiexec's fault, not the job's behaviour, and nothing the job
+ * printed can be judged when hydra's forwarding of it failed too. MPICH
+ * 4.0's hydra does so on a loaded machine when ranks end by _exit without
+ * MPI_Finalize (test_dead_rank_watchdog: mpiexec killed by a signal under
+ * ASan; "[mpiexec@vm] control_cb: assert (!closed) failed", exit 255, with
+ * the survivors' lines lost, in a CI-like run). */
 static void run_helper(run_t *r, int np, const char *const *env, const char *const *args)
 {
     for (int attempt = 0;; attempt++) {
         run_helper_once(r, np, env, args);
-        if (np == 0 || r->exited || r->timed_out || attempt == 2) return;
-        fprintf(stderr, "--- the launcher died by signal %d: running it again\n", r->signal);
+        if (np == 0 || !launcher_failed(r) || attempt == 2) return;
+        fprintf(stderr, "--- the launcher failed on its own (%s): running it again\n",
+                r->exited ? "its own error lines" : "killed by a signal");
     }
 }
 

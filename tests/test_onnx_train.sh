@@ -130,8 +130,8 @@ bad "not ONNX" "$tmp/u/bad_text.onnx" "not an ONNX model"
 bad "truncated" "$tmp/u/bad_truncated.onnx" "truncated"
 bad "unsupported op names node, op, opset and the supported ops" "$tmp/u/bad_op.onnx" \
   "node 'my_softplus' (Softplus, opset 14): op not supported (supported: Add, "
-bad "an LSTM after a conv is named, not the Gather/Transpose before it" "$tmp/u/bad_lstm.onnx" \
-  "op not supported; also unsupported here: LSTM (node '/lstm/LSTM') (supported: Add, "
+bad "an LSTM after a conv is named (not the Gather/Transpose before it, nor the Expand of its state)" "$tmp/u/bad_lstm.onnx" \
+  "node '/lstm/LSTM' (LSTM, opset 14): op not supported; also unsupported here: Expand (node '/lstm/Expand') (supported: Add, "
 bad "a module applied twice (shared weights) is named" "$tmp/u/bad_shared.onnx" \
   "(Conv, opset 14): its weights (conv.weight) are already used by an earlier node"
 bad "missing initializer" "$tmp/u/bad_missing.onnx" "conv1.weight'.*missing initializer"
