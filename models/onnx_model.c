@@ -1824,8 +1824,8 @@ static ch_status build(mp_t *p, const int64_t in_shape[4], const ch_onnx_map_opt
     CH_TRY(ch_model_finalize_init(p->M, CH_NN_INIT_DEFAULT, 0));
     CH_TRY(load_values(p));
     if (p->n_renamed)
-        ch_log_warn("%s: %d module%s renamed (see above): a checkpoint's names differ from the "
-                    "PyTorch module's there", p->what, p->n_renamed, p->n_renamed == 1 ? "" : "s");
+        ch_log_warn_rank0("%s: %d module%s renamed (see above): a checkpoint's names differ from the "
+                          "PyTorch module's there", p->what, p->n_renamed, p->n_renamed == 1 ? "" : "s");
     return CH_OK;
 }
 

@@ -78,10 +78,12 @@ static int64_t rank_pieces(const ch_array_source_t *src, int rank, int world, in
  * next load from the lost pages into SIGBUS, which would kill the rank with
  * no word on why. While the compute thread feeds a mapped piece it arms
  * this guard: a SIGBUS whose address lies in that piece jumps back to the
- * feed's caller, which fails with one CH_ERR_IO line; any other SIGBUS
+ * feed's caller, which fails with one CH_ERR_IO line; any other fault
  * gets the previous disposition (the handler puts it back and returns, so
- * the faulting load repeats under it). Thread-local and initial-exec: read
- * from the handler without allocating. */
+ * the faulting load repeats under it), and a SIGBUS sent by a process
+ * (kill) what the previous disposition does with it, the guard staying.
+ * The state is thread-local and initial-exec: read from the handler
+ * without allocating. */
 static __thread sigjmp_buf *bus_jmp __attribute__((tls_model("initial-exec")));
 static __thread const unsigned char *bus_lo __attribute__((tls_model("initial-exec")));
 static __thread const unsigned char *bus_hi __attribute__((tls_model("initial-exec")));
@@ -91,10 +93,25 @@ static int bus_users;
 
 static void on_sigbus(int sig, siginfo_t *si, void *uc)
 {
-    (void)uc;
-    const unsigned char *a = si ? (const unsigned char *)si->si_addr : NULL;
-    if (bus_jmp && a >= bus_lo && a < bus_hi) siglongjmp(*bus_jmp, 1);
-    sigaction(sig, &bus_prev, NULL);
+    /* a fault the kernel raised (si_code > 0: BUS_ADRERR, ...) at an
+     * address in the armed piece: the cut file */
+    const int fault = si && si->si_code > 0;
+    const unsigned char *a = fault ? (const unsigned char *)si->si_addr : NULL;
+    if (bus_jmp && a && a >= bus_lo && a < bus_hi) siglongjmp(*bus_jmp, 1);
+    if (fault) { /* another fault: the previous disposition, as the load repeats */
+        sigaction(sig, &bus_prev, NULL);
+        return;
+    }
+    /* sent by a process (kill -BUS): what the previous disposition does,
+     * with the guard kept for the rest of the run */
+    if (bus_prev.sa_flags & SA_SIGINFO) {
+        if (bus_prev.sa_sigaction) bus_prev.sa_sigaction(sig, si, uc);
+    } else if (bus_prev.sa_handler == SIG_DFL) {
+        sigaction(sig, &bus_prev, NULL);
+        raise(sig); /* the default action: the process ends as without the guard */
+    } else if (bus_prev.sa_handler != SIG_IGN) {
+        bus_prev.sa_handler(sig);
+    }
 }
 
 /* The handler is installed for the length of a run that maps (not once
@@ -126,10 +143,10 @@ static ch_status feed_mapped(ch_reducer_t *r, const ch_array_source_t *src, int 
         char name[32];
         snprintf(name, sizeof name, "input file %d", seg);
         return CH_ERROR(CH_ERR_IO, "%s was cut (truncated) while its elements [%lld, %lld) "
-                        "were being summed from its memory mapping (SIGBUS); nothing is "
-                        "written: rerun on the complete file (reduce.mmap = false reads "
-                        "instead of mapping)", src->seg_names ? src->seg_names[seg] : name,
-                        (long long)e0, (long long)(e0 + n));
+                        "were being read from its memory mapping (SIGBUS); nothing is "
+                        "written: run again on the complete file",
+                        src->seg_names ? src->seg_names[seg] : name, (long long)e0,
+                        (long long)(e0 + n));
     }
     bus_lo = view->base;
     bus_hi = (const unsigned char *)view->base + view->len;
