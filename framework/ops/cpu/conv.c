@@ -632,8 +632,17 @@ static ch_status conv_side_setup(ch_cpu_t *c, cpu_prim *e, int op, int s,
     if (!e->xbuf[s])
         return CH_ERROR(CH_ERR_NOMEM, "conv: activation buffer of %zu bytes", bytes);
     CH_TRY(mem_create(c, pmd, e->xbuf[s], &e->mem[s]));
-    CH_TRY(mem_create(c, tmd, MEM_NONE, &e->xuser_mem[s]));
     int out = conv_side_is_output(op, s);
+    dnnl_memory_desc_t t16 = *tmd;
+    t16.data_type = dnnl_bf16;
+    if (!out && tmd->data_type == dnnl_f32 && pmd->data_type == dnnl_bf16 &&
+        dnnl_memory_desc_equal(&t16, pmd)) {
+        /* the same format in bf16 (nhwc with compute.precision = bf16): a
+         * streaming cast, cheaper than oneDNN's f32 -> bf16 reorder */
+        e->xcast[s] = (int64_t)(bytes / sizeof(uint16_t));
+        return CH_OK;
+    }
+    CH_TRY(mem_create(c, tmd, MEM_NONE, &e->xuser_mem[s]));
     dnnl_primitive_desc_t rpd;
     CH_CHECK_DNNL(dnnl_reorder_primitive_desc_create(&rpd, out ? pmd : tmd, c->engine,
                                                      out ? tmd : pmd, c->engine, NULL));
@@ -800,6 +809,10 @@ static ch_status conv_prim(ch_cpu_t *c, int op, const ch_tensor_t *a, const int6
  * input in another format is reordered into the primitive's buffer now. */
 static ch_status side_bind(ch_cpu_t *c, cpu_prim *e, int op, int s, void *ptr)
 {
+    if (e->xcast[s]) {
+        ch_cpu_cast_bf16(c, ptr, e->xbuf[s], e->xcast[s]);
+        return CH_OK;
+    }
     if (!e->xreorder[s]) return set_handle(e->mem[s], ptr);
     CH_TRY(set_handle(e->xuser_mem[s], ptr));
     if (conv_side_is_output(op, s)) return CH_OK;
@@ -1103,18 +1116,9 @@ ch_status ch_cpu_conv2d_backward_weights(void *st, const ch_tensor_t *x, const c
  * buffers; B from a versioned weight tensor wt is converted once per data
  * version (kept_weights). */
 
-/* fp32 -> bf16, round to nearest even; NaN stays a (quiet) NaN. */
-CH_CPU_SIMD static void to_bf16(const float *x, uint16_t *y, int64_t n)
-{
-    for (int64_t i = 0; i < n; i++) {
-        uint32_t u;
-        memcpy(&u, &x[i], sizeof u);
-        if ((u & 0x7fffffffu) > 0x7f800000u) y[i] = (uint16_t)((u >> 16) | 0x40u);
-        else y[i] = (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-    }
-}
 
 typedef struct {
+    const ch_cpu_t *c;
     const float *src;
     int64_t n;
 } bf16_conv_ctx;
@@ -1122,7 +1126,7 @@ typedef struct {
 static ch_status bf16_convert(void *ctx, void *dst)
 {
     bf16_conv_ctx *d = ctx;
-    to_bf16(d->src, dst, d->n);
+    ch_cpu_cast_bf16(d->c, d->src, dst, d->n);
     return CH_OK;
 }
 
@@ -1194,14 +1198,14 @@ static ch_status bf16_matmul(ch_cpu_t *c, char ta, char tb, int64_t m, int64_t n
 {
     cpu_prim *e;
     CH_TRY(bf16_matmul_prim(c, m, n, k, ta, tb, &e));
-    to_bf16(A, e->xbuf[0], m * k);
+    ch_cpu_cast_bf16(c, A, e->xbuf[0], m * k);
     void *bb = e->xbuf[1];
     if (wt) {
-        bf16_conv_ctx d = {B, k * n};
+        bf16_conv_ctx d = {c, B, k * n};
         wconvert cv = {bf16_convert, &d, e->wbytes, e->xbuf[1]};
         CH_TRY(kept_weights(c, e, wt, &cv, &bb));
     } else {
-        to_bf16(B, bb, k * n);
+        ch_cpu_cast_bf16(c, B, bb, k * n);
     }
     CH_TRY(set_handle(e->mem[0], e->xbuf[0]));
     CH_TRY(set_handle(e->mem[1], bb));
