@@ -345,6 +345,15 @@ ch_status ch_op_conv2d_backward_weights(ch_compute_t *cx, const ch_tensor_t *x,
                                         const ch_conv2d_params_t *p,
                                         ch_tensor_t *dw, ch_tensor_t *db);
 
+/* Both backward ops of one convolution: ch_op_conv2d_backward_weights(x, dy
+ * -> dw, db) then ch_op_conv2d_backward_data(dy, w -> dx), with the same
+ * results; a backend may share work between them (CPU with compute.precision
+ * = bf16: dy is rounded to bf16 once instead of once per op). dx must not
+ * alias x, dy, w, dw or db. */
+ch_status ch_op_conv2d_backward(ch_compute_t *cx, const ch_tensor_t *x, const ch_tensor_t *dy,
+                                const ch_tensor_t *w, const ch_conv2d_params_t *p,
+                                ch_tensor_t *dx, ch_tensor_t *dw, ch_tensor_t *db);
+
 /* --------------------------------------------------------------- batch norm
  * Per-channel statistics over (N,H,W) (torch.nn.BatchNorm2d, eps usually
  * 1e-5). x and y may also be 2-D (N,C) PLAIN (BatchNorm1d-style).

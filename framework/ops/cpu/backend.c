@@ -393,6 +393,7 @@ static const ch_ops_backend_t cpu_backend = {
     .conv2d_forward = ch_cpu_conv2d_forward,
     .conv2d_backward_data = ch_cpu_conv2d_backward_data,
     .conv2d_backward_weights = ch_cpu_conv2d_backward_weights,
+    .conv2d_backward = ch_cpu_conv2d_backward,
     .bn_stats = ch_cpu_bn_stats,
     .bn_apply = ch_cpu_bn_apply,
     .bn_update_running = ch_cpu_bn_update_running,

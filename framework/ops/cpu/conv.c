@@ -811,7 +811,7 @@ static ch_status side_bind(ch_cpu_t *c, cpu_prim *e, int op, int s, void *ptr)
 {
     if (e->xcast[s]) {
         ch_cpu_cast_bf16(c, ptr, e->xbuf[s], e->xcast[s]);
-        return CH_OK;
+        return set_handle(e->mem[s], e->xbuf[s]);
     }
     if (!e->xreorder[s]) return set_handle(e->mem[s], ptr);
     CH_TRY(set_handle(e->xuser_mem[s], ptr));
@@ -1084,17 +1084,15 @@ ch_status ch_cpu_conv2d_forward(void *st, const ch_tensor_t *x, const ch_tensor_
     return side_finish(c, e, CPU_OP_CONV_FWD, 1);
 }
 
-ch_status ch_cpu_conv2d_backward_data(void *st, const ch_tensor_t *dy, const ch_tensor_t *w,
-                                      const ch_conv2d_params_t *p, ch_tensor_t *dx)
+/* Backward data with primitive e; dyh, where not NULL, is dy already
+ * converted into e's format (ch_cpu_conv2d_backward). */
+static ch_status bwd_data_run(ch_cpu_t *c, cpu_prim *e, const ch_tensor_t *dy,
+                              const ch_tensor_t *w, ch_tensor_t *dx, void *dyh)
 {
-    ch_cpu_t *c = st;
-    cpu_prim *e;
-    if (c->bf16_missing) return bf16_refused("conv2d backward data");
-    if (conv_is_gemm(c, dx, dy, w->shape, p)) return gemm_backward_data(c, dy, w, p, dx);
-    CH_TRY(conv_prim(c, CPU_OP_CONV_BWD_DATA, dx, w->shape, 0, dy, p, &e));
     CH_TRY(bind_weights(c, e, w));
     CH_TRY(side_bind(c, e, CPU_OP_CONV_BWD_DATA, 0, dx->data));
-    CH_TRY(side_bind(c, e, CPU_OP_CONV_BWD_DATA, 1, handle(dy)));
+    if (dyh) CH_TRY(set_handle(e->mem[1], dyh));
+    else CH_TRY(side_bind(c, e, CPU_OP_CONV_BWD_DATA, 1, handle(dy)));
     dnnl_exec_arg_t a[4];
     int n = 0;
     a[n++] = (dnnl_exec_arg_t){DNNL_ARG_DIFF_SRC, e->mem[0]};
@@ -1105,18 +1103,26 @@ ch_status ch_cpu_conv2d_backward_data(void *st, const ch_tensor_t *dy, const ch_
     return side_finish(c, e, CPU_OP_CONV_BWD_DATA, 0);
 }
 
-ch_status ch_cpu_conv2d_backward_weights(void *st, const ch_tensor_t *x, const ch_tensor_t *dy,
-                                         const ch_conv2d_params_t *p, ch_tensor_t *dw,
-                                         ch_tensor_t *db)
+ch_status ch_cpu_conv2d_backward_data(void *st, const ch_tensor_t *dy, const ch_tensor_t *w,
+                                      const ch_conv2d_params_t *p, ch_tensor_t *dx)
 {
     ch_cpu_t *c = st;
     cpu_prim *e;
-    if (c->bf16_missing) return bf16_refused("conv2d backward weights");
-    if (conv_is_gemm(c, x, dy, dw->shape, p)) return gemm_backward_weights(c, x, dy, p, dw, db);
-    CH_TRY(conv_prim(c, CPU_OP_CONV_BWD_WEIGHTS, x, dw->shape, db != NULL, dy, p, &e));
+    if (c->bf16_missing) return bf16_refused("conv2d backward data");
+    if (conv_is_gemm(c, dx, dy, w->shape, p)) return gemm_backward_data(c, dy, w, p, dx);
+    CH_TRY(conv_prim(c, CPU_OP_CONV_BWD_DATA, dx, w->shape, 0, dy, p, &e));
+    return bwd_data_run(c, e, dy, w, dx, NULL);
+}
+
+/* Backward weights with primitive e; dyh as in bwd_data_run. */
+static ch_status bwd_weights_run(ch_cpu_t *c, cpu_prim *e, const ch_tensor_t *x,
+                                 const ch_tensor_t *dy, ch_tensor_t *dw, ch_tensor_t *db,
+                                 void *dyh)
+{
     if (!e->wreorder) CH_TRY(set_handle(e->wprim_mem, dw->data));
     CH_TRY(side_bind(c, e, CPU_OP_CONV_BWD_WEIGHTS, 0, handle(x)));
-    CH_TRY(side_bind(c, e, CPU_OP_CONV_BWD_WEIGHTS, 1, handle(dy)));
+    if (dyh) CH_TRY(set_handle(e->mem[1], dyh));
+    else CH_TRY(side_bind(c, e, CPU_OP_CONV_BWD_WEIGHTS, 1, handle(dy)));
     dnnl_exec_arg_t a[5];
     int n = 0;
     a[n++] = (dnnl_exec_arg_t){DNNL_ARG_SRC, e->mem[0]};
@@ -1130,6 +1136,49 @@ ch_status ch_cpu_conv2d_backward_weights(void *st, const ch_tensor_t *x, const c
     CH_TRY(exec(c, e->prim, n, a));
     if (e->wreorder) CH_TRY(run_wreorder(c, e, dw->data, e->wbuf, 1));
     return CH_OK;
+}
+
+ch_status ch_cpu_conv2d_backward_weights(void *st, const ch_tensor_t *x, const ch_tensor_t *dy,
+                                         const ch_conv2d_params_t *p, ch_tensor_t *dw,
+                                         ch_tensor_t *db)
+{
+    ch_cpu_t *c = st;
+    cpu_prim *e;
+    if (c->bf16_missing) return bf16_refused("conv2d backward weights");
+    if (conv_is_gemm(c, x, dy, dw->shape, p)) return gemm_backward_weights(c, x, dy, p, dw, db);
+    CH_TRY(conv_prim(c, CPU_OP_CONV_BWD_WEIGHTS, x, dw->shape, db != NULL, dy, p, &e));
+    return bwd_weights_run(c, e, x, dy, dw, db, NULL);
+}
+
+/* Whether side 1 (dy) of primitives a and b, made for the same dy tensor,
+ * is a bf16 cast on both: then it is dy's own format in bf16 on both
+ * (conv_side_setup), and one conversion serves both. */
+static int same_dy_cast(const cpu_prim *a, const cpu_prim *b)
+{
+    return a->xcast[1] && a->xcast[1] == b->xcast[1];
+}
+
+ch_status ch_cpu_conv2d_backward(void *st, const ch_tensor_t *x, const ch_tensor_t *dy,
+                                 const ch_tensor_t *w, const ch_conv2d_params_t *p,
+                                 ch_tensor_t *dx, ch_tensor_t *dw, ch_tensor_t *db)
+{
+    ch_cpu_t *c = st;
+    cpu_prim *ew, *ed;
+    if (c->bf16_missing) return bf16_refused("conv2d backward");
+    if (!c->bf16 || conv_is_gemm(c, x, dy, dw->shape, p)) {
+        CH_TRY(ch_cpu_conv2d_backward_weights(st, x, dy, p, dw, db));
+        return ch_cpu_conv2d_backward_data(st, dy, w, p, dx);
+    }
+    CH_TRY(conv_prim(c, CPU_OP_CONV_BWD_WEIGHTS, x, dw->shape, db != NULL, dy, p, &ew));
+    CH_TRY(conv_prim(c, CPU_OP_CONV_BWD_DATA, dx, w->shape, 0, dy, p, &ed));
+    void *dyh = NULL;
+    if (same_dy_cast(ew, ed)) {
+        /* dy rounded to bf16 once, into the backward-weights buffer */
+        ch_cpu_cast_bf16(c, handle(dy), ew->xbuf[1], ew->xcast[1]);
+        dyh = ew->xbuf[1];
+    }
+    CH_TRY(bwd_weights_run(c, ew, x, dy, dw, db, dyh));
+    return bwd_data_run(c, ed, dy, w, dx, dyh);
 }
 
 /* -------------------------------------------------------------- linear */

@@ -138,6 +138,11 @@ ch_status ch_cpu_conv2d_backward_data(void *st, const ch_tensor_t *dy, const ch_
 ch_status ch_cpu_conv2d_backward_weights(void *st, const ch_tensor_t *x, const ch_tensor_t *dy,
                                          const ch_conv2d_params_t *p, ch_tensor_t *dw,
                                          ch_tensor_t *db);
+/* Both backward ops of one convolution (ops.h ch_op_conv2d_backward): with
+ * bf16 nhwc activations dy is rounded to bf16 once for both. */
+ch_status ch_cpu_conv2d_backward(void *st, const ch_tensor_t *x, const ch_tensor_t *dy,
+                                 const ch_tensor_t *w, const ch_conv2d_params_t *p,
+                                 ch_tensor_t *dx, ch_tensor_t *dw, ch_tensor_t *db);
 ch_status ch_cpu_linear_forward(void *st, const ch_tensor_t *x, const ch_tensor_t *w,
                                 const ch_tensor_t *b, ch_tensor_t *y);
 ch_status ch_cpu_linear_backward_data(void *st, const ch_tensor_t *dy, const ch_tensor_t *w,
