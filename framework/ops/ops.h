@@ -63,8 +63,9 @@ typedef struct ch_compute_options {
      * process). */
     int num_threads;
     /* Preferred activation layout override for CPU (ch_compute_preferred_layout).
-     * -1: automatic (nChw16c with AVX-512, nChw8c with AVX2, else plain);
-     * otherwise a ch_layout_t value. */
+     * -1: automatic (nhwc with bf16 on a bf16 ISA, where oneDNN has its AMX
+     * bf16 kernels; else nChw16c with AVX-512, nChw8c with AVX2, else
+     * plain); otherwise a ch_layout_t value. */
     int cpu_layout;
     /* ---- GPU backend (framework/ops/cuda; ignored by the CPU backend) ----
      * CUDA ordinal the context's GPU state (streams, cuDNN and cuBLAS
