@@ -324,7 +324,8 @@ int64_t ch_conv_out_size(int64_t in, int64_t kernel, int64_t stride, int64_t pad
  * N may be 0 (no-op).
  * CPU: oneDNN direct convolution with the kernel cropped to the taps that
  * can touch the input; when every output window covers the whole input map
- * (small maps, e.g. resnet18's last stages on 28x28 images) one sgemm.
+ * (small maps, e.g. resnet18's last stages on 28x28 images) one sgemm
+ * (with compute.precision = bf16 one oneDNN bf16 matmul).
  * Both compute exactly the non-padding products (docs/perf-ops.md). */
 ch_status ch_op_conv2d_forward(ch_compute_t *cx, const ch_tensor_t *x,
                                const ch_tensor_t *w, const ch_tensor_t *b,
