@@ -60,6 +60,21 @@ static ch_status setup(ch_job_t *job, ch_farm_options_t *o, char **dir)
     return CH_OK;
 }
 
+/* s is already agreed over the ranks (the farm library's collectives give
+ * every rank the lowest failing rank's status, its message starting with
+ * "rank R: " on more than one rank): rank 0 prints it once as
+ * "cohort-farm: <what>: <message>". ch_job_agree would add its own rank and
+ * rank count to a message that carries them already. Returns s != CH_OK. */
+static int farm_failed(ch_job_t *job, ch_status s, const char *what)
+{
+    if (s == CH_OK) return 0;
+    if (ch_job_rank(job) == 0) {
+        fprintf(stderr, "%s: %s: %s\n", ch_job_name(job), what, ch_error_message());
+        fflush(stderr);
+    }
+    return 1;
+}
+
 int main(int argc, char **argv)
 {
     const ch_config_table_t tables[] = {ch_farm_config_table(), ch_job_runtime_table()};
@@ -89,11 +104,11 @@ int main(int argc, char **argv)
     ch_farm_summary_t sum;
     s = ch_farm_create(&o, ch_pg_mpi_comm(ch_job_pg(job)), &farm);
     rc = s == CH_ERR_FORMAT || s == CH_ERR_CONFIG ? CH_EXIT_BAD_INPUT : CH_EXIT_ERROR;
-    if (!ch_job_agree(job, s, "farm setup")) {
+    if (!farm_failed(job, s, "farm setup")) {
         s = ch_farm_run(farm, &sum);
         if (!s) s = ch_farm_write_status(farm);
         rc = CH_EXIT_ERROR;
-        if (!ch_job_agree(job, s, "farm")) {
+        if (!farm_failed(job, s, "farm")) {
             ch_farm_print_summary(farm, &sum, stdout);
             rc = sum.stop == CH_FARM_PREEMPTED ? CH_EXIT_PREEMPTED : sum.failed || sum.not_run ? CH_EXIT_ERROR : CH_EXIT_OK;
             if (rc == CH_EXIT_PREEMPTED) ch_job_requeue(job);

@@ -33,9 +33,10 @@ typedef struct {
     const char *dir;
     ch_reduce_ckpt_t cur;
     double every, last;
-    int save_failed; /* a state save failed (printed): the run ends with exit 1 */
+    int save_failed; /* a state save failed, or the input changed (printed): exit 1 */
     int64_t shown;   /* steps done at the last progress line */
     long long syncs; /* agreement points passed, all passes (the test hold point) */
+    const ch_file_source_t *fs; /* the input, checked unchanged before a state is saved */
 } hook_t;
 
 /* At every agreement point: progress, the agreed stop, the checkpoint clock. */
@@ -59,6 +60,12 @@ static int step_hook(void *arg, const ch_reduce_step_t *st)
         return 0;
     }
     if (stop || ch_reduce_checkpoint_due(ch_job_pg(h->job), &h->last, h->every)) {
+        /* an input written in place since the start: a state of its mixed
+         * contents could never be resumed (the run ends now, exit 1) */
+        if (ch_job_agree(h->job, ch_file_source_check_unchanged(h->fs), "input")) {
+            h->save_failed = 1;
+            return 1;
+        }
         h->cur.pass = st->pass;
         h->cur.step = done;
         if (ch_job_agree(h->job, ch_reduce_ckpt_save(h->dir, h->r, &h->cur), "saving the state")) {
@@ -137,6 +144,7 @@ int main(int argc, char **argv)
     }
     ch_reduce_step_t tot = {0};
     ro.step_hook = step_hook; ro.arg = &h; ro.totals = &tot;
+    h.fs = fs;
     int stopped = 0;
     s = ch_reduce_run(h.r, ch_file_source_get(fs), ch_job_pg(job), &ro, &stopped);
     ch_prof_add(ch_job_profiler(job), 0, tot.read_wait_s);
@@ -147,6 +155,9 @@ int main(int argc, char **argv)
     int bad = ch_error_code() == CH_ERR_INVALID || ch_error_code() == CH_ERR_FORMAT;
     if (ch_job_agree(job, s, "reduce")) return ch_job_finalize(job, bad ? CH_EXIT_BAD_INPUT : CH_EXIT_ERROR);
     if (stopped) return ch_job_finalize(job, h.save_failed ? CH_EXIT_ERROR : CH_EXIT_PREEMPTED);
+    /* an input written in place during the run: no result from a mix */
+    if (ch_job_agree(job, ch_file_source_check_unchanged(fs), "input"))
+        return ch_job_finalize(job, CH_EXIT_ERROR);
 
     ch_array_desc_t rd;
     const void *data;

@@ -1179,23 +1179,43 @@ static int op_listed(const char *op)
 }
 
 /* Refuse a graph with ops cohort has no mapping for at all, before any node
- * is mapped: the first such node is named, with the other unsupported op
- * types of the graph (a CNN + LSTM export has Expand, then LSTM), rather
- * than an earlier Gather or Transpose that cannot be placed only because of
- * what follows it. */
+ * is mapped: the first such node (shape plumbing such as Expand only when
+ * nothing else is unsupported: a CNN + LSTM export names its LSTM) is
+ * named, with the other unsupported op types of the graph, rather than an
+ * earlier Gather or Transpose that cannot be placed only because of what
+ * follows it. */
+/* Ops the exporter writes around a layer to build shapes and masks
+ * (the Expand of an LSTM's initial state, ...): an unsupported one is named
+ * only when the graph has no other unsupported op, which says more. */
+static int shape_plumbing(const char *op)
+{
+    static const char *const ops[] = {"Expand", "ConstantOfShape", "Range", "Where", "Equal",
+                                      "Less", "Greater", "Not", "And", "Or", "Tile", "NonZero",
+                                      "ScatterND", "Cast", "Size", "CastLike"};
+    for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++)
+        if (!strcmp(op, ops[i])) return 1;
+    return 0;
+}
+
 static ch_status check_ops(mp_t *p)
 {
     int first = -1;
     char others[512] = "";
     size_t len = 0;
-    for (int k = 0; k < p->g->n_nodes; k++) {
+    /* the node named: the first unsupported one that is not shape plumbing,
+     * else the first unsupported one */
+    for (int pass = 0; pass < 2 && first < 0; pass++)
+        for (int k = 0; k < p->g->n_nodes && first < 0; k++) {
+            const ch_onnx_node_t *n = &p->g->nodes[k];
+            int foreign = n->domain[0] && strcmp(n->domain, "ai.onnx");
+            if (!foreign && op_listed(n->op_type)) continue;
+            if (pass == 0 && !foreign && shape_plumbing(n->op_type)) continue;
+            first = k;
+        }
+    for (int k = 0; first >= 0 && k < p->g->n_nodes; k++) {
         const ch_onnx_node_t *n = &p->g->nodes[k];
         int foreign = n->domain[0] && strcmp(n->domain, "ai.onnx");
-        if (!foreign && op_listed(n->op_type)) continue;
-        if (first < 0) {
-            first = k;
-            continue;
-        }
+        if (k == first || (!foreign && op_listed(n->op_type))) continue;
         const ch_onnx_node_t *f = &p->g->nodes[first];
         if (!strcmp(n->op_type, f->op_type) || strstr(others, n->op_type)) continue;
         int w = snprintf(others + len, sizeof others - len, "%s%s (node '%s')", len ? ", " : "",
@@ -1804,8 +1824,8 @@ static ch_status build(mp_t *p, const int64_t in_shape[4], const ch_onnx_map_opt
     CH_TRY(ch_model_finalize_init(p->M, CH_NN_INIT_DEFAULT, 0));
     CH_TRY(load_values(p));
     if (p->n_renamed)
-        ch_log_warn("%s: %d module%s renamed (see above): a checkpoint's names differ from the "
-                    "PyTorch module's there", p->what, p->n_renamed, p->n_renamed == 1 ? "" : "s");
+        ch_log_warn_rank0("%s: %d module%s renamed (see above): a checkpoint's names differ from the "
+                          "PyTorch module's there", p->what, p->n_renamed, p->n_renamed == 1 ? "" : "s");
     return CH_OK;
 }
 

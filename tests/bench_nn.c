@@ -4,7 +4,7 @@
  *   tests/bench_nn [--arch resnet18] [--batch 64] [--size 28] [--channels 1]
  *                  [--threads 1] [--steps 20] [--warmup 3] [--eval]
  *                  [--conv-algorithm direct|auto|winograd] [--precision fp32|bf16]
- *                  [--onnx FILE]
+ *                  [--onnx FILE] [--layout auto|plain|nhwc|8c|16c]
  *
  * --onnx builds the model from an ONNX file (models/onnx_model.h, as
  * cohort-train's model.onnx) instead of --arch; --channels and --size must
@@ -13,6 +13,9 @@
  * output line then also counts the Winograd convolution primitives.
  * --precision is compute.precision (bf16: oneDNN's bf16 convolutions and
  * linear layers, on an ISA with bf16; exit 2 naming the ISA elsewhere).
+ * --layout is the CPU context's activation layout (ch_compute_options_t's
+ * cpu_layout; auto: the backend's choice, nhwc with bf16, else the ISA's
+ * blocked layout), to compare layouts in one binary.
  *
  * The same work in PyTorch: tests/golden/bench_nn_torch.py (same options).
  */
@@ -48,7 +51,7 @@ int main(int argc, char **argv)
 {
     const char *arch = "resnet18", *onnx = NULL;
     int batch = 64, size = 28, channels = 1, threads = 1, steps = 20, warmup = 3, eval = 0;
-    int conv_alg = CH_CPU_CONV_DIRECT, bf16 = 0;
+    int conv_alg = CH_CPU_CONV_DIRECT, bf16 = 0, layout = -1;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--eval")) { eval = 1; continue; }
@@ -76,6 +79,16 @@ int main(int argc, char **argv)
                 return 2;
             }
             bf16 = !strcmp(v, "bf16");
+        } else if (!strcmp(a, "--layout")) {
+            static const char *const names[] = {"plain", "nhwc", "8c", "16c"};
+            layout = -2;
+            if (!strcmp(v, "auto")) layout = -1;
+            for (int k = 0; k < 4; k++)
+                if (!strcmp(v, names[k])) layout = k;
+            if (layout == -2) {
+                fprintf(stderr, "bench_nn: --layout %s: expected auto, plain, nhwc, 8c or 16c\n", v);
+                return 2;
+            }
         } else { fprintf(stderr, "bench_nn: unknown option %s\n", a); return 2; }
         i++;
     }
@@ -88,6 +101,7 @@ int main(int argc, char **argv)
     co.num_threads = threads;
     co.cpu_conv_algorithm = conv_alg;
     co.bf16 = bf16;
+    co.cpu_layout = layout;
     if (bf16 && !ch_compute_cpu_has_bf16()) {
         fprintf(stderr, "bench_nn: compute.precision = bf16: this CPU's oneDNN ISA is %s (no bf16 "
                 "instructions); use fp32\n", ch_compute_cpu_isa());

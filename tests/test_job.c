@@ -33,6 +33,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -42,6 +43,7 @@
 
 typedef struct {
     int exited, code, timed_out;
+    int signal; /* the signal that ended the launcher (not exited, not timed out), else 0 */
     char out[65536], err[65536];
 } run_t;
 
@@ -74,7 +76,7 @@ static const char *const launcher_vars[] = {
  * MPI singleton) with the NULL-terminated "NAME=VALUE" list env added. */
 static const char *launcher_flag; /* one extra mpiexec option, or NULL */
 
-static void run_helper(run_t *r, int np, const char *const *env, const char *const *args)
+static void run_helper_once(run_t *r, int np, const char *const *env, const char *const *args)
 {
     const char *mpiexec = getenv("MPIEXEC");
     if (!mpiexec || !*mpiexec) mpiexec = "mpiexec";
@@ -134,9 +136,37 @@ static void run_helper(run_t *r, int np, const char *const *env, const char *con
     r->code = r->exited ? WEXITSTATUS(status) : -1;
     slurp(fo, r->out, sizeof r->out);
     slurp(fe, r->err, sizeof r->err);
+    if (!r->exited && WIFSIGNALED(status)) r->signal = WTERMSIG(status);
     fprintf(stderr, "--- np %d: %s %d%s\n--- stdout:\n%s--- stderr:\n%s---\n", np,
-            r->exited ? "exit" : "killed", r->code, r->timed_out ? " (TIMED OUT)" : "", r->out,
-            r->err);
+            r->exited ? "exit" : "killed by signal", r->exited ? r->code : r->signal,
+            r->timed_out ? " (TIMED OUT)" : "", r->out, r->err);
+}
+
+/* The launcher failed on its own: mpiexec died by a signal (not the time
+ * limit's kill), or hydra reported an internal error of its own ("[proxy:"
+ * or "[mpiexec@" lines: "assert (!closed) failed", "write error (Broken
+ * pipe)", ...). */
+static int launcher_failed(const run_t *r)
+{
+    if (!r->exited && !r->timed_out) return 1;
+    return strstr(r->err, "[proxy:") != NULL || strstr(r->err, "[mpiexec@") != NULL;
+}
+
+/* run_helper_once, again (twice at most) where the launcher failed on its
+ * own: that is mpiexec's fault, not the job's behaviour, and nothing the job
+ * printed can be judged when hydra's forwarding of it failed too. MPICH
+ * 4.0's hydra does so on a loaded machine when ranks end by _exit without
+ * MPI_Finalize (test_dead_rank_watchdog: mpiexec killed by a signal under
+ * ASan; "[mpiexec@vm] control_cb: assert (!closed) failed", exit 255, with
+ * the survivors' lines lost, in a CI-like run). */
+static void run_helper(run_t *r, int np, const char *const *env, const char *const *args)
+{
+    for (int attempt = 0;; attempt++) {
+        run_helper_once(r, np, env, args);
+        if (np == 0 || !launcher_failed(r) || attempt == 2) return;
+        fprintf(stderr, "--- the launcher failed on its own (%s): running it again\n",
+                r->exited ? "its own error lines" : "killed by a signal");
+    }
 }
 
 static int count_lines(const char *text, const char *needle)
@@ -234,6 +264,23 @@ static void test_normal_run(void **state)
     }
 }
 
+/* Names in dir other than . and .. (comma-separated into buf); 0 when empty. */
+static int dir_entries(const char *dir, char *buf, size_t len)
+{
+    DIR *d = opendir(dir);
+    assert_non_null(d);
+    int n = 0;
+    buf[0] = 0;
+    for (struct dirent *e; (e = readdir(d));) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+        size_t used = strlen(buf);
+        snprintf(buf + used, len - used, "%s%s", n ? "," : "", e->d_name);
+        n++;
+    }
+    closedir(d);
+    return n;
+}
+
 static void test_setup_failure_on_one_rank(void **state)
 {
     (void)state;
@@ -254,6 +301,37 @@ static void test_setup_failure_on_one_rank(void **state)
         /* no rank went on; every rank finalized */
         assert_int_equal(count_lines(r.out, "stopped at"), 0);
         expect_every_rank(&r, np, "cleanup");
+        /* bad input before any work: the run directory was there before
+         * (mkdtemp), and the refused run leaves nothing in it (no lock) */
+        char left[512];
+        if (dir_entries(dir, left, sizeof left)) fail_msg("%s holds '%s' after a refused run", dir, left);
+        /* output dir two levels below it: the directories the run made go
+         * too, deepest first */
+        char nested[128], nested_arg[200];
+        snprintf(nested, sizeof nested, "%s/made/by/run/", dir);
+        snprintf(nested_arg, sizeof nested_arg, "--test.output_dir=%s", nested);
+        const char *args2[] = {nested_arg, "--test.mode=fail", krank, NULL};
+        run_helper(&r, np, NULL, args2);
+        expect_exit(&r, 2);
+        if (dir_entries(dir, left, sizeof left))
+            fail_msg("%s holds '%s' after a refused run into %s", dir, left, nested);
+        /* spelled with . and .., and a mkdir -p that fails partway (a
+         * component is a file): what it made goes all the same */
+        char file[128];
+        snprintf(file, sizeof file, "%s/afile", dir);
+        FILE *f = fopen(file, "w");
+        assert_non_null(f);
+        fclose(f);
+        const char *odd[] = {"n1/./n2/../n3/x", "n1/n2/../../afile/c"};
+        for (int k = 0; k < 2; k++) {
+            snprintf(nested, sizeof nested, "%s/%s", dir, odd[k]);
+            snprintf(nested_arg, sizeof nested_arg, "--test.output_dir=%s", nested);
+            run_helper(&r, np, NULL, args2);
+            expect_exit(&r, 2);
+            if (dir_entries(dir, left, sizeof left) != 1 || strcmp(left, "afile"))
+                fail_msg("%s holds '%s' after a refused run into %s (wanted afile only)", dir, left,
+                         nested);
+        }
         remove_dir(dir);
     }
 }
@@ -273,9 +351,9 @@ static void test_own_failure_reported_over_remote(void **state)
         assert_int_equal(count_lines(r.err, NULL), 1);
         snprintf(want, sizeof want, "job_helper: rank 1: task file: cannot open shard 1");
         if (!strstr(r.err, want)) fail_msg("stderr lacks '%s'", want);
-        snprintf(want, sizeof want, "[on 2 of %d ranks; the lowest shown]", np);
-        if (np > 2 && !strstr(r.err, want)) fail_msg("stderr lacks '%s'", want);
-        if (np == 2 && !strstr(r.err, "[on all 2 ranks]")) fail_msg("stderr lacks '[on all 2 ranks]'");
+        /* one rank failed on its own: no count (rank 0 only learned of a
+         * failure elsewhere, CH_ERR_REMOTE, and is not counted) */
+        if (strstr(r.err, "[on ")) fail_msg("stderr counts a CH_ERR_REMOTE rank: %s", r.err);
         expect_every_rank(&r, np, "cleanup");
         remove_dir(dir);
     }
@@ -613,12 +691,15 @@ static void test_teardown_watchdog(void **state)
                                NULL};
         run_t r;
         double t0 = now();
-        run_in_new_dir(&r, np, dir, extra);
+        /* one rank without a launcher: its exit status is its own (hydra's
+         * report of a process that ends by _exit, here from the watchdog
+         * thread, is racy: once "Hangup (signal 1)", exit 1, under ASan;
+         * MPICH issue 7057); two ranks: the lines say it */
+        run_in_new_dir(&r, np > 1 ? np : 0, dir, extra);
         if (r.timed_out) fail_msg("the teardown hung (%d ranks)", np);
         assert_true(now() - t0 < 30);
         assert_true(r.exited);
         if (np == 1) assert_int_equal(r.code, 4);
-        else assert_int_not_equal(r.code, 0);
         /* the loop itself finished everywhere */
         assert_int_equal(count_lines(r.out, "stopped at step 6 of 6"), np);
         assert_int_equal(count_lines(r.err, "teardown (profile table, cleanups, process groups"),
@@ -640,25 +721,29 @@ static void fail_with_output(const run_t *r, int np, const char *what)
 
 /* A job's own collective fails with CH_ERR_MPI (how a lost peer shows up
  * where the launcher lets the survivors run): one line naming the lost
- * rank, exit CH_EXIT_PEER_LOST (4), finalize without collectives.
- * With more than one rank the launcher runs with -disable-auto-cleanup, so
- * every rank reaches its own report: with hydra's default, the first rank
- * to _exit makes hydra kill the others wherever they are, and what they
- * print (and hydra's own lines about the kill) depends on the timing, which
- * made this case flaky in CI (stop 31). Every rank prints exactly one line
- * of the one format, and the job's exit status is 4. */
+ * rank, exit CH_EXIT_PEER_LOST (4), finalize without collectives (and
+ * without MPI_Finalize: _exit).
+ * One rank runs without a launcher, so its exit status is its own: 4.
+ * Two ranks run under mpiexec -disable-auto-cleanup, so every rank reaches
+ * its own report (under hydra's default the first rank's _exit makes hydra
+ * kill the others wherever they are). What hydra then reports as the job's
+ * status is not the ranks' code: for processes that end without
+ * MPI_Finalize it is racy (MPICH issue 7057: sometimes 0; here once
+ * "Hangup (signal 1)", exit 1, under ASan, and once a failure of this case
+ * in CI). So with two ranks each rank's own exit code is checked where the
+ * helper prints it ("peer lost 1, exit 4"), not the launcher's status. */
 static void test_lost_peer_line_and_exit_code(void **state)
 {
     (void)state;
-    for (int w = 0; w < 2; w++) {
-        int np = world_sizes[w];
+    for (int np = 1; np <= 2; np++) {
         char dir[64];
         const char *extra[] = {"--test.mode=mpierr", "--test.rank=3", NULL};
         run_t r;
         launcher_flag = np > 1 ? "-disable-auto-cleanup" : NULL;
-        run_in_new_dir(&r, np, dir, extra);
+        run_in_new_dir(&r, np > 1 ? np : 0, dir, extra);
         launcher_flag = NULL;
-        if (r.timed_out || !r.exited || r.code != 4) fail_with_output(&r, np, "wanted exit 4");
+        if (r.timed_out || !r.exited) fail_with_output(&r, np, "wanted an exit");
+        if (np == 1 && r.code != 4) fail_with_output(&r, np, "wanted exit 4");
         if (count_lines(r.err, NULL) != np)
             fail_with_output(&r, np, "wanted one line on stderr per rank");
         if (count_lines(r.err, ": rank 3 is gone (loss all-reduce failed: ") != np ||
@@ -667,7 +752,7 @@ static void test_lost_peer_line_and_exit_code(void **state)
         for (int k = 0; k < np; k++) {
             char want[64];
             snprintf(want, sizeof want, "rank %d: peer lost 1, exit 4", k);
-            if (!strstr(r.out, want)) fail_with_output(&r, np, "a rank's 'peer lost' line is missing");
+            if (!strstr(r.out, want)) fail_with_output(&r, np, "a rank's 'peer lost, exit 4' line is missing");
             snprintf(want, sizeof want, "rank %d: cleanup", k);
             if (!strstr(r.out, want)) fail_with_output(&r, np, "a rank's cleanup did not run");
         }

@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <signal.h>
 #include <unistd.h>
 
 static uint64_t bits(double x)
@@ -49,6 +50,19 @@ static double wild(void)
     double m = (double)(rnd() >> 11) / 9007199254740992.0;
     int e = (int)(rnd() % 200) - 100;
     return ldexp((rnd() & 1) ? -m : m, e);
+}
+
+/* A rows x cols float64 .npy file of wild() values from seed, in a fresh
+ * directory under /tmp: *x gets the values (malloc'd), path its name
+ * (the directory is dirname(path)). */
+static void wild_npy(int rows, int cols, uint64_t seed, char *path, size_t len, double **x)
+{
+    char dir[] = "/tmp/test_reduce.XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    snprintf(path, len, "%s/x.npy", dir);
+    *x = malloc((size_t)rows * (size_t)cols * sizeof **x);
+    rng_state = seed;
+    for (int i = 0; i < rows * cols; i++) (*x)[i] = wild();
 }
 
 static void test_xsum_exact_cases(void **state)
@@ -612,6 +626,30 @@ static int mappings_of(const char *path)
     return n;
 }
 
+/* A reducer of op over axis 0 of d, and run options for a mapped run with
+ * prefetch pieces ahead, chunks of chunk_bytes and the hook (hook, arg)
+ * after every step. */
+static ch_reducer_t *axis0_mapped_run(ch_reduce_kind op, const ch_array_desc_t *d,
+                                      int64_t chunk_bytes, int prefetch,
+                                      int (*hook)(void *, const ch_reduce_step_t *), void *arg,
+                                      ch_reduce_run_options_t *o)
+{
+    ch_reduce_spec_t sp;
+    ch_reduce_spec_default(&sp);
+    sp.op = op;
+    sp.naxes = 1;
+    sp.axes[0] = 0;
+    ch_reducer_t *r;
+    assert_ch_ok(ch_reducer_create(&sp, d, &r));
+    ch_reduce_run_options_default(o);
+    o->chunk_bytes = chunk_bytes;
+    o->prefetch = prefetch;
+    o->sync_bytes = 0; /* the hook after every step */
+    o->step_hook = hook;
+    o->arg = arg;
+    return r;
+}
+
 /* reduce.mmap (issue #23): a .npy file source mapped chunk by chunk gives
  * the bits of the pread path (fast and exact, odd chunk sizes that cut
  * pages and rows), every piece is mapped, and no mapping outlives the run,
@@ -619,13 +657,9 @@ static int mappings_of(const char *path)
 static void test_pipeline_mmap_same_bits_and_unmapped(void **state)
 {
     enum { R = 300, C = 37 };
-    char dir[] = "/tmp/test_reduce_mmap.XXXXXX";
-    assert_non_null(mkdtemp(dir));
-    char file[sizeof dir + 16];
-    snprintf(file, sizeof file, "%s/x.npy", dir);
-    double *x = malloc(R * C * sizeof *x);
-    rng_state = 2323;
-    for (int i = 0; i < R * C; i++) x[i] = wild();
+    char file[64];
+    double *x;
+    wild_npy(R, C, 2323, file, sizeof file, &x);
     ch_array_desc_t d = desc2(CH_DT_FLOAT64, R, C, 0);
     assert_ch_ok(ch_npy_write(file, &d, x));
     ch_file_source_t *fs;
@@ -667,21 +701,9 @@ static void test_pipeline_mmap_same_bits_and_unmapped(void **state)
         }
     }
     /* a stop with pieces mapped ahead: all unmapped */
-    ch_reduce_spec_t sp;
-    ch_reduce_spec_default(&sp);
-    sp.op = CH_ROP_VAR;
-    sp.naxes = 1;
-    sp.axes[0] = 0;
-    ch_reducer_t *r;
-    assert_ch_ok(ch_reducer_create(&sp, &d, &r));
-    ch_reduce_run_options_t o;
-    ch_reduce_run_options_default(&o);
-    o.chunk_bytes = 50 * 8;
-    o.prefetch = 4;
-    o.sync_bytes = 0;
     stop_hook_t h = {3};
-    o.step_hook = stop_hook;
-    o.arg = &h;
+    ch_reduce_run_options_t o;
+    ch_reducer_t *r = axis0_mapped_run(CH_ROP_VAR, &d, 50 * 8, 4, stop_hook, &h, &o);
     int stopped = 0;
     assert_ch_ok(ch_reduce_run(r, src, NULL, &o, &stopped));
     assert_int_equal(stopped, 1);
@@ -689,8 +711,75 @@ static void test_pipeline_mmap_same_bits_and_unmapped(void **state)
     ch_reducer_destroy(r);
     ch_file_source_destroy(fs);
     unlink(file);
-    rmdir(dir);
+    *strrchr(file, '/') = 0;
+    rmdir(file);
     free(x);
+}
+
+/* A hook that cuts the file (truncate to 0 bytes) at a step, after giving
+ * the reader thread time to map the next pieces. */
+typedef struct {
+    const char *path;
+    int64_t at;
+} cut_hook_t;
+
+static volatile sig_atomic_t user_bus; /* SIGBUSes sent by kill that reached the test's handler */
+static void count_user_bus(int sig) { (void)sig; user_bus++; }
+
+static int cut_hook(void *arg, const ch_reduce_step_t *st)
+{
+    cut_hook_t *h = arg;
+    if (st->step == h->at - 1) kill(getpid(), SIGBUS); /* a stray kill -BUS first */
+    if (st->step == h->at) {
+        usleep(300000);
+        assert_int_equal(truncate(h->path, 0), 0);
+    }
+    return 0;
+}
+
+/* A file cut while pieces of it are mapped (reduce.mmap): the feed's load
+ * from a lost page raises SIGBUS, which must become one CH_ERR_IO naming
+ * the cut, not a dead rank; the pread path reports it as a short read. A
+ * SIGBUS sent by kill a step before goes to the handler that was there
+ * before the run (the test's, counting), and leaves the guard in place. */
+static void test_pipeline_mmap_file_cut(void **state)
+{
+    struct sigaction counting, before;
+    memset(&counting, 0, sizeof counting);
+    counting.sa_handler = count_user_bus;
+    sigemptyset(&counting.sa_mask);
+    assert_int_equal(sigaction(SIGBUS, &counting, &before), 0);
+    user_bus = 0;
+    enum { R = 512, C = 256 }; /* 1 MiB of float64: 16 pieces of 64 KiB */
+    char file[64];
+    double *x;
+    wild_npy(R, C, 77, file, sizeof file, &x);
+    ch_array_desc_t d = desc2(CH_DT_FLOAT64, R, C, 0);
+    for (int mm = 1; mm >= 0; mm--) {
+        assert_ch_ok(ch_npy_write(file, &d, x));
+        ch_file_source_t *fs;
+        const char *paths[1] = {file};
+        assert_ch_ok(ch_npy_source_open(paths, 1, &fs));
+        cut_hook_t h = {file, 2};
+        ch_reduce_run_options_t o;
+        ch_reducer_t *r = axis0_mapped_run(CH_ROP_SUM, &d, 64 << 10, 4, cut_hook, &h, &o);
+        o.sync_seconds = 0;
+        o.mmap = mm;
+        int stopped = 0;
+        ch_status s = ch_reduce_run(r, ch_file_source_get(fs), NULL, &o, &stopped);
+        assert_int_equal(s, CH_ERR_IO);
+        if (mm) assert_non_null(strstr(ch_error_message(), "x.npy was cut (truncated) while"));
+        else assert_non_null(strstr(ch_error_message(), "shrank"));
+        assert_int_equal(user_bus, 2 - mm); /* one per run, through the guard or not */
+        assert_int_equal(mappings_of(file), 0);
+        ch_reducer_destroy(r);
+        ch_file_source_destroy(fs);
+    }
+    unlink(file);
+    *strrchr(file, '/') = 0;
+    rmdir(file);
+    free(x);
+    sigaction(SIGBUS, &before, NULL);
 }
 
 /* The column-blocked fixed-point window (whole rows over a reduced axis)
@@ -829,6 +918,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_pipeline_timed_agreement_and_final_stop),
         cmocka_unit_test(test_channel_stats),
         cmocka_unit_test(test_pipeline_mmap_same_bits_and_unmapped),
+        cmocka_unit_test(test_pipeline_mmap_file_cut),
     };
     return ch_test_main_mpi(argc, argv, tests, sizeof tests / sizeof tests[0]);
 }

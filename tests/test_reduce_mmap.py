@@ -168,6 +168,58 @@ for first, second in (("true", "false"), ("false", "true")):
         "stopped with mmap %s, resumed with mmap %s: the bits of one run" % (first, second),
         "exit %s\n%s\n%s" % (p.returncode, log.read()[-1500:], r2.stdout if r2 else ""))
 
+# ---------------------------------------------- a file written in place during the run
+# held after the first agreement, the input gets new bytes in place (the
+# same inode: the open descriptor reads them): the run ends with exit 1
+# naming the file, and writes no result (it would mix old and new data)
+for mmf in ("true", "false"):
+    victim = save("victim_%s.npy" % mmf, rng.normal(0, 1, (4000, 500)))
+    out = path("victim_out_%s.npy" % mmf)
+    hold = path("hold_victim_" + mmf)
+    os.makedirs(hold, exist_ok=True)
+    env = dict(os.environ, COHORT_TEST_HOLD="sync:1:" + hold)
+    p = subprocess.Popen([BIN, "--op", "sum", "--axis", "0", "--chunk_mb", "0.002", "--mmap", mmf,
+                          "--out", out, victim], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                         text=True, env=env)
+    deadline = time.time() + 60
+    while time.time() < deadline and p.poll() is None and not os.path.exists(os.path.join(hold, "held.0")):
+        time.sleep(0.01)
+    with open(victim, "r+b") as f:  # in place: the last 8 bytes become 1.0
+        f.seek(-8, os.SEEK_END)
+        f.write(np.float64(1.0).tobytes())
+    open(os.path.join(hold, "release"), "w").close()
+    text = p.communicate(timeout=120)[0]
+    tap(p.returncode == 1 and "was modified while it was being read" in text and victim in text
+        and not os.path.exists(out),
+        "an input written in place during the run (mmap %s): exit 1 naming it, no result" % mmf,
+        "exit %s\n%s" % (p.returncode, text[-1500:]))
+
+# the same, and a stop (SIGTERM) asked before the next agreement: no state of
+# the mixed contents is saved for a --resume that would refuse it; exit 1
+victim = save("victim_stop.npy", rng.normal(0, 1, (4000, 500)))
+out = path("victim_stop_out.npy")
+hold = path("hold_victim_stop")
+os.makedirs(hold, exist_ok=True)
+env = dict(os.environ, COHORT_TEST_HOLD="sync:1:" + hold)
+p = subprocess.Popen([BIN, "--op", "var", "--axis", "0", "--chunk_mb", "0.002", "--out", out, victim],
+                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+deadline = time.time() + 60
+while time.time() < deadline and p.poll() is None and not os.path.exists(os.path.join(hold, "held.0")):
+    time.sleep(0.01)
+with open(victim, "r+b") as f:
+    f.seek(-8, os.SEEK_END)
+    f.write(np.float64(1.0).tobytes())
+p.send_signal(signal.SIGTERM)
+deadline = time.time() + 60
+while time.time() < deadline and p.poll() is None and not os.path.exists(os.path.join(hold, "signal.0")):
+    time.sleep(0.01)
+open(os.path.join(hold, "release"), "w").close()
+text = p.communicate(timeout=120)[0]
+tap(p.returncode == 1 and "was modified while it was being read" in text and "state saved" not in text
+    and not os.path.exists(out + ".state"),
+    "a stop after an in-place write: exit 1 naming the input, no state saved",
+    "exit %s\n%s" % (p.returncode, text[-1500:]))
+
 # ---------------------------------------------- resident memory stays bounded
 # a 96 MiB file, 1 MiB chunks (3 in flight): the mapped pages are dropped
 # after each chunk, so the max RSS is the program's own plus a few MiB, far

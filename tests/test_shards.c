@@ -161,6 +161,22 @@ static void test_fmnist_shards_equal_idx(void **state)
     ch_dataset_destroy(sub);
     ch_dataset_destroy(idx);
     barrier();
+    /* the index the ranks built together (each scanned every world-th
+     * shard and shared its records) is the bytes one process builds */
+    if (ch_test_rank() == 0) {
+        uint8_t *together = NULL, *alone = NULL;
+        size_t n_together = 0, n_alone = 0;
+        assert_ch_ok(ch_dataset_read_file(tmp_path("fm/cohort-shards.index"), &together, &n_together));
+        assert_int_equal(unlink(tmp_path("fm/cohort-shards.index")), 0);
+        assert_ch_ok(ch_dataset_shards_open(dir, 1, NULL, &sh));
+        ch_dataset_destroy(sh);
+        assert_ch_ok(ch_dataset_read_file(tmp_path("fm/cohort-shards.index"), &alone, &n_alone));
+        assert_int_equal(n_together, n_alone);
+        assert_memory_equal(together, alone, n_alone);
+        free(together);
+        free(alone);
+    }
+    barrier();
 }
 
 /* A brace pattern and a single file name the same shards. */

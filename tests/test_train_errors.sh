@@ -6,7 +6,7 @@
 # without a single training step.
 . "${COHORT_SRCDIR:-.}/tests/train_lib.sh"
 need_data
-echo "1..15"
+echo "1..16"
 small="--model.arch=smallcnn --data.train_subset=256 --train.eval=false --schedule.epochs=1"
 
 # expect_error NAME NEEDLE NP ARGS...: non-zero exit, NEEDLE in the output, no step run
@@ -50,7 +50,9 @@ unset ONEDNN_MAX_CPU_ISA
 expect_error "unknown compute.conv_search names the key and the choices" "heuristics, timed" 2 \
   $small --compute.conv_search=fast
 # a smallcnn state dict is not a resnet18 one
-train 1 "$tmp/small" $small || show "$tmp/small.log"
+train 2 "$tmp/small" $small --data.fast_decode=true || show "$tmp/small.log"
+check "data.fast_decode with IDX data: one warning line (rank 0 only) that it has no effect" \
+  test "$(grep -c 'data.fast_decode = true has no effect with data.format = idx' "$tmp/small.log")" = 1
 expect_error "mismatched pretrained file is reported" "no tensor matching" 2 \
   --model.arch=resnet18 --model.weights="$tmp/small/model-0.safetensors" \
   --data.train_subset=256 --train.eval=false
@@ -62,7 +64,7 @@ left=$(for d in "$tmp"/e[0-9]*; do [ -d "$d" ] && echo "${d##*/}"; done)
 check "no run directory left behind by a bad-input exit${left:+ (left: $left)}" test -z "$left"
 # user-facing lines carry no source location; COHORT_LOG_LEVEL=debug adds it
 check "error lines name no source file (file.c:line)" \
-  sh -c "! grep -E '[a-z_]+\.(c|cu):[0-9]+\)' '$tmp/e10.log' '$tmp/e3.log' '$tmp/e2.log'"
+  sh -c "! grep -E '[a-z_]+\.(c|cu):[0-9]+\)' '$tmp/e11.log' '$tmp/e10.log' '$tmp/e3.log' '$tmp/e2.log'"
 COHORT_LOG_LEVEL=debug "$MPIEXEC" -n 1 "$TRAIN" --output.dir="$tmp/dbg" $small \
   --model.weights="$tmp/typo.cfg" > "$tmp/dbg.log" 2>&1
 check "... at COHORT_LOG_LEVEL=debug they do" grep -q -E '\.c:[0-9]+\)' "$tmp/dbg.log"

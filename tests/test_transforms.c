@@ -521,6 +521,50 @@ static void test_resample_box(void **state)
     ch_resample_scratch_free(&rs);
 }
 
+/* The horizontal pass for 3 and 4 channels (int32 x 4 vectors, one per
+ * pixel) gives the bytes of the one-channel scalar pass on each channel
+ * alone: random sizes (shrinks and enlargements), random boxes, strided
+ * source rows, 200 cases. */
+static void test_resample_channels_same_bytes(void **state)
+{
+    (void)state;
+    ch_resample_scratch_t rs;
+    memset(&rs, 0, sizeof rs);
+    uint32_t r = 12345;
+#define NEXT() (r = r * 1664525u + 1013904223u, r >> 8)
+    for (int t = 0; t < 200; t++) {
+        int c = 3 + (int)(NEXT() % 2);
+        int sh = 1 + (int)(NEXT() % 90), sw = 1 + (int)(NEXT() % 90);
+        int dh = 1 + (int)(NEXT() % 60), dw = 1 + (int)(NEXT() % 60);
+        size_t stride = (size_t)sw * (size_t)c + NEXT() % 5;
+        double x0 = (double)(NEXT() % (unsigned)sw) * 0.5, y0 = (double)(NEXT() % (unsigned)sh) * 0.5;
+        double box[4] = {x0 < sw - 0.25 ? x0 : 0, y0 < sh - 0.25 ? y0 : 0, 0, 0};
+        box[2] = box[0] + (sw - box[0]) * (0.25 + 0.75 * (double)(NEXT() % 1000) / 1000.0);
+        box[3] = box[1] + (sh - box[1]) * (0.25 + 0.75 * (double)(NEXT() % 1000) / 1000.0);
+        uint8_t *src = malloc(stride * (size_t)sh), *one = malloc((size_t)sh * (size_t)sw);
+        uint8_t *out = malloc((size_t)dh * (size_t)dw * (size_t)c), *ref = malloc((size_t)dh * (size_t)dw);
+        for (size_t i = 0; i < stride * (size_t)sh; i++) src[i] = (uint8_t)NEXT();
+        assert_ch_ok(ch_resample_bilinear_box(src, sh, sw, c, stride, box, out, dh, dw, &rs));
+        for (int ch = 0; ch < c; ch++) {
+            for (int y = 0; y < sh; y++)
+                for (int x = 0; x < sw; x++)
+                    one[(size_t)y * (size_t)sw + (size_t)x] = src[(size_t)y * stride + (size_t)x * (size_t)c + (size_t)ch];
+            assert_ch_ok(ch_resample_bilinear_box(one, sh, sw, 1, (size_t)sw, box, ref, dh, dw, &rs));
+            for (size_t i = 0; i < (size_t)dh * (size_t)dw; i++)
+                if (out[i * (size_t)c + (size_t)ch] != ref[i])
+                    fail_msg("case %d: %dx%dx%d box (%g %g %g %g) -> %dx%d: channel %d pixel %zu: %d, "
+                             "one channel alone gives %d", t, sh, sw, c, box[0], box[1], box[2], box[3],
+                             dh, dw, ch, i, out[i * (size_t)c + (size_t)ch], ref[i]);
+        }
+        free(src);
+        free(one);
+        free(out);
+        free(ref);
+    }
+#undef NEXT
+    ch_resample_scratch_free(&rs);
+}
+
 int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
@@ -532,6 +576,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_fast_decode_matches_default),
         cmocka_unit_test(test_fast_decode_errors),
         cmocka_unit_test(test_resample_box),
+        cmocka_unit_test(test_resample_channels_same_bytes),
     };
     return ch_test_main(argc, argv, tests, sizeof tests / sizeof tests[0]);
 }

@@ -298,7 +298,8 @@ static ch_status build_model(trainer_t *j)
 static const char *const resume_free_keys[] = {
     "train.threads", "train.log_every", "train.stop_after", "train.eval", "data.workers",
     "data.prefetch", "output.", "dist.device_rule", "dist.requeue", "dist.warning_signal",
-    "compute.cpu_conv_algorithm", "model.onnx", /* the file's CRC-32 is compared instead */
+    "compute.cpu_conv_algorithm", "model.onnx", /* the file's CRC-32 is compared instead;
+                                                   last: resume() leaves it out by count */
 };
 
 /* Continue from a resume file: the saved configuration compared with this
@@ -308,23 +309,36 @@ static ch_status resume(trainer_t *j, const char *path)
 {
     char *saved_cfg = NULL;
     CH_TRY(ch_train_state_read_config(path, &saved_cfg));
-    ch_status s = ch_train_resume_config_check(
-        path, saved_cfg, j->cfg, resume_free_keys,
-        (int)(sizeof resume_free_keys / sizeof resume_free_keys[0]));
-    /* an ONNX network: the same file contents as the resumed run's */
+    /* an ONNX network: the same file contents as the resumed run's (checked
+     * first: the configuration check below logs a changed model.onnx path
+     * as a change that does not matter, which holds only for the same bytes) */
+    ch_status s = CH_OK;
     const char *mark = saved_cfg ? strstr(saved_cfg, ONNX_CRC_MARK) : NULL;
     unsigned saved_crc = 0;
     const int saved_onnx = mark && sscanf(mark + strlen(ONNX_CRC_MARK), "%8x", &saved_crc) == 1;
-    if (s == CH_OK && j->onnx[0] && saved_onnx && saved_crc != j->onnx_crc)
+    const int n_free = (int)(sizeof resume_free_keys / sizeof resume_free_keys[0]);
+    if (s == CH_OK && j->onnx[0] && saved_onnx && saved_crc != j->onnx_crc) {
+        /* the other keys that differ are named in the same line (the
+         * configuration compared with model.onnx, the list's last entry,
+         * not free) */
+        char other[CH_ERROR_MAX] = "";
+        if (ch_train_resume_config_check(path, saved_cfg, j->cfg, resume_free_keys, n_free - 1)) {
+            const char *m = ch_error_message();
+            size_t pl = strlen(path);
+            if (!strncmp(m, path, pl) && !strncmp(m + pl, ": ", 2)) m += pl + 2;
+            snprintf(other, sizeof other, "; also, %s", m);
+        }
         s = CH_ERROR(CH_ERR_INVALID, "%s: model.onnx %s is another network than the resumed run's "
-                     "(its bytes have CRC-32 %08x, the resumed run's file had %08x)", path, j->onnx,
-                     (unsigned)j->onnx_crc, saved_crc);
-    else if (s == CH_OK && j->onnx[0] != 0 && !saved_onnx && saved_cfg && saved_cfg[0])
+                     "(its bytes have CRC-32 %08x, the resumed run's file had %08x)%s", path,
+                     j->onnx, (unsigned)j->onnx_crc, saved_crc, other);
+    } else if (s == CH_OK && j->onnx[0] != 0 && !saved_onnx && saved_cfg && saved_cfg[0])
         s = CH_ERROR(CH_ERR_INVALID, "%s: the resumed run did not train a model.onnx network; this "
                      "run's model is %s", path, j->onnx);
     else if (s == CH_OK && !j->onnx[0] && saved_onnx)
         s = CH_ERROR(CH_ERR_INVALID, "%s: the resumed run trained a model.onnx network; give "
                      "--model.onnx with that file", path);
+    if (s == CH_OK)
+        s = ch_train_resume_config_check(path, saved_cfg, j->cfg, resume_free_keys, n_free);
     free(saved_cfg);
     CH_TRY(s);
     ch_train_progress_t saved;

@@ -35,15 +35,18 @@ int ch_farm_slots(const ch_farm_t *f) { return f->slots; }
 
 /* ------------------------------------------------------------ agreement */
 
-/* Collective: every rank gets the lowest failing rank's status and message. */
+/* Collective: every rank gets the lowest failing rank's status and message
+ * ("rank R: " in front where the world has more than one rank). */
 ch_status ch_farm_agree_(MPI_Comm comm, int rank, ch_status local)
 {
-    int mine = local ? rank : INT32_MAX, lowest;
+    int mine = local ? rank : INT32_MAX, lowest, size = 1;
     MPI_Allreduce(&mine, &lowest, 1, MPI_INT, MPI_MIN, comm);
     if (lowest == INT32_MAX) return CH_OK;
+    MPI_Comm_size(comm, &size);
     char msg[CH_ERROR_MAX];
     int code = local;
-    if (rank == lowest) snprintf(msg, sizeof msg, "rank %d: %s", rank, ch_error_message());
+    if (rank == lowest && size > 1) snprintf(msg, sizeof msg, "rank %d: %s", rank, ch_error_message());
+    else if (rank == lowest) snprintf(msg, sizeof msg, "%s", ch_error_message());
     MPI_Bcast(msg, sizeof msg, MPI_CHAR, lowest, comm);
     MPI_Bcast(&code, 1, MPI_INT, lowest, comm);
     msg[sizeof msg - 1] = 0;

@@ -1286,6 +1286,15 @@ static ch_status bwd(ch_model_t *M, ch_compute_t *cx, ch_module_t *m, ch_tensor_
             *dx = &m->dx;
             return CH_OK;
         }
+        if ((tw || tb) && m->needs_dx) {
+            /* both at once: a backend may share work (bf16: dy converted
+             * once); the hooks fire after both */
+            CH_TRY(ch_op_conv2d_backward(cx, m->in, dy, &m->w, &m->conv, &m->dx, &m->dw,
+                                         m->has_bias ? &m->db : NULL));
+            CH_TRY(fire(M, m));
+            *dx = &m->dx;
+            return CH_OK;
+        }
         if (tw || tb) CH_TRY(conv_weight_grad(M, cx, m, dy));
         if (m->needs_dx) {
             CH_TRY(ch_op_conv2d_backward_data(cx, dy, &m->w, &m->conv, &m->dx));

@@ -48,6 +48,10 @@ typedef struct ch_ops_backend {
                                          const ch_tensor_t *dy,
                                          const ch_conv2d_params_t *p, ch_tensor_t *dw,
                                          ch_tensor_t *db);
+    /* optional (NULL: ops.c runs backward weights, then backward data) */
+    ch_status (*conv2d_backward)(void *st, const ch_tensor_t *x, const ch_tensor_t *dy,
+                                 const ch_tensor_t *w, const ch_conv2d_params_t *p,
+                                 ch_tensor_t *dx, ch_tensor_t *dw, ch_tensor_t *db);
 
     ch_status (*bn_stats)(void *st, const ch_tensor_t *x, ch_tensor_t *mean, ch_tensor_t *var);
     ch_status (*bn_apply)(void *st, const ch_tensor_t *x, const ch_tensor_t *mean,

@@ -471,6 +471,29 @@ ch_status ch_op_conv2d_backward_weights(ch_compute_t *cx, const ch_tensor_t *x,
 #undef OP
 }
 
+ch_status ch_op_conv2d_backward(ch_compute_t *cx, const ch_tensor_t *x, const ch_tensor_t *dy,
+                                const ch_tensor_t *w, const ch_conv2d_params_t *p,
+                                ch_tensor_t *dx, ch_tensor_t *dw, ch_tensor_t *db)
+{
+#define OP "ch_op_conv2d_backward"
+    CH_TRY(conv_check(OP, x, dw, db, p, dy, 1, 1));
+    CH_TRY(conv_check(OP, dx, w, NULL, p, dy, 0, 1));
+    SAME_DEVICE(OP, x, dy, w, dx);
+    SAME_DEVICE(OP, x, dw, db);
+    if (dx->data == x->data || dx->data == dy->data || dx->data == w->data ||
+        dx->data == dw->data || (db && dx->data == db->data))
+        return CH_ERROR(CH_ERR_INVALID, OP ": dx aliases another argument");
+    BE(x);
+    if (!be->conv2d_backward || x->shape[0] == 0) {
+        CH_TRY(ch_op_conv2d_backward_weights(cx, x, dy, p, dw, db));
+        return ch_op_conv2d_backward_data(cx, dy, w, p, dx);
+    }
+    wrote(dw, db, NULL);
+    wrote(dx, NULL, NULL);
+    return be->conv2d_backward(st, x, dy, w, p, dx, dw, db);
+#undef OP
+}
+
 /* ----------------------------------------------------------- batch norm */
 
 /* x is (N,C,H,W) any layout or (N,C) plain; returns C and count. */

@@ -63,8 +63,9 @@ typedef struct ch_compute_options {
      * process). */
     int num_threads;
     /* Preferred activation layout override for CPU (ch_compute_preferred_layout).
-     * -1: automatic (nChw16c with AVX-512, nChw8c with AVX2, else plain);
-     * otherwise a ch_layout_t value. */
+     * -1: automatic (nhwc with bf16 on a bf16 ISA, where oneDNN has its AMX
+     * bf16 kernels; else nChw16c with AVX-512, nChw8c with AVX2, else
+     * plain); otherwise a ch_layout_t value. */
     int cpu_layout;
     /* ---- GPU backend (framework/ops/cuda; ignored by the CPU backend) ----
      * CUDA ordinal the context's GPU state (streams, cuDNN and cuBLAS
@@ -324,7 +325,8 @@ int64_t ch_conv_out_size(int64_t in, int64_t kernel, int64_t stride, int64_t pad
  * N may be 0 (no-op).
  * CPU: oneDNN direct convolution with the kernel cropped to the taps that
  * can touch the input; when every output window covers the whole input map
- * (small maps, e.g. resnet18's last stages on 28x28 images) one sgemm.
+ * (small maps, e.g. resnet18's last stages on 28x28 images) one sgemm
+ * (with compute.precision = bf16 one oneDNN bf16 matmul).
  * Both compute exactly the non-padding products (docs/perf-ops.md). */
 ch_status ch_op_conv2d_forward(ch_compute_t *cx, const ch_tensor_t *x,
                                const ch_tensor_t *w, const ch_tensor_t *b,
@@ -345,6 +347,15 @@ ch_status ch_op_conv2d_backward_weights(ch_compute_t *cx, const ch_tensor_t *x,
                                         const ch_tensor_t *dy,
                                         const ch_conv2d_params_t *p,
                                         ch_tensor_t *dw, ch_tensor_t *db);
+
+/* Both backward ops of one convolution: ch_op_conv2d_backward_weights(x, dy
+ * -> dw, db) then ch_op_conv2d_backward_data(dy, w -> dx), with the same
+ * results; a backend may share work between them (CPU with compute.precision
+ * = bf16: dy is rounded to bf16 once instead of once per op). dx must not
+ * alias x, dy, w, dw or db. */
+ch_status ch_op_conv2d_backward(ch_compute_t *cx, const ch_tensor_t *x, const ch_tensor_t *dy,
+                                const ch_tensor_t *w, const ch_conv2d_params_t *p,
+                                ch_tensor_t *dx, ch_tensor_t *dw, ch_tensor_t *db);
 
 /* --------------------------------------------------------------- batch norm
  * Per-channel statistics over (N,H,W) (torch.nn.BatchNorm2d, eps usually

@@ -7,6 +7,8 @@
 
 #include <math.h>
 #include <pthread.h>
+#include <setjmp.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -68,6 +70,90 @@ static int64_t rank_pieces(const ch_array_source_t *src, int rank, int world, in
         start += cnt;
     }
     return np;
+}
+
+/* ------------------------------------------------------- SIGBUS on a mapping */
+
+/* A file cut (truncated) while a piece of it is mapped turns the feed's
+ * next load from the lost pages into SIGBUS, which would kill the rank with
+ * no word on why. While the compute thread feeds a mapped piece it arms
+ * this guard: a SIGBUS whose address lies in that piece jumps back to the
+ * feed's caller, which fails with one CH_ERR_IO line; any other fault
+ * gets the previous disposition (the handler puts it back and returns, so
+ * the faulting load repeats under it), and a SIGBUS sent by a process
+ * (kill) what the previous disposition does with it, the guard staying.
+ * The state is thread-local and initial-exec: read from the handler
+ * without allocating. */
+static __thread sigjmp_buf *bus_jmp __attribute__((tls_model("initial-exec")));
+static __thread const unsigned char *bus_lo __attribute__((tls_model("initial-exec")));
+static __thread const unsigned char *bus_hi __attribute__((tls_model("initial-exec")));
+static struct sigaction bus_prev;
+static pthread_mutex_t bus_mu = PTHREAD_MUTEX_INITIALIZER;
+static int bus_users;
+
+static void on_sigbus(int sig, siginfo_t *si, void *uc)
+{
+    /* a fault the kernel raised (si_code > 0: BUS_ADRERR, ...) at an
+     * address in the armed piece: the cut file */
+    const int fault = si && si->si_code > 0;
+    const unsigned char *a = fault ? (const unsigned char *)si->si_addr : NULL;
+    if (bus_jmp && a && a >= bus_lo && a < bus_hi) siglongjmp(*bus_jmp, 1);
+    if (fault) { /* another fault: the previous disposition, as the load repeats */
+        sigaction(sig, &bus_prev, NULL);
+        return;
+    }
+    /* sent by a process (kill -BUS): what the previous disposition does,
+     * with the guard kept for the rest of the run */
+    if (bus_prev.sa_flags & SA_SIGINFO) {
+        if (bus_prev.sa_sigaction) bus_prev.sa_sigaction(sig, si, uc);
+    } else if (bus_prev.sa_handler == SIG_DFL) {
+        sigaction(sig, &bus_prev, NULL);
+        raise(sig); /* the default action: the process ends as without the guard */
+    } else if (bus_prev.sa_handler != SIG_IGN) {
+        bus_prev.sa_handler(sig);
+    }
+}
+
+/* The handler is installed for the length of a run that maps (not once
+ * for good: a test harness or the application may set its own between
+ * runs), and the previous disposition put back after the last such run. */
+static void bus_guard(int on)
+{
+    pthread_mutex_lock(&bus_mu);
+    if (on && bus_users++ == 0) {
+        struct sigaction sa;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_sigaction = on_sigbus;
+        sa.sa_flags = SA_SIGINFO | SA_NODEFER;
+        sigemptyset(&sa.sa_mask);
+        sigaction(SIGBUS, &sa, &bus_prev);
+    } else if (!on && --bus_users == 0) {
+        sigaction(SIGBUS, &bus_prev, NULL);
+    }
+    pthread_mutex_unlock(&bus_mu);
+}
+
+/* ch_reducer_feed over a mapped piece (view) under the guard. */
+static ch_status feed_mapped(ch_reducer_t *r, const ch_array_source_t *src, int seg, int64_t e0,
+                             int64_t n, const ch_array_view_t *view)
+{
+    sigjmp_buf jb;
+    if (sigsetjmp(jb, 1) != 0) {
+        bus_jmp = NULL;
+        char name[32];
+        snprintf(name, sizeof name, "input file %d", seg);
+        return CH_ERROR(CH_ERR_IO, "%s was cut (truncated) while its elements [%lld, %lld) "
+                        "were being read from its memory mapping (SIGBUS); nothing is "
+                        "written: run again on the complete file",
+                        src->seg_names ? src->seg_names[seg] : name, (long long)e0,
+                        (long long)(e0 + n));
+    }
+    bus_lo = view->base;
+    bus_hi = (const unsigned char *)view->base + view->len;
+    bus_jmp = &jb;
+    ch_status s = ch_reducer_feed(r, &src->seg[seg], src->seg_row0[seg], e0, n, view->data);
+    bus_jmp = NULL;
+    return s;
 }
 
 /* ------------------------------------------------------------ reader thread */
@@ -198,6 +284,7 @@ ch_status ch_reduce_run(ch_reducer_t *r, const ch_array_source_t *src, ch_pg_t *
     rd.data = calloc((size_t)rd.nbuf, sizeof *rd.data);
     rd.src = src;
     rd.use_map = opt->mmap && src->map && src->unmap;
+    if (rd.use_map) bus_guard(1);
     ch_status s = (pieces && rd.buf && rd.view && rd.data) ? CH_OK : CH_ERROR(CH_ERR_NOMEM, "reduce pieces");
     if (s == CH_OK) {
         rank_pieces(src, rank, world, chunk_elems, pieces);
@@ -259,8 +346,12 @@ ch_status ch_reduce_run(ch_reducer_t *r, const ch_array_source_t *src, ch_pg_t *
                 st.read_wait_s += t1 - t0;
                 if (local == CH_OK) {
                     const piece_t *p = &pieces[step];
-                    local = ch_reducer_feed(r, &src->seg[p->seg], src->seg_row0[p->seg], p->e0,
-                                            p->n, data);
+                    const ch_array_view_t *view = &rd.view[step % rd.nbuf];
+                    if (view->base)
+                        local = feed_mapped(r, src, p->seg, p->e0, p->n, view);
+                    else
+                        local = ch_reducer_feed(r, &src->seg[p->seg], src->seg_row0[p->seg], p->e0,
+                                                p->n, data);
                     st.compute_s += ch_time_now() - t1;
                     st.bytes_done += p->n * (int64_t)itemsize;
                 }
@@ -299,6 +390,7 @@ ch_status ch_reduce_run(ch_reducer_t *r, const ch_array_source_t *src, ch_pg_t *
         sum.combine_s += ch_time_now() - t0;
     }
     if (opt->totals) *opt->totals = sum;
+    if (rd.use_map) bus_guard(0);
     pthread_cond_destroy(&rd.cv);
     pthread_mutex_destroy(&rd.mu);
     for (int i = 0; rd.buf && i < rd.nbuf; i++) free(rd.buf[i]);

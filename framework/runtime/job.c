@@ -53,7 +53,9 @@ struct ch_job {
     const char *out_dir; /* string of cfg */
     char *stop_file;     /* <out_dir>/STOP, or NULL */
     int lock_fd;         /* rank 0: <out_dir>/cohort.lock, locked; else -1 */
-    int made_out_dir;    /* rank 0: out_dir did not exist before this run */
+    char **made_dirs;    /* rank 0: the directories mkdir -p made for out_dir, in order */
+    int n_made_dirs;
+    int made_lock;       /* rank 0: this run created out_dir's lock file */
     int warning_signal;
     int requeue;
     int running;         /* ch_job_init returned CH_JOB_CONTINUE */
@@ -194,8 +196,10 @@ int ch_job_agree(ch_job_t *job, ch_status local, const char *what)
     if (job->peer_lost) return 1;
     /* [0]: the rank that reports, MIN: ranks whose failure is their own
      * (not CH_ERR_REMOTE, "another rank failed") come first, then the
-     * lowest rank; [1]: failing ranks, SUM */
-    int key = INT_MAX, n_failed = local != CH_OK;
+     * lowest rank; [1]: ranks whose failure is their own, SUM (the count
+     * the line gives: a rank that only learned of another's failure is
+     * not one that failed) */
+    int key = INT_MAX, n_failed = local != CH_OK && local != CH_ERR_REMOTE;
     if (local != CH_OK) key = (local == CH_ERR_REMOTE ? 1 << 30 : 0) | job->rank;
     int rc = MPI_SUCCESS, all_key = key, all_failed = n_failed;
     if (job->world > 1) {
@@ -207,7 +211,7 @@ int ch_job_agree(ch_job_t *job, ch_status local, const char *what)
         report_peer_lost(job, what, rc);
         return 1;
     }
-    if (all_failed == 0) return 0;
+    if (all_key == INT_MAX) return 0;
     if (key == all_key) {
         char rank_part[64] = "", count_part[96] = "";
         if (job->world > 1) snprintf(rank_part, sizeof rank_part, "rank %d: ", job->rank);
@@ -229,22 +233,54 @@ int ch_job_agree(ch_job_t *job, ch_status local, const char *what)
 
 /* ------------------------------------------------------------------ files */
 
-/* mkdir -p: create dir and every missing parent (mode 0777 & ~umask). */
-static ch_status make_dirs(const char *dir)
+/* rmdir the directories of made[0..n), last first, and free the list: each
+ * goes only if it is empty (a directory something else was written to
+ * stays, with its parents). */
+static void remove_made_dirs(char **made, int n)
 {
+    int gone = 1;
+    for (int i = n - 1; i >= 0; i--) {
+        if (gone && rmdir(made[i]) != 0) gone = 0;
+        free(made[i]);
+    }
+    free(made);
+}
+
+/* mkdir -p: create dir and every missing parent (mode 0777 & ~umask).
+ * *made / *n_made get the directories this call created, in the order it
+ * created them (malloc'd; free with remove_made_dirs, which removes them
+ * too), whatever the spelling of dir ("a/./b", "a/../c"); on failure the
+ * ones it made are removed again and the list is empty. */
+static ch_status make_dirs(const char *dir, char ***made, int *n_made)
+{
+    *made = NULL;
+    *n_made = 0;
     char path[4096];
     size_t n = strlen(dir);
     if (n == 0 || n >= sizeof path) return CH_ERROR(CH_ERR_IO, "'%s': empty or too long", dir);
     memcpy(path, dir, n + 1);
-    for (size_t i = 1; i <= n; i++) {
+    ch_status s = CH_OK;
+    for (size_t i = 1; i <= n && s == CH_OK; i++) {
         if (path[i] != '/' && path[i] != 0) continue;
         char c = path[i];
         path[i] = 0;
-        if (mkdir(path, 0777) && errno != EEXIST)
-            return CH_ERROR(CH_ERR_IO, "cannot create '%s': %s", path, strerror(errno));
+        if (mkdir(path, 0777) == 0) {
+            char **grown = realloc(*made, (size_t)(*n_made + 1) * sizeof *grown);
+            char *copy = grown ? strdup(path) : NULL;
+            if (grown) *made = grown;
+            if (copy) (*made)[(*n_made)++] = copy;
+            else s = CH_ERROR(CH_ERR_NOMEM, "out of memory creating '%s'", dir);
+        } else if (errno != EEXIST) {
+            s = CH_ERROR(CH_ERR_IO, "cannot create '%s': %s", path, strerror(errno));
+        }
         path[i] = c;
     }
-    return CH_OK;
+    if (s != CH_OK) {
+        remove_made_dirs(*made, *n_made);
+        *made = NULL;
+        *n_made = 0;
+    }
+    return s;
 }
 
 /* The output directory exists, is a directory, and a file can be created
@@ -389,13 +425,18 @@ static void lock_read_holder(int fd, char *buf, size_t len)
  * holds it (refused at once, nothing in dir is touched); CH_ERR_UNSUPPORTED
  * when the file system has no POSIX locks (the caller goes on without the
  * lock, warned); CH_ERR_IO naming the file. */
-static ch_status lock_output_dir(const char *dir, int *fd_out)
+static ch_status lock_output_dir(const char *dir, int *fd_out, int *created)
 {
     *fd_out = -1;
+    *created = 0;
     char path[4200];
-    if ((size_t)snprintf(path, sizeof path, "%s/%s", dir, LOCK_FILE_NAME) >= sizeof path)
+    size_t dl = strlen(dir);
+    const char *sep = dl > 0 && dir[dl - 1] == '/' ? "" : "/"; /* no "dir//cohort.lock" */
+    if ((size_t)snprintf(path, sizeof path, "%s%s%s", dir, sep, LOCK_FILE_NAME) >= sizeof path)
         return CH_ERROR(CH_ERR_INVALID, "'%s': path too long", dir);
-    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+    int fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+    if (fd >= 0) *created = 1;
+    else if (errno == EEXIST) fd = open(path, O_RDWR | O_CLOEXEC);
     if (fd < 0) return CH_ERROR(CH_ERR_IO, "cannot open lock file '%s': %s", path, strerror(errno));
     struct flock fl;
     memset(&fl, 0, sizeof fl);
@@ -406,6 +447,8 @@ static ch_status lock_output_dir(const char *dir, int *fd_out)
         int e = errno;
         lock_read_holder(fd, holder, sizeof holder);
         close(fd);
+        if (*created) (void)unlink(path);
+        *created = 0;
         if (e == EAGAIN || e == EACCES)
             return CH_ERROR(CH_ERR_INVALID,
                             "'%s' is in use by another run: %s holds its lock %s (two runs "
@@ -564,12 +607,10 @@ static int setup_output_dir(ch_job_t *job, const ch_job_options_t *opt)
     if (!job->stop_file) s = CH_ERROR(CH_ERR_NOMEM, "out of memory");
     else snprintf(job->stop_file, len, "%s/%s", job->out_dir, STOP_FILE_NAME);
     if (s == CH_OK && job->rank == 0) {
-        struct stat sb;
-        job->made_out_dir = stat(job->out_dir, &sb) != 0;
-        s = make_dirs(job->out_dir);
+        s = make_dirs(job->out_dir, &job->made_dirs, &job->n_made_dirs);
         if (s == CH_OK) s = probe_output_dir(job->out_dir);
         if (s == CH_OK) {
-            s = lock_output_dir(job->out_dir, &job->lock_fd);
+            s = lock_output_dir(job->out_dir, &job->lock_fd, &job->made_lock);
             if (s == CH_ERR_UNSUPPORTED) {
                 /* a file system without locks: run unprotected rather than
                  * not at all, and leave temporary files alone (their writer
@@ -1034,16 +1075,28 @@ int ch_job_finalize(ch_job_t *job, int exit_code)
         ch_pg_destroy(job->pg);
     }
     watchdog_stop(job);
-    if (exit_code == CH_EXIT_BAD_INPUT && job->made_out_dir && job->lock_fd >= 0) {
-        /* bad input found before any work: the run directory this run made
-         * holds nothing but its lock, so it goes too (rmdir leaves it when
-         * anything else was written there) */
-        char lock[4200];
-        snprintf(lock, sizeof lock, "%s/%s", job->out_dir, LOCK_FILE_NAME);
-        unlock_output_dir(job->lock_fd);
-        job->lock_fd = -1;
-        if (unlink(lock) == 0) (void)rmdir(job->out_dir);
+    if (exit_code == CH_EXIT_BAD_INPUT) {
+        /* bad input found before any work: the lock file this run made
+         * goes, and so do the directories it made (the run directory and
+         * any parents mkdir -p made, deepest first; rmdir leaves a
+         * directory that anything else was written to). A directory that
+         * was there before keeps what it had, and gets nothing. */
+        int lock_gone = 1;
+        if (job->lock_fd >= 0) {
+            char path[4200];
+            snprintf(path, sizeof path, "%s/%s", job->out_dir, LOCK_FILE_NAME);
+            unlock_output_dir(job->lock_fd);
+            job->lock_fd = -1;
+            lock_gone = !job->made_lock || unlink(path) == 0;
+        }
+        if (lock_gone) {
+            remove_made_dirs(job->made_dirs, job->n_made_dirs);
+            job->made_dirs = NULL;
+            job->n_made_dirs = 0;
+        }
     }
+    for (int i = 0; i < job->n_made_dirs; i++) free(job->made_dirs[i]);
+    free(job->made_dirs);
     ch_config_destroy(job->cfg);
     if (job->env_ok) ch_env_finalize(&job->env);
     free(job->stop_file);

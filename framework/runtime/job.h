@@ -178,8 +178,9 @@ ch_status ch_job_on_finalize(ch_job_t *job, void (*fn)(void *arg), void *arg);
  * failure is its own (a CH_ERR_REMOTE status, "another rank failed", only
  * when no rank has another code):
  *     "<name>: rank R: <what>: <message>[ [on K of W ranks; the lowest shown]]"
- * ("[on all W ranks]" when every rank failed; no "rank R: " in a world of
- * one; no "<what>: " when what is NULL). Ranks that failed too stay quiet;
+ * (K: the ranks whose failure is their own, shown when more than one;
+ * "[on all W ranks]" when every rank failed on its own; no "rank R: " in a
+ * world of one; no "<what>: " when what is NULL). Ranks that failed too stay quiet;
  * this rank's own message stays the thread's error. When the all-reduce
  * itself fails (a peer rank gone) the peer-lost line is printed instead
  * (see ch_job_check_collective) and ch_job_peer_lost becomes 1. */

@@ -3,6 +3,8 @@
 
 #include "io/data/data.h"
 
+#include "framework/core/log.h"
+
 #include "framework/reduce/reduce.h"
 #include "io/data/shards.h"
 #include "io/data/stage.h"
@@ -331,6 +333,13 @@ static ch_status make_loaders(const ch_data_options_t *o, const ch_data_setup_t 
     int ntr = 0, nte = 0, h = d->train->height, w = d->train->width;
     memset(train_tf, 0, sizeof train_tf);
     memset(test_tf, 0, sizeof test_tf);
+    if (o->fast_decode && (o->format == CH_DATA_IDX || o->format == CH_DATA_CIFAR10))
+        ch_log_warn_rank0("data.fast_decode = true has no effect with data.format = %s: its "
+                          "samples are raw pixels, not JPEG files", o->format_name);
+    else if (o->fast_decode && o->image_size <= 0 && o->random_resized_crop <= 0)
+        ch_log_warn_rank0("data.fast_decode = true has no effect: it speeds up a pipeline that "
+                          "starts with data.random_resized_crop or data.image_size (Resize), "
+                          "and both are 0");
     if (o->image_size > 0) {
         ch_transform_t r = {.kind = CH_TF_RESIZE, .size = {o->image_size, 0}};
         ch_transform_t cc = {.kind = CH_TF_CENTER_CROP, .size = {o->image_size, o->image_size}};

@@ -13,7 +13,8 @@
  * clone per ISA picked at load time, as framework/reduce's kernels. The
  * sums are integers, so the result does not depend on the clone. */
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
-#define RESAMPLE_KERNEL __attribute__((target_clones("avx2", "default"), optimize("O3")))
+#define RESAMPLE_KERNEL \
+    __attribute__((target_clones("avx2", "sse4.1", "default"), optimize("O3")))
 #elif defined(__GNUC__) && !defined(__clang__)
 #define RESAMPLE_KERNEL __attribute__((optimize("O3")))
 #else
@@ -28,6 +29,7 @@ void ch_resample_scratch_free(ch_resample_scratch_t *s)
     free(s->by);
     free(s->tmp);
     free(s->acc);
+    free(s->rowx);
     memset(s, 0, sizeof *s);
 }
 
@@ -96,6 +98,10 @@ static int precompute_coeffs(int in_size, double in0, double in1, int out_size, 
     return ksize;
 }
 
+/* Four int32 lanes (GCC/Clang vector extension): a pixel's channels in the
+ * horizontal pass, one multiply-add per tap for all of them. */
+typedef int32_t v4si __attribute__((vector_size(16)));
+
 static inline uint8_t clip8(int32_t in)
 {
     int32_t v = in >> PRECISION_BITS;
@@ -150,7 +156,36 @@ ch_status ch_resample_bilinear_box(const uint8_t *src, int sh, int sw, int c, si
                 return CH_ERROR(CH_ERR_NOMEM, "resample: out of memory");
             out = s->tmp;
         }
-        for (int yy = 0; yy < rows; yy++) {
+        /* 3-4 channels: each input row widened once to int32 x 4 per
+         * pixel (the columns the taps read), then one vector multiply-add
+         * per tap gives all channels of an output pixel. The same integer
+         * products and sums as the scalar loop below: the same bytes. */
+        int x0 = bx[0], x1 = bx[dw * 2 - 2] + bx[dw * 2 - 1];
+        int wide = c >= 3 && x1 > x0;
+        if (wide && grow((void **)&s->rowx, &s->rowx_cap, (size_t)(x1 - x0) * sizeof(v4si)))
+            return CH_ERROR(CH_ERR_NOMEM, "resample: out of memory");
+        for (int yy = 0; wide && yy < rows; yy++) {
+            const uint8_t *p = src + (size_t)(yy + first) * src_stride + (size_t)x0 * (size_t)c;
+            uint8_t *orow = out + (size_t)yy * out_stride;
+            v4si *rx = (v4si *)(void *)s->rowx;
+            for (int x = 0; x < x1 - x0; x++, p += c)
+                rx[x] = (v4si){p[0], p[1], p[2], c == 4 ? p[3] : 0};
+            for (int xx = 0; xx < dw; xx++) {
+                int xmin = bx[xx * 2], xmax = bx[xx * 2 + 1];
+                const int32_t *k = &kx[xx * ksx];
+                const v4si *q = rx + (xmin - x0);
+                v4si acc = {1 << (PRECISION_BITS - 1), 1 << (PRECISION_BITS - 1),
+                            1 << (PRECISION_BITS - 1), 1 << (PRECISION_BITS - 1)};
+                for (int x = 0; x < xmax; x++) acc += q[x] * k[x];
+                acc >>= PRECISION_BITS;
+                acc &= ~(acc < 0);                  /* below 0: 0 */
+                v4si big = acc > 255;
+                acc = (acc & ~big) | (big & 255);   /* above 255: 255 */
+                uint8_t *o = orow + (size_t)xx * (size_t)c;
+                for (int ch = 0; ch < c; ch++) o[ch] = (uint8_t)acc[ch];
+            }
+        }
+        for (int yy = 0; !wide && yy < rows; yy++) {
             const uint8_t *row = src + (size_t)(yy + first) * src_stride;
             uint8_t *orow = out + (size_t)yy * out_stride;
             for (int xx = 0; xx < dw; xx++) {

@@ -32,6 +32,8 @@ typedef struct ch_resample_scratch {
     size_t tmp_cap;
     int32_t *acc; /* one output row of vertical-pass sums */
     size_t acc_cap;
+    int32_t *rowx; /* horizontal pass, 3-4 channels: one input row as int32 x 4 per pixel */
+    size_t rowx_cap;
 } ch_resample_scratch_t;
 
 void ch_resample_scratch_free(ch_resample_scratch_t *s);

@@ -95,6 +95,8 @@ typedef struct {
      * thread at a time; unmap may be called from another thread. */
     ch_status (*map)(void *ctx, int seg, int64_t e0, int64_t n, struct ch_array_view *view);
     void (*unmap)(void *ctx, struct ch_array_view *view);
+    /* Optional (NULL: none): nseg names (file paths) for messages. */
+    const char *const *seg_names;
 } ch_array_source_t;
 
 #ifdef __cplusplus

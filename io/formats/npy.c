@@ -318,6 +318,7 @@ struct ch_file_source {
     int64_t *row0;
     ch_h5_dataset_t **h5; /* per segment: the HDF5 dataset, or NULL for a file read by pread */
     int64_t page;         /* the page size (mmap offsets) */
+    struct stat *at_open; /* per segment: the open file's fstat when opened */
 };
 
 static ch_status file_read(void *ctx, int seg, int64_t e0, int64_t n, void *dst)
@@ -343,8 +344,9 @@ static ch_status file_read(void *ctx, int seg, int64_t e0, int64_t n, void *dst)
  * and drop pages behind (inputs larger than RAM). Not for HDF5 datasets,
  * nor where the elements would not be aligned to their size (a raw file
  * with an odd offset), nor a range past the file's current end (the file
- * shrank: read() reports it; a file cut while mapped still raises SIGBUS,
- * as for any mapping). Any failure returns nonzero with no message: the
+ * shrank: read() reports it; a file cut while mapped raises SIGBUS at the
+ * next load from a lost page, which ch_reduce_run's summing thread turns
+ * into an error for the piece it sums). Any failure returns nonzero with no message: the
  * caller reads the range instead. */
 static ch_status file_map(void *ctx, int seg, int64_t e0, int64_t n, ch_array_view_t *view)
 {
@@ -372,6 +374,25 @@ static void file_unmap(void *ctx, ch_array_view_t *view)
     memset(view, 0, sizeof *view);
 }
 
+ch_status ch_file_source_check_unchanged(const ch_file_source_t *s)
+{
+    for (int i = 0; s && s->at_open && i < s->n; i++) {
+        if (s->h5[i] || s->fds[i] < 0) continue;
+        struct stat now;
+        if (fstat(s->fds[i], &now) != 0)
+            return CH_ERROR(CH_ERR_IO, "%s: stat: %s", s->paths[i], strerror(errno));
+        const struct stat *then = &s->at_open[i];
+        if (now.st_size != then->st_size || now.st_mtim.tv_sec != then->st_mtim.tv_sec ||
+            now.st_mtim.tv_nsec != then->st_mtim.tv_nsec)
+            return CH_ERROR(CH_ERR_IO, "%s was modified while it was being read (%s): the "
+                            "result would mix its old and new contents, so none is written; "
+                            "run again on a file nothing writes to",
+                            s->paths[i], now.st_size != then->st_size ? "its size changed"
+                                                                      : "its mtime changed");
+    }
+    return CH_OK;
+}
+
 void ch_file_source_destroy(ch_file_source_t *s)
 {
     if (!s) return;
@@ -386,6 +407,7 @@ void ch_file_source_destroy(ch_file_source_t *s)
     free(s->seg);
     free(s->row0);
     free(s->h5);
+    free(s->at_open);
     free(s);
 }
 
@@ -412,12 +434,16 @@ static ch_status source_alloc(int n, ch_file_source_t **out)
 
 static ch_status source_finish(ch_file_source_t *s)
 {
+    s->at_open = calloc((size_t)(s->n ? s->n : 1), sizeof *s->at_open);
+    if (!s->at_open) return CH_ERROR(CH_ERR_NOMEM, "array source of %d files", s->n);
     for (int i = 0; i < s->n; i++) {
         if (s->h5[i]) continue;
         s->fds[i] = open(s->paths[i], O_RDONLY | O_CLOEXEC | O_NONBLOCK);
         if (s->fds[i] < 0) return CH_ERROR(CH_ERR_IO, "%s: cannot open: %s", s->paths[i], strerror(errno));
-        struct stat sb;
-        if (fstat(s->fds[i], &sb) == 0 && !S_ISREG(sb.st_mode))
+        struct stat *sb = &s->at_open[i];
+        if (fstat(s->fds[i], sb) != 0)
+            return CH_ERROR(CH_ERR_IO, "%s: stat: %s", s->paths[i], strerror(errno));
+        if (!S_ISREG(sb->st_mode))
             return CH_ERROR(CH_ERR_INVALID, "%s: not a regular file (a FIFO, device or socket "
                             "cannot be read in chunks)", s->paths[i]);
     }
@@ -427,6 +453,7 @@ static ch_status source_finish(ch_file_source_t *s)
     s->src.read = file_read;
     s->src.map = file_map;
     s->src.unmap = file_unmap;
+    s->src.seg_names = (const char *const *)s->paths;
     s->src.ctx = s;
     s->page = (int64_t)sysconf(_SC_PAGESIZE);
     return CH_OK;

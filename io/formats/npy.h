@@ -76,6 +76,14 @@ ch_status ch_raw_source_open(const char *path, const ch_array_desc_t *desc, int6
 const ch_array_source_t *ch_file_source_get(const ch_file_source_t *s);
 /* Name of segment i ("FILE"), for messages. */
 const char *ch_file_source_path(const ch_file_source_t *s, int i);
+/* Whether every file of s is still as it was opened: the open file's
+ * size and modification time (fstat, to the nanosecond) unchanged. A file
+ * written in place during a run (the same inode) makes a result that
+ * mixes old and new contents: CH_ERR_IO naming the first such file and
+ * what changed. A file replaced by rename is not a change here (the open
+ * descriptor still reads the old one, whole); HDF5 datasets are not
+ * checked. */
+ch_status ch_file_source_check_unchanged(const ch_file_source_t *s);
 void ch_file_source_destroy(ch_file_source_t *s);
 
 /* Config keys of an array input (a job lists them as its "input" table;

@@ -1061,6 +1061,75 @@ static void test_channel_ops(void **state)
     }
 }
 
+/* The ONNX graphs' own ops (ops.h): Add / Mul with torch broadcasting
+ * (ch_op_binary and its backward), narrow on dim 1 (ch_op_copy_channels),
+ * channel shuffle and y = alpha x + beta (ch_op_affine), PLAIN and NHWC on
+ * the device against the CPU: the copies and the elementwise results
+ * exactly the CPU's (one rounding each), the broadcast gradients (sums over
+ * h, w, n) to rounding. */
+static void test_graph_ops(void **state)
+{
+    contexts();
+    ch_compute_t *cx = cx32;
+    for (int li = 0; li < 2; li++) {
+        ch_layout_t L = LAYOUTS[li];
+        int64_t xs[4] = {3, 24, 7, 5}, bc[4] = {3, 24, 1, 1}, b1[4] = {1, 24, 1, 1};
+        const int64_t *bshapes[3] = {xs, bc, b1};
+        for (int bi = 0; bi < 3; bi++) {
+            for (int op = 0; op < 2; op++) {
+                ch_binary_op_t bop = op ? CH_BINARY_MUL : CH_BINARY_ADD;
+                ch_layout_t bl = bi == 0 ? L : CH_LAYOUT_PLAIN;
+                gt_pair_t a, b, dy, y, da, db;
+                gt_pair_rand(cx, &a, 4, xs, L, 301 + (uint64_t)bi, -1, 1);
+                gt_pair_rand(cx, &b, 4, bshapes[bi], bl, 311 + (uint64_t)bi, -1, 1);
+                gt_pair_rand(cx, &dy, 4, xs, L, 321 + (uint64_t)bi, -1, 1);
+                gt_pair_out(cx, &y, 4, xs, L);
+                gt_pair_out(cx, &da, 4, xs, L);
+                gt_pair_out(cx, &db, 4, bshapes[bi], bl);
+                char what[96];
+                snprintf(what, sizeof what, "binary %s, b of shape %d (%s)", op ? "mul" : "add", bi,
+                         lname(L));
+                assert_ch_ok(ch_op_binary(cx, bop, &a.h, &b.h, &y.h));
+                assert_ch_ok(ch_op_binary(cx, bop, &a.d, &b.d, &y.d));
+                gt_compare(cx, what, &y, 0);
+                assert_ch_ok(ch_op_binary_backward(cx, bop, &a.h, &b.h, &dy.h, &da.h, &db.h));
+                assert_ch_ok(ch_op_binary_backward(cx, bop, &a.d, &b.d, &dy.d, &da.d, &db.d));
+                snprintf(what, sizeof what, "binary %s backward da, b of shape %d (%s)",
+                         op ? "mul" : "add", bi, lname(L));
+                gt_compare(cx, what, &da, 0);
+                snprintf(what, sizeof what, "binary %s backward db, b of shape %d (%s)",
+                         op ? "mul" : "add", bi, lname(L));
+                gt_compare(cx, what, &db, bi == 0 ? 0 : 1e-6);
+                gt_pair_t *all[] = {&a, &b, &dy, &y, &da, &db};
+                for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) gt_pair_free(all[i]);
+            }
+        }
+        /* narrow: channels [5, 5 + 11) of x into [2, 13) of a y that keeps
+         * its other channels (filled alike on both sides first) */
+        gt_pair_t x, y, sh, af;
+        gt_pair_rand(cx, &x, 4, xs, L, 331, -1, 1);
+        gt_pair_rand(cx, &y, 4, xs, L, 332, -1, 1);
+        assert_ch_ok(ch_op_copy_channels(cx, &x.h, 5, &y.h, 2, 11));
+        assert_ch_ok(ch_op_copy_channels(cx, &x.d, 5, &y.d, 2, 11));
+        gt_compare(cx, "copy_channels", &y, 0);
+        /* shufflenet's channel shuffle, 2 and 3 groups */
+        for (int g = 2; g <= 3; g++) {
+            gt_pair_out(cx, &sh, 4, xs, L);
+            assert_ch_ok(ch_op_channel_shuffle(cx, &x.h, g, &sh.h));
+            assert_ch_ok(ch_op_channel_shuffle(cx, &x.d, g, &sh.d));
+            gt_compare(cx, g == 2 ? "channel_shuffle 2 groups" : "channel_shuffle 3 groups", &sh, 0);
+            gt_pair_free(&sh);
+        }
+        gt_pair_out(cx, &af, 4, xs, L);
+        assert_ch_ok(ch_op_affine(cx, &x.h, 0.75f, -0.25f, &af.h));
+        assert_ch_ok(ch_op_affine(cx, &x.d, 0.75f, -0.25f, &af.d));
+        gt_compare(cx, "affine", &af, 1e-7);
+        gt_pair_free(&x);
+        gt_pair_free(&y);
+        gt_pair_free(&af);
+    }
+}
+
 /* --------------------------------------------------------- loss, accuracy */
 
 static void labels_pair(ch_compute_t *cx, ch_tensor_t *h, ch_tensor_t *d, int64_t N, int64_t K,
@@ -1530,6 +1599,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_relu),
         cmocka_unit_test(test_activations),
         cmocka_unit_test(test_layernorm2d),
+        cmocka_unit_test(test_graph_ops),
         cmocka_unit_test(test_maxpool),
         cmocka_unit_test(test_conv_variants),
         cmocka_unit_test(test_conv_variants_bf16),

@@ -41,7 +41,6 @@ static ch_status cpu_create(void **state, const ch_compute_options_t *o)
     TRYD(dnnl_primitive_attr_create(&c->attr));
     TRYD(dnnl_primitive_attr_set_scratchpad_mode(c->attr, dnnl_scratchpad_mode_user));
 #undef TRYD
-    c->layout = o->cpu_layout >= 0 ? (ch_layout_t)o->cpu_layout : auto_layout();
     c->nthreads = o->num_threads;
     if (o->cpu_conv_algorithm < CH_CPU_CONV_DIRECT || o->cpu_conv_algorithm > CH_CPU_CONV_WINOGRAD) {
         s = CH_ERROR(CH_ERR_INVALID,
@@ -56,6 +55,9 @@ static ch_status cpu_create(void **state, const ch_compute_options_t *o)
      * bf16 too; the CPU ranks' jobs refuse it at start, runtime/job.c) */
     c->bf16 = o->bf16 && ch_compute_cpu_has_bf16();
     c->bf16_missing = o->bf16 && !c->bf16;
+    c->layout = o->cpu_layout >= 0 ? (ch_layout_t)o->cpu_layout
+                : c->bf16           ? CH_LAYOUT_NHWC
+                                    : auto_layout();
     {
         const char *wc = getenv("COHORT_WEIGHT_CACHE");
         c->wcache_mode = 1;
@@ -397,6 +399,7 @@ static const ch_ops_backend_t cpu_backend = {
     .conv2d_forward = ch_cpu_conv2d_forward,
     .conv2d_backward_data = ch_cpu_conv2d_backward_data,
     .conv2d_backward_weights = ch_cpu_conv2d_backward_weights,
+    .conv2d_backward = ch_cpu_conv2d_backward,
     .bn_stats = ch_cpu_bn_stats,
     .bn_apply = ch_cpu_bn_apply,
     .bn_update_running = ch_cpu_bn_update_running,

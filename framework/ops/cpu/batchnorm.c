@@ -21,18 +21,39 @@
 #include "framework/ops/cpu/cpu.h"
 
 #include <math.h>
+#include <omp.h>
 #include <string.h>
 
 #define V 16
+/* Most lanes one reduction unit sums side by side (GMAX chunks of V). */
+#define GMAX 8
+
+/* Lanes per reduction unit: V, or in a wide block (nhwc: B = C channels per
+ * pixel) up to GMAX * V adjacent lanes while every thread still gets a
+ * unit, so that a unit reads whole runs of each pixel's channels instead of
+ * one cache line per pixel. Each lane's sum runs over the same elements in
+ * the same order whatever the width, so results do not depend on it. */
+static int64_t lane_width(const cpu_cview *v)
+{
+    int64_t g = (v->B + V - 1) / V, t = omp_get_max_threads();
+    int64_t k = t > 0 ? g / t : g;
+    if (k < 1) k = 1;
+    if (k > GMAX) k = GMAX;
+    return k * V;
+}
 
 /* Lane groups of a channel view: the reductions' unit of parallel work.
- * Group u covers lanes [c0, c0 + L) of channel block u / groups (B == 1: the
- * whole single-lane block). */
-static int64_t lane_groups(const cpu_cview *v) { return v->B == 1 ? 1 : (v->B + V - 1) / V; }
+ * Group u covers lanes [c0, c0 + L), L <= lane_width, of channel block
+ * u / groups (B == 1: the whole single-lane block). */
+static int64_t lane_groups(const cpu_cview *v, int64_t lw)
+{
+    return v->B == 1 ? 1 : (v->B + lw - 1) / lw;
+}
 
-/* acc[c] += sum over HW of xb[j*B + c] for lanes c in [c0, c0 + V) ∩ [0, B)
+/* acc[c] += sum over HW of xb[j*B + c] for lanes c in [c0, c0 + lw) ∩ [0, B)
  * (B == 1: c0 = 0, the one lane). */
-CH_CPU_SIMD static void k_sum(const float *xb, int64_t HW, int64_t B, int64_t c0, double *acc)
+CH_CPU_SIMD static void k_sum(const float *xb, int64_t HW, int64_t B, int64_t c0, int64_t lw,
+                              double *acc)
 {
     if (B == 1) {
         float a[V] = {0};
@@ -45,23 +66,25 @@ CH_CPU_SIMD static void k_sum(const float *xb, int64_t HW, int64_t B, int64_t c0
         acc[0] += s;
         return;
     }
-    int64_t L = B - c0 < V ? B - c0 : V;
-    float a[V] = {0};
+    int64_t L = B - c0 < lw ? B - c0 : lw;
+    float a[GMAX * V] = {0};
     for (int64_t j = 0; j < HW; j++) {
         const float *p = xb + j * B + c0;
-        if (L == V)
-            for (int l = 0; l < V; l++) a[l] += p[l];
-        else if (L == 8)
-            for (int l = 0; l < 8; l++) a[l] += p[l];
-        else
-            for (int64_t l = 0; l < L; l++) a[l] += p[l];
+        int64_t g = 0;
+        for (; g + V <= L; g += V)
+            for (int l = 0; l < V; l++) a[g + l] += p[g + l];
+        if (g + 8 <= L) { /* an 8-lane run (nChw8c, nhwc remainders): vectorised too */
+            for (int l = 0; l < 8; l++) a[g + l] += p[g + l];
+            g += 8;
+        }
+        for (; g < L; g++) a[g] += p[g];
     }
     for (int64_t l = 0; l < L; l++) acc[c0 + l] += a[l];
 }
 
 /* acc[c] += sum over HW of (x - m[c])^2, lanes as k_sum. */
 CH_CPU_SIMD static void k_sqdev(const float *xb, int64_t HW, int64_t B, int64_t c0,
-                                const float *m, double *acc)
+                                int64_t lw, const float *m, double *acc)
 {
     if (B == 1) {
         float a[V] = {0}, mm = m[0];
@@ -80,26 +103,28 @@ CH_CPU_SIMD static void k_sqdev(const float *xb, int64_t HW, int64_t B, int64_t 
         acc[0] += s;
         return;
     }
-    int64_t L = B - c0 < V ? B - c0 : V;
-    float a[V] = {0}, mm[V] = {0};
+    int64_t L = B - c0 < lw ? B - c0 : lw;
+    float a[GMAX * V] = {0}, mm[GMAX * V] = {0};
     for (int64_t l = 0; l < L; l++) mm[l] = m[c0 + l];
     for (int64_t j = 0; j < HW; j++) {
         const float *p = xb + j * B + c0;
-        if (L == V)
+        int64_t g = 0;
+        for (; g + V <= L; g += V)
             for (int l = 0; l < V; l++) {
-                float d = p[l] - mm[l];
-                a[l] += d * d;
+                float d = p[g + l] - mm[g + l];
+                a[g + l] += d * d;
             }
-        else if (L == 8)
+        if (g + 8 <= L) {
             for (int l = 0; l < 8; l++) {
-                float d = p[l] - mm[l];
-                a[l] += d * d;
+                float d = p[g + l] - mm[g + l];
+                a[g + l] += d * d;
             }
-        else
-            for (int64_t l = 0; l < L; l++) {
-                float d = p[l] - mm[l];
-                a[l] += d * d;
-            }
+            g += 8;
+        }
+        for (; g < L; g++) {
+            float d = p[g] - mm[g];
+            a[g] += d * d;
+        }
     }
     for (int64_t l = 0; l < L; l++) acc[c0 + l] += a[l];
 }
@@ -141,7 +166,8 @@ CH_CPU_SIMD static void k_affine(const float *xb, float *yb, int64_t HW, int64_t
 
 /* s1[c] += sum dy, s2[c] += sum dy*(x-m[c]), lanes as k_sum. */
 CH_CPU_SIMD static void k_bwd_reduce(const float *xb, const float *dyb, int64_t HW, int64_t B,
-                                     int64_t c0, const float *m, double *s1, double *s2)
+                                     int64_t c0, int64_t lw, const float *m, double *s1,
+                                     double *s2)
 {
     if (B == 1) {
         float a[V] = {0}, b[V] = {0}, mm = m[0];
@@ -164,26 +190,28 @@ CH_CPU_SIMD static void k_bwd_reduce(const float *xb, const float *dyb, int64_t 
         s2[0] += sb;
         return;
     }
-    int64_t L = B - c0 < V ? B - c0 : V;
-    float a[V] = {0}, b[V] = {0}, mm[V] = {0};
+    int64_t L = B - c0 < lw ? B - c0 : lw;
+    float a[GMAX * V] = {0}, b[GMAX * V] = {0}, mm[GMAX * V] = {0};
     for (int64_t l = 0; l < L; l++) mm[l] = m[c0 + l];
     for (int64_t j = 0; j < HW; j++) {
         const float *p = xb + j * B + c0, *d = dyb + j * B + c0;
-        if (L == V)
+        int64_t g = 0;
+        for (; g + V <= L; g += V)
             for (int l = 0; l < V; l++) {
-                a[l] += d[l];
-                b[l] += d[l] * (p[l] - mm[l]);
+                a[g + l] += d[g + l];
+                b[g + l] += d[g + l] * (p[g + l] - mm[g + l]);
             }
-        else if (L == 8)
+        if (g + 8 <= L) {
             for (int l = 0; l < 8; l++) {
-                a[l] += d[l];
-                b[l] += d[l] * (p[l] - mm[l]);
+                a[g + l] += d[g + l];
+                b[g + l] += d[g + l] * (p[g + l] - mm[g + l]);
             }
-        else
-            for (int64_t l = 0; l < L; l++) {
-                a[l] += d[l];
-                b[l] += d[l] * (p[l] - mm[l]);
-            }
+            g += 8;
+        }
+        for (; g < L; g++) {
+            a[g] += d[g];
+            b[g] += d[g] * (p[g] - mm[g]);
+        }
     }
     for (int64_t l = 0; l < L; l++) {
         s1[c0 + l] += a[l];
@@ -247,18 +275,18 @@ static int par(double floats) { return floats >= (double)CH_CPU_PAR_MIN; }
 static void reduce_pass(const cpu_cview *v, int which, const float *X, const float *DY,
                         const float *M, double *acc, double *acc2)
 {
-    int64_t G = lane_groups(v), units = v->nb * G;
+    int64_t lw = lane_width(v), G = lane_groups(v, lw), units = v->nb * G;
 #pragma omp parallel for schedule(static) if (par((double)v->N * v->HW * v->C * (which == 2 ? 2 : 1)))
     for (int64_t u = 0; u < units; u++) {
-        int64_t cb = u / G, c0 = (u % G) * V, o = cb * v->B;
+        int64_t cb = u / G, c0 = (u % G) * lw, o = cb * v->B;
         for (int64_t n = 0; n < v->N; n++) {
             size_t off = blk_off(v, n, cb);
             if (which == 0)
-                k_sum(X + off, v->HW, v->B, c0, acc + o);
+                k_sum(X + off, v->HW, v->B, c0, lw, acc + o);
             else if (which == 1)
-                k_sqdev(X + off, v->HW, v->B, c0, M + o, acc + o);
+                k_sqdev(X + off, v->HW, v->B, c0, lw, M + o, acc + o);
             else
-                k_bwd_reduce(X + off, DY + off, v->HW, v->B, c0, M + o, acc + o, acc2 + o);
+                k_bwd_reduce(X + off, DY + off, v->HW, v->B, c0, lw, M + o, acc + o, acc2 + o);
         }
     }
 }

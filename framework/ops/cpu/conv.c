@@ -632,8 +632,17 @@ static ch_status conv_side_setup(ch_cpu_t *c, cpu_prim *e, int op, int s,
     if (!e->xbuf[s])
         return CH_ERROR(CH_ERR_NOMEM, "conv: activation buffer of %zu bytes", bytes);
     CH_TRY(mem_create(c, pmd, e->xbuf[s], &e->mem[s]));
-    CH_TRY(mem_create(c, tmd, MEM_NONE, &e->xuser_mem[s]));
     int out = conv_side_is_output(op, s);
+    dnnl_memory_desc_t t16 = *tmd;
+    t16.data_type = dnnl_bf16;
+    if (!out && tmd->data_type == dnnl_f32 && pmd->data_type == dnnl_bf16 &&
+        dnnl_memory_desc_equal(&t16, pmd)) {
+        /* the same format in bf16 (nhwc with compute.precision = bf16): a
+         * streaming cast, cheaper than oneDNN's f32 -> bf16 reorder */
+        e->xcast[s] = (int64_t)(bytes / sizeof(uint16_t));
+        return CH_OK;
+    }
+    CH_TRY(mem_create(c, tmd, MEM_NONE, &e->xuser_mem[s]));
     dnnl_primitive_desc_t rpd;
     CH_CHECK_DNNL(dnnl_reorder_primitive_desc_create(&rpd, out ? pmd : tmd, c->engine,
                                                      out ? tmd : pmd, c->engine, NULL));
@@ -800,6 +809,10 @@ static ch_status conv_prim(ch_cpu_t *c, int op, const ch_tensor_t *a, const int6
  * input in another format is reordered into the primitive's buffer now. */
 static ch_status side_bind(ch_cpu_t *c, cpu_prim *e, int op, int s, void *ptr)
 {
+    if (e->xcast[s]) {
+        ch_cpu_cast_bf16(c, ptr, e->xbuf[s], e->xcast[s]);
+        return set_handle(e->mem[s], e->xbuf[s]);
+    }
     if (!e->xreorder[s]) return set_handle(e->mem[s], ptr);
     CH_TRY(set_handle(e->xuser_mem[s], ptr));
     if (conv_side_is_output(op, s)) return CH_OK;
@@ -826,6 +839,10 @@ static ch_status add_scratch(ch_cpu_t *c, cpu_prim *e, dnnl_exec_arg_t *args, in
 
 /* ------------------------------ small maps: the convolution as a GEMM */
 
+static ch_status bf16_matmul(ch_cpu_t *c, char ta, char tb, int64_t m, int64_t n, int64_t k,
+                             const float *A, const float *B, const ch_tensor_t *wt,
+                             const void *Bh, float *C);
+
 /* When every output position's window covers the whole input map — along
  * each axis (Ho-1)*stride <= pad and H + pad <= kernel — the convolution is
  * one dense matrix product (resnet18 on 28x28 images: layer4's 3x3 on 1x1
@@ -842,8 +859,8 @@ static ch_status add_scratch(ch_cpu_t *c, cpu_prim *e, dnnl_exec_arg_t *args, in
 static int conv_is_gemm(const ch_cpu_t *c, const ch_tensor_t *x, const ch_tensor_t *y,
                         const int64_t *ws, const ch_conv2d_params_t *p)
 {
-    /* bf16: oneDNN's bf16 convolution kernels on every shape (sgemm is fp32) */
-    if (!conv_plain(p) || c->bf16) return 0;
+    (void)c; /* bf16: the same shapes, as a oneDNN bf16 matmul (bf16_matmul) */
+    if (!conv_plain(p)) return 0;
     if (!((y->shape[2] - 1) * p->stride_h <= p->pad_h &&
           (y->shape[3] - 1) * p->stride_w <= p->pad_w && x->shape[2] + p->pad_h <= ws[2] &&
           x->shape[3] + p->pad_w <= ws[3]))
@@ -880,9 +897,13 @@ static ch_status gemm_wbuf(ch_cpu_t *c, const ch_tensor_t *x, const ch_tensor_t 
         memcpy(e->key, key, sizeof key);
         size_t n = (size_t)(ws[0] * y->shape[2] * y->shape[3]) *
                    (size_t)(ws[1] * x->shape[2] * x->shape[3]);
-        e->wbytes = n * sizeof(float);
+        /* bf16: the kept dense weights are bf16 (xbuf[0]: the scratch for
+         * them), cbuf the fp32 matrix they are rounded from and the fp32
+         * dWd of backward weights */
+        e->wbytes = n * (c->bf16 ? sizeof(uint16_t) : sizeof(float));
         e->cbuf = aligned_alloc(64, (n * sizeof(float) + 63) / 64 * 64);
-        if (!e->cbuf) {
+        if (c->bf16 && e->cbuf) e->xbuf[0] = aligned_alloc(64, (e->wbytes + 63) / 64 * 64);
+        if (!e->cbuf || (c->bf16 && !e->xbuf[0])) {
             ch_cpu_prim_free(e);
             return CH_ERROR(CH_ERR_NOMEM, "conv: %zu dense weights", n);
         }
@@ -928,28 +949,43 @@ static void dense_weights(float *w, float *wd, const ch_tensor_t *x, const ch_te
 }
 
 typedef struct {
+    const ch_cpu_t *c;
     const ch_tensor_t *x, *y, *w;
     const ch_conv2d_params_t *p;
+    float *f32; /* bf16: the fp32 dense matrix, rounded into dst */
 } dense_conv_ctx;
+
+/* Entries of the dense matrix: M * K. */
+static int64_t gemm_n(const dense_conv_ctx *d)
+{
+    return d->w->shape[0] * d->y->shape[2] * d->y->shape[3] * d->w->shape[1] * d->x->shape[2] *
+           d->x->shape[3];
+}
 
 static ch_status dense_convert(void *ctx, void *dst)
 {
     dense_conv_ctx *d = ctx;
-    dense_weights(d->w->data, dst, d->x, d->y, d->w->shape, d->p, 0);
+    if (!d->f32) {
+        dense_weights(d->w->data, dst, d->x, d->y, d->w->shape, d->p, 0);
+        return CH_OK;
+    }
+    dense_weights(d->w->data, d->f32, d->x, d->y, d->w->shape, d->p, 0);
+    ch_cpu_cast_bf16(d->c, d->f32, dst, gemm_n(d));
     return CH_OK;
 }
 
 /* The dense (M, K) weights of w for the GEMM path (x / y: the a-side and
- * b-side activations); forward and backward data share one entry, so one
- * conversion serves both while the weights are unchanged (kept_weights). */
+ * b-side activations), fp32, or bf16 with compute.precision = bf16; forward
+ * and backward data share one entry, so one conversion serves both while
+ * the weights are unchanged (kept_weights). */
 static ch_status gemm_weights(ch_cpu_t *c, const ch_tensor_t *x, const ch_tensor_t *y,
-                              const ch_tensor_t *w, const ch_conv2d_params_t *p, float **wd)
+                              const ch_tensor_t *w, const ch_conv2d_params_t *p, void **wd)
 {
     cpu_prim *e;
-    float *scratch;
-    CH_TRY(gemm_wbuf(c, x, y, w->shape, p, &scratch, &e));
-    dense_conv_ctx d = {x, y, w, p};
-    wconvert cv = {dense_convert, &d, e->wbytes, scratch};
+    float *f32;
+    CH_TRY(gemm_wbuf(c, x, y, w->shape, p, &f32, &e));
+    dense_conv_ctx d = {c, x, y, w, p, c->bf16 ? f32 : NULL};
+    wconvert cv = {dense_convert, &d, e->wbytes, c->bf16 ? e->xbuf[0] : (void *)f32};
     void *buf = NULL;
     CH_TRY(kept_weights(c, e, w, &cv, &buf));
     *wd = buf;
@@ -962,10 +998,11 @@ static ch_status gemm_forward(ch_cpu_t *c, const ch_tensor_t *x, const ch_tensor
                               const ch_tensor_t *b, const ch_conv2d_params_t *p, ch_tensor_t *y)
 {
     int64_t N = x->shape[0], K = gemm_K(x), M = gemm_K(y);
-    float *wd;
+    void *wd;
     CH_TRY(gemm_weights(c, x, y, w, p, &wd));
     ch_cpu_threads(c);
-    CH_CHECK_DNNL(dnnl_sgemm('N', 'T', N, M, K, 1.0f, x->data, K, wd, K, 0.0f, y->data, M));
+    if (c->bf16) CH_TRY(bf16_matmul(c, 'N', 'T', N, M, K, x->data, NULL, NULL, wd, y->data));
+    else CH_CHECK_DNNL(dnnl_sgemm('N', 'T', N, M, K, 1.0f, x->data, K, wd, K, 0.0f, y->data, M));
     if (b) {
         cpu_cview v = ch_cpu_cview(y);
         float *Y = y->data;
@@ -984,9 +1021,10 @@ static ch_status gemm_backward_data(ch_cpu_t *c, const ch_tensor_t *dy, const ch
                                     const ch_conv2d_params_t *p, ch_tensor_t *dx)
 {
     int64_t N = dy->shape[0], K = gemm_K(dx), M = gemm_K(dy);
-    float *wd;
+    void *wd;
     CH_TRY(gemm_weights(c, dx, dy, w, p, &wd));
     ch_cpu_threads(c);
+    if (c->bf16) return bf16_matmul(c, 'N', 'N', N, K, M, dy->data, NULL, NULL, wd, dx->data);
     CH_CHECK_DNNL(dnnl_sgemm('N', 'N', N, K, M, 1.0f, dy->data, M, wd, K, 0.0f, dx->data, K));
     return CH_OK;
 }
@@ -999,7 +1037,8 @@ static ch_status gemm_backward_weights(ch_cpu_t *c, const ch_tensor_t *x, const 
     float *wd;
     CH_TRY(gemm_wbuf(c, x, dy, dw->shape, p, &wd, NULL));
     ch_cpu_threads(c);
-    CH_CHECK_DNNL(dnnl_sgemm('T', 'N', M, K, N, 1.0f, dy->data, M, x->data, K, 0.0f, wd, K));
+    if (c->bf16) CH_TRY(bf16_matmul(c, 'T', 'N', M, K, N, dy->data, x->data, NULL, NULL, wd));
+    else CH_CHECK_DNNL(dnnl_sgemm('T', 'N', M, K, N, 1.0f, dy->data, M, x->data, K, 0.0f, wd, K));
     dense_weights(dw->data, wd, x, dy, dw->shape, p, 1);
     if (db) {
         cpu_cview v = ch_cpu_cview(dy);
@@ -1045,17 +1084,15 @@ ch_status ch_cpu_conv2d_forward(void *st, const ch_tensor_t *x, const ch_tensor_
     return side_finish(c, e, CPU_OP_CONV_FWD, 1);
 }
 
-ch_status ch_cpu_conv2d_backward_data(void *st, const ch_tensor_t *dy, const ch_tensor_t *w,
-                                      const ch_conv2d_params_t *p, ch_tensor_t *dx)
+/* Backward data with primitive e; dyh, where not NULL, is dy already
+ * converted into e's format (ch_cpu_conv2d_backward). */
+static ch_status bwd_data_run(ch_cpu_t *c, cpu_prim *e, const ch_tensor_t *dy,
+                              const ch_tensor_t *w, ch_tensor_t *dx, void *dyh)
 {
-    ch_cpu_t *c = st;
-    cpu_prim *e;
-    if (c->bf16_missing) return bf16_refused("conv2d backward data");
-    if (conv_is_gemm(c, dx, dy, w->shape, p)) return gemm_backward_data(c, dy, w, p, dx);
-    CH_TRY(conv_prim(c, CPU_OP_CONV_BWD_DATA, dx, w->shape, 0, dy, p, &e));
     CH_TRY(bind_weights(c, e, w));
     CH_TRY(side_bind(c, e, CPU_OP_CONV_BWD_DATA, 0, dx->data));
-    CH_TRY(side_bind(c, e, CPU_OP_CONV_BWD_DATA, 1, handle(dy)));
+    if (dyh) CH_TRY(set_handle(e->mem[1], dyh));
+    else CH_TRY(side_bind(c, e, CPU_OP_CONV_BWD_DATA, 1, handle(dy)));
     dnnl_exec_arg_t a[4];
     int n = 0;
     a[n++] = (dnnl_exec_arg_t){DNNL_ARG_DIFF_SRC, e->mem[0]};
@@ -1066,18 +1103,26 @@ ch_status ch_cpu_conv2d_backward_data(void *st, const ch_tensor_t *dy, const ch_
     return side_finish(c, e, CPU_OP_CONV_BWD_DATA, 0);
 }
 
-ch_status ch_cpu_conv2d_backward_weights(void *st, const ch_tensor_t *x, const ch_tensor_t *dy,
-                                         const ch_conv2d_params_t *p, ch_tensor_t *dw,
-                                         ch_tensor_t *db)
+ch_status ch_cpu_conv2d_backward_data(void *st, const ch_tensor_t *dy, const ch_tensor_t *w,
+                                      const ch_conv2d_params_t *p, ch_tensor_t *dx)
 {
     ch_cpu_t *c = st;
     cpu_prim *e;
-    if (c->bf16_missing) return bf16_refused("conv2d backward weights");
-    if (conv_is_gemm(c, x, dy, dw->shape, p)) return gemm_backward_weights(c, x, dy, p, dw, db);
-    CH_TRY(conv_prim(c, CPU_OP_CONV_BWD_WEIGHTS, x, dw->shape, db != NULL, dy, p, &e));
+    if (c->bf16_missing) return bf16_refused("conv2d backward data");
+    if (conv_is_gemm(c, dx, dy, w->shape, p)) return gemm_backward_data(c, dy, w, p, dx);
+    CH_TRY(conv_prim(c, CPU_OP_CONV_BWD_DATA, dx, w->shape, 0, dy, p, &e));
+    return bwd_data_run(c, e, dy, w, dx, NULL);
+}
+
+/* Backward weights with primitive e; dyh as in bwd_data_run. */
+static ch_status bwd_weights_run(ch_cpu_t *c, cpu_prim *e, const ch_tensor_t *x,
+                                 const ch_tensor_t *dy, ch_tensor_t *dw, ch_tensor_t *db,
+                                 void *dyh)
+{
     if (!e->wreorder) CH_TRY(set_handle(e->wprim_mem, dw->data));
     CH_TRY(side_bind(c, e, CPU_OP_CONV_BWD_WEIGHTS, 0, handle(x)));
-    CH_TRY(side_bind(c, e, CPU_OP_CONV_BWD_WEIGHTS, 1, handle(dy)));
+    if (dyh) CH_TRY(set_handle(e->mem[1], dyh));
+    else CH_TRY(side_bind(c, e, CPU_OP_CONV_BWD_WEIGHTS, 1, handle(dy)));
     dnnl_exec_arg_t a[5];
     int n = 0;
     a[n++] = (dnnl_exec_arg_t){DNNL_ARG_SRC, e->mem[0]};
@@ -1093,6 +1138,49 @@ ch_status ch_cpu_conv2d_backward_weights(void *st, const ch_tensor_t *x, const c
     return CH_OK;
 }
 
+ch_status ch_cpu_conv2d_backward_weights(void *st, const ch_tensor_t *x, const ch_tensor_t *dy,
+                                         const ch_conv2d_params_t *p, ch_tensor_t *dw,
+                                         ch_tensor_t *db)
+{
+    ch_cpu_t *c = st;
+    cpu_prim *e;
+    if (c->bf16_missing) return bf16_refused("conv2d backward weights");
+    if (conv_is_gemm(c, x, dy, dw->shape, p)) return gemm_backward_weights(c, x, dy, p, dw, db);
+    CH_TRY(conv_prim(c, CPU_OP_CONV_BWD_WEIGHTS, x, dw->shape, db != NULL, dy, p, &e));
+    return bwd_weights_run(c, e, x, dy, dw, db, NULL);
+}
+
+/* Whether side 1 (dy) of primitives a and b, made for the same dy tensor,
+ * is a bf16 cast on both: then it is dy's own format in bf16 on both
+ * (conv_side_setup), and one conversion serves both. */
+static int same_dy_cast(const cpu_prim *a, const cpu_prim *b)
+{
+    return a->xcast[1] && a->xcast[1] == b->xcast[1];
+}
+
+ch_status ch_cpu_conv2d_backward(void *st, const ch_tensor_t *x, const ch_tensor_t *dy,
+                                 const ch_tensor_t *w, const ch_conv2d_params_t *p,
+                                 ch_tensor_t *dx, ch_tensor_t *dw, ch_tensor_t *db)
+{
+    ch_cpu_t *c = st;
+    cpu_prim *ew, *ed;
+    if (c->bf16_missing) return bf16_refused("conv2d backward");
+    if (!c->bf16 || conv_is_gemm(c, x, dy, dw->shape, p)) {
+        CH_TRY(ch_cpu_conv2d_backward_weights(st, x, dy, p, dw, db));
+        return ch_cpu_conv2d_backward_data(st, dy, w, p, dx);
+    }
+    CH_TRY(conv_prim(c, CPU_OP_CONV_BWD_WEIGHTS, x, dw->shape, db != NULL, dy, p, &ew));
+    CH_TRY(conv_prim(c, CPU_OP_CONV_BWD_DATA, dx, w->shape, 0, dy, p, &ed));
+    void *dyh = NULL;
+    if (same_dy_cast(ew, ed)) {
+        /* dy rounded to bf16 once, into the backward-weights buffer */
+        ch_cpu_cast_bf16(c, handle(dy), ew->xbuf[1], ew->xcast[1]);
+        dyh = ew->xbuf[1];
+    }
+    CH_TRY(bwd_weights_run(c, ew, x, dy, dw, db, dyh));
+    return bwd_data_run(c, ed, dy, w, dx, dyh);
+}
+
 /* -------------------------------------------------------------- linear */
 
 /* ---- bf16 linear layers (compute.precision = bf16): oneDNN matmul with
@@ -1101,20 +1189,12 @@ ch_status ch_cpu_conv2d_backward_weights(void *st, const ch_tensor_t *x, const c
  * or (k, m), B (k, n) or (n, k)), rounded to bf16 (round to nearest even,
  * as oneDNN's reorders and torch's .to(bfloat16)) into the primitive's
  * buffers; B from a versioned weight tensor wt is converted once per data
- * version (kept_weights). */
+ * version (kept_weights); Bh, where not NULL, is B already in bf16 (the
+ * small-map convolutions' kept dense weights) and B is not read. */
 
-/* fp32 -> bf16, round to nearest even; NaN stays a (quiet) NaN. */
-CH_CPU_SIMD static void to_bf16(const float *x, uint16_t *y, int64_t n)
-{
-    for (int64_t i = 0; i < n; i++) {
-        uint32_t u;
-        memcpy(&u, &x[i], sizeof u);
-        if ((u & 0x7fffffffu) > 0x7f800000u) y[i] = (uint16_t)((u >> 16) | 0x40u);
-        else y[i] = (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-    }
-}
 
 typedef struct {
+    const ch_cpu_t *c;
     const float *src;
     int64_t n;
 } bf16_conv_ctx;
@@ -1122,7 +1202,7 @@ typedef struct {
 static ch_status bf16_convert(void *ctx, void *dst)
 {
     bf16_conv_ctx *d = ctx;
-    to_bf16(d->src, dst, d->n);
+    ch_cpu_cast_bf16(d->c, d->src, dst, d->n);
     return CH_OK;
 }
 
@@ -1190,18 +1270,21 @@ static ch_status bf16_matmul_prim(ch_cpu_t *c, int64_t m, int64_t n, int64_t k, 
 }
 
 static ch_status bf16_matmul(ch_cpu_t *c, char ta, char tb, int64_t m, int64_t n, int64_t k,
-                             const float *A, const float *B, const ch_tensor_t *wt, float *C)
+                             const float *A, const float *B, const ch_tensor_t *wt,
+                             const void *Bh, float *C)
 {
     cpu_prim *e;
     CH_TRY(bf16_matmul_prim(c, m, n, k, ta, tb, &e));
-    to_bf16(A, e->xbuf[0], m * k);
+    ch_cpu_cast_bf16(c, A, e->xbuf[0], m * k);
     void *bb = e->xbuf[1];
-    if (wt) {
-        bf16_conv_ctx d = {B, k * n};
+    if (Bh) {
+        bb = (void *)Bh;
+    } else if (wt) {
+        bf16_conv_ctx d = {c, B, k * n};
         wconvert cv = {bf16_convert, &d, e->wbytes, e->xbuf[1]};
         CH_TRY(kept_weights(c, e, wt, &cv, &bb));
     } else {
-        to_bf16(B, bb, k * n);
+        ch_cpu_cast_bf16(c, B, bb, k * n);
     }
     CH_TRY(set_handle(e->mem[0], e->xbuf[0]));
     CH_TRY(set_handle(e->mem[1], bb));
@@ -1226,7 +1309,7 @@ ch_status ch_cpu_linear_forward(void *st, const ch_tensor_t *x, const ch_tensor_
     if (K == 0) {
         memset(Y, 0, (size_t)(N * M) * sizeof(float));
     } else if (c->bf16) {
-        CH_TRY(bf16_matmul(c, 'N', 'T', N, M, K, x->data, w->data, w, Y));
+        CH_TRY(bf16_matmul(c, 'N', 'T', N, M, K, x->data, w->data, w, NULL, Y));
     } else {
         CH_CHECK_DNNL(dnnl_sgemm('N', 'T', N, M, K, 1.0f, x->data, K, w->data, K, 0.0f, Y, M));
     }
@@ -1250,7 +1333,7 @@ ch_status ch_cpu_linear_backward_data(void *st, const ch_tensor_t *dy, const ch_
         memset(dx->data, 0, dx->nbytes);
         return CH_OK;
     }
-    if (c->bf16) return bf16_matmul(c, 'N', 'N', N, K, M, dy->data, w->data, w, dx->data);
+    if (c->bf16) return bf16_matmul(c, 'N', 'N', N, K, M, dy->data, w->data, w, NULL, dx->data);
     CH_CHECK_DNNL(dnnl_sgemm('N', 'N', N, K, M, 1.0f, dy->data, M, w->data, K, 0.0f, dx->data, K));
     return CH_OK;
 }
@@ -1265,7 +1348,7 @@ ch_status ch_cpu_linear_backward_weights(void *st, const ch_tensor_t *x, const c
     if (N == 0 || M == 0 || K == 0) {
         if (dw->nbytes) memset(dw->data, 0, dw->nbytes);
     } else if (c->bf16) {
-        CH_TRY(bf16_matmul(c, 'T', 'N', M, K, N, dy->data, x->data, NULL, dw->data));
+        CH_TRY(bf16_matmul(c, 'T', 'N', M, K, N, dy->data, x->data, NULL, NULL, dw->data));
     } else {
         CH_CHECK_DNNL(dnnl_sgemm('T', 'N', M, K, N, 1.0f, dy->data, M, x->data, K, 0.0f,
                                  dw->data, K));

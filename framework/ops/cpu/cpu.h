@@ -72,6 +72,10 @@ typedef struct cpu_prim {
     dnnl_primitive_t xreorder[2];
     dnnl_memory_t xuser_mem[2];
     void *xbuf[2];
+    /* bf16 inputs whose tensor has the primitive's format in fp32 (nhwc,
+     * compute.precision = bf16): xcast[s] = element count, converted into
+     * xbuf[s] by ch_cpu_cast_bf16 instead of a reorder; 0 elsewhere */
+    int64_t xcast[2];
 } cpu_prim;
 
 typedef struct ch_cpu {
@@ -134,6 +138,11 @@ ch_status ch_cpu_conv2d_backward_data(void *st, const ch_tensor_t *dy, const ch_
 ch_status ch_cpu_conv2d_backward_weights(void *st, const ch_tensor_t *x, const ch_tensor_t *dy,
                                          const ch_conv2d_params_t *p, ch_tensor_t *dw,
                                          ch_tensor_t *db);
+/* Both backward ops of one convolution (ops.h ch_op_conv2d_backward): with
+ * bf16 nhwc activations dy is rounded to bf16 once for both. */
+ch_status ch_cpu_conv2d_backward(void *st, const ch_tensor_t *x, const ch_tensor_t *dy,
+                                 const ch_tensor_t *w, const ch_conv2d_params_t *p,
+                                 ch_tensor_t *dx, ch_tensor_t *dw, ch_tensor_t *db);
 ch_status ch_cpu_linear_forward(void *st, const ch_tensor_t *x, const ch_tensor_t *w,
                                 const ch_tensor_t *b, ch_tensor_t *y);
 ch_status ch_cpu_linear_backward_data(void *st, const ch_tensor_t *dy, const ch_tensor_t *w,
@@ -240,6 +249,12 @@ ch_status ch_cpu_ln2d_backward(void *st, const ch_tensor_t *x, const ch_tensor_t
  * [0, n), pieces in thread order, each starting at a multiple of
  * CH_CPU_PAR_ALIGN; outside a region the whole range. */
 void ch_cpu_split(int64_t n, int64_t *i0, int64_t *i1);
+
+/* y = x rounded to bf16 (round to nearest even, as oneDNN's reorders and
+ * torch's .to(torch.bfloat16); a NaN stays a quiet NaN), n elements, on the
+ * context's threads (kernels.c). Each element's result is independent of
+ * the thread split. */
+void ch_cpu_cast_bf16(const ch_cpu_t *c, const float *x, uint16_t *y, int64_t n);
 
 /* Channel view of an activation for per-channel loops: element (n,c,hw) is at
  * ((n*nb + c/B)*HW + hw)*B + c%B, which covers every layout (PLAIN: B=1;

@@ -74,6 +74,40 @@ static void run_binary(binary_kernel k, float *o, const float *a, const float *b
     }
 }
 
+/* fp32 -> bf16, round to nearest even; NaN stays a (quiet) NaN. Branch-free
+ * over chunks of V so that it vectorises. */
+static inline uint16_t bf16_of_bits(uint32_t u)
+{
+    uint32_t r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16, q = (u >> 16) | 0x40u;
+    return (uint16_t)((u & 0x7fffffffu) > 0x7f800000u ? q : r);
+}
+
+CH_CPU_SIMD static void k_to_bf16(const float *x, uint16_t *y, int64_t n)
+{
+    int64_t i = 0;
+    for (; i + V <= n; i += V) {
+        uint32_t u[V];
+        memcpy(u, x + i, sizeof u);
+        for (int l = 0; l < V; l++) y[i + l] = bf16_of_bits(u[l]);
+    }
+    for (; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, x + i, sizeof u);
+        y[i] = bf16_of_bits(u);
+    }
+}
+
+void ch_cpu_cast_bf16(const ch_cpu_t *c, const float *x, uint16_t *y, int64_t n)
+{
+    ch_cpu_threads(c);
+#pragma omp parallel if (3 * n >= CH_CPU_PAR_MIN)
+    {
+        int64_t i0, i1;
+        ch_cpu_split(n, &i0, &i1);
+        k_to_bf16(x + i0, y + i0, i1 - i0);
+    }
+}
+
 ch_status ch_cpu_add(void *st, const ch_tensor_t *a, const ch_tensor_t *b, ch_tensor_t *out)
 {
     ch_cpu_threads(st);
