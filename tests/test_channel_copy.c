@@ -15,6 +15,7 @@
 #include "config.h"
 
 #include "tests/harness.h"
+#include "tests/nn_testutil.h"
 
 #include "framework/ops/cpu/cpu.h"
 #include "framework/ops/ops.h"
@@ -28,15 +29,6 @@
 static const ch_layout_t LAYOUTS[4] = {CH_LAYOUT_PLAIN, CH_LAYOUT_NHWC, CH_LAYOUT_NCHW8C,
                                        CH_LAYOUT_NCHW16C};
 
-static ch_compute_t *make_cx(int threads)
-{
-    ch_compute_options_t o;
-    ch_compute_options_default(&o);
-    o.num_threads = threads;
-    ch_compute_t *cx = NULL;
-    assert_ch_ok(ch_compute_create(&o, &cx));
-    return cx;
-}
 
 static int fits(ch_layout_t l, int64_t C)
 {
@@ -217,7 +209,7 @@ static void test_small(void **state)
 {
     (void)state;
     for (int t = 1; t <= 2; t++) {
-        ch_compute_t *cx = make_cx(t);
+        ch_compute_t *cx = nt_make_cx(t);
         all_cases(cx, 2, 3, 5);
         all_cases(cx, 1, 1, 1);
         ch_compute_destroy(cx);
@@ -231,7 +223,7 @@ static void test_threaded(void **state)
     (void)state;
     assert_true(2 * 33 * 16 * 10 * 13 >= CH_CPU_PAR_MIN);
     for (int t = 1; t <= 2; t++) {
-        ch_compute_t *cx = make_cx(t);
+        ch_compute_t *cx = nt_make_cx(t);
         all_cases(cx, 33, 10, 13);
         ch_compute_destroy(cx);
     }
