@@ -480,8 +480,9 @@ ch_status ch_op_conv2d_backward(ch_compute_t *cx, const ch_tensor_t *x, const ch
     CH_TRY(conv_check(OP, dx, w, NULL, p, dy, 0, 1));
     SAME_DEVICE(OP, x, dy, w, dx);
     SAME_DEVICE(OP, x, dw, db);
-    if (dx->data == x->data || dx->data == dy->data || dx->data == w->data ||
-        dx->data == dw->data || (db && dx->data == db->data))
+    /* (an empty batch has no data: NULL pointers are not aliases) */
+    if (dx->data && (dx->data == x->data || dx->data == dy->data || dx->data == w->data ||
+                     dx->data == dw->data || (db && dx->data == db->data)))
         return CH_ERROR(CH_ERR_INVALID, OP ": dx aliases another argument");
     BE(x);
     if (!be->conv2d_backward || x->shape[0] == 0) {
