@@ -70,8 +70,13 @@ start termall --farm.grace=0
 wait_lines "$d/ids" 4 "$pid" || show "$d/run.log"
 kill -TERM $(for r in $(farm_ranks "$pid"); do farm_tree "$r"; done) 2>/dev/null
 wait "$pid"; rc1=$?
-check "SIGTERM to all (tasks too): exit 3, killed tasks recorded as interrupted (exit $rc1)" \
-  sh -c "[ $rc1 = 3 ] && grep -q interrupted '$d/run/status.tsv' && ! grep -q 'signal' '$d/run/status.tsv'"
+termall_ok() {
+  [ "$rc1" = 3 ] && grep -q interrupted "$d/run/status.tsv" && ! grep -q 'signal' "$d/run/status.tsv" \
+    && return 0
+  show "$d/run/status.tsv" 40; show "$d/run.log" 40  # what a failure looked like (on the test log)
+  return 1
+}
+check "SIGTERM to all (tasks too): exit 3, killed tasks recorded as interrupted (exit $rc1)" termall_ok
 resume; rc=$?
 check "... --resume: exit 0 (exit $rc), every task ran exactly once" \
   sh -c "[ $rc = 0 ] && [ \$(sort -n '$d/ids' | uniq | wc -l) = $N ] && [ \$(wc -l < '$d/ids') = $N ]"
